@@ -1,0 +1,30 @@
+//! The toolmesh gRPC contract (`package toolmesh.v1`).
+//!
+//! The `.proto` files under `proto/toolmesh/v1/` are the source of truth; this
+//! crate compiles them and re-exports the result as [`pb`].
+//!
+//! # Layout
+//! - [`pb`]: messages, `*_client` and `*_server` modules for `ToolRegistry`,
+//!   `Registration` and `ToolRuntime`.
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
+
+mod generated {
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+    pub mod toolmesh {
+        pub mod v1 {
+            tonic::include_proto!("toolmesh.v1");
+        }
+    }
+}
+
+/// Generated messages and services of `toolmesh.v1`.
+pub mod pb {
+    pub use crate::generated::toolmesh::v1::*;
+}
+
+/// The encoded `FileDescriptorSet` of the contract (and its imports), served
+/// by gRPC server reflection so `grpcurl` works without `.proto` files.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/toolmesh_descriptor.bin"));
+
+pub use prost_types::Duration;
