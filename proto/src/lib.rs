@@ -7,6 +7,7 @@
 //! - [`pb`]: messages, `*_client` and `*_server` modules for `ToolRegistry`,
 //!   `Registration` and `ToolRuntime`.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
+//! - [`timeout`]: the `grpc-timeout` header, read by both servers.
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
@@ -28,3 +29,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/toolmesh_descriptor.bin"));
 
 pub use prost_types::Duration;
+
+pub mod timeout;

@@ -1,1 +1,35 @@
-//! placeholder
+//! The toolmesh registry: agents discover and invoke tools through it; it
+//! validates every call against the tool's JSON Schema, applies the tool's
+//! rate limit, and proxies the call to a healthy sidecar.
+//!
+//! # Layout
+//! - [`config`]: command-line flags and their environment fallbacks.
+//! - [`server`]: wires the parts together and serves them (with health and
+//!   reflection); [`server::run`] is what the binary calls.
+//! - [`api`]: the tonic services, thin over the types below.
+//! - [`catalog`]: tools, instances and compiled schemas; checks announces.
+//! - [`store`]: the engines under the catalog ([`store::memory`] for now).
+//! - [`descriptor`]: rules for tool descriptors, and how two differ.
+//! - [`validate`]: JSON Schema compilation and argument validation.
+//! - [`ratelimit`]: GCRA per tool behind the [`ratelimit::RateLimiter`] trait.
+//! - [`balance`]: picks an instance (power of two choices on calls in flight).
+//! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
+//! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`error`]: the error type and its one mapping to `tonic::Status`.
+
+pub mod api;
+pub mod balance;
+pub mod catalog;
+pub mod config;
+pub mod descriptor;
+pub mod error;
+pub mod invoke;
+pub mod proxy;
+pub mod ratelimit;
+pub mod server;
+pub mod store;
+pub mod validate;
+
+pub use config::Config;
+pub use error::RegistryError;
+pub use server::{Registry, ServeError, run};

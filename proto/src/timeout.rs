@@ -1,0 +1,65 @@
+//! The `grpc-timeout` request header (gRPC over HTTP/2 spec): at most eight
+//! ASCII digits followed by a unit, `H`, `M`, `S`, `m` (ms), `u` (µs) or `n`
+//! (ns).
+
+use std::time::Duration;
+
+/// The metadata key of the header.
+pub const GRPC_TIMEOUT: &str = "grpc-timeout";
+
+/// Parses a `grpc-timeout` value; `None` if it is malformed.
+pub fn parse(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The remaining deadline a request carries, if it carries a valid one.
+pub fn of<T>(request: &tonic::Request<T>) -> Option<Duration> {
+    request
+        .metadata()
+        .get(GRPC_TIMEOUT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse("10S"), Some(Duration::from_secs(10)));
+        assert_eq!(parse("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse("99999999n"), Some(Duration::from_nanos(99_999_999)));
+    }
+
+    #[test]
+    fn refuses_malformed_values() {
+        for bad in ["", "S", "10", "10s", "123456789S", "-1S", "1.5S", "1 S", "é"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn round_trips_what_tonic_sends() {
+        let mut request = tonic::Request::new(());
+        request.set_timeout(Duration::from_millis(1500));
+        let parsed = of(&request).expect("a timeout");
+        assert!(parsed >= Duration::from_millis(1499) && parsed <= Duration::from_millis(1500));
+    }
+}

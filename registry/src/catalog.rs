@@ -1,0 +1,290 @@
+//! The catalog: which tools exist, which instances serve them, and each
+//! tool's compiled input schema.
+//!
+//! [`Catalog`] checks announces (descriptor rules, schemas that compile) and
+//! keeps the validator cache; the state itself lives in a
+//! [`CatalogStore`](crate::store::CatalogStore), so the same logic runs on
+//! every engine.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use dashmap::DashMap;
+use tokio::sync::broadcast;
+use toolmesh_proto::pb;
+
+use crate::{
+    descriptor,
+    error::RegistryError,
+    store::CatalogStore,
+    validate::{self, ArgumentValidator},
+};
+
+/// Most tools one announce may carry.
+pub const MAX_TOOLS_PER_ANNOUNCE: usize = 1024;
+/// Longest instance id accepted.
+pub const MAX_INSTANCE_ID_LEN: usize = 256;
+
+/// A live sidecar instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The id the sidecar announced with.
+    pub id: String,
+    /// The URL its `ToolRuntime` answers on.
+    pub endpoint: String,
+}
+
+/// A tool as it is now: its descriptor and live instances (sorted by id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolState {
+    /// The descriptor every instance announced.
+    pub descriptor: Arc<pb::ToolDescriptor>,
+    /// The live instances, never empty while the tool is in the catalog.
+    pub instances: Vec<Arc<Instance>>,
+}
+
+impl ToolState {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.descriptor.name
+    }
+
+    /// The wire form.
+    pub fn to_proto(&self) -> pb::Tool {
+        pb::Tool {
+            descriptor: Some(self.descriptor.as_ref().clone()),
+            instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// What happened to a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The tool got its first instance.
+    Added,
+    /// Its instances (or, with a single instance, its descriptor) changed.
+    Updated,
+    /// Its last instance left.
+    Removed,
+}
+
+/// One change to the catalog.
+#[derive(Debug, Clone)]
+pub struct CatalogEvent {
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The tool after the change; for `Removed`, as it was.
+    pub tool: Arc<ToolState>,
+}
+
+/// A validated announce.
+#[derive(Debug, Clone)]
+pub struct Announcement {
+    /// The sidecar's instance id.
+    pub instance_id: String,
+    /// Where its `ToolRuntime` answers.
+    pub endpoint: String,
+    /// Its tools; names are unique.
+    pub tools: Vec<pb::ToolDescriptor>,
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease id to heartbeat and withdraw.
+    pub id: String,
+    /// How long it lasts without a heartbeat.
+    pub ttl: Duration,
+}
+
+/// The catalog: checks announces, holds compiled schemas, delegates state to
+/// its store.
+pub struct Catalog {
+    store: Arc<dyn CatalogStore>,
+    validators: DashMap<String, (String, Arc<ArgumentValidator>)>,
+}
+
+impl Catalog {
+    /// A catalog over `store`.
+    pub fn new(store: Arc<dyn CatalogStore>) -> Self {
+        Self {
+            store,
+            validators: DashMap::new(),
+        }
+    }
+
+    /// Checks an announce, compiles its schemas, and registers the instance.
+    pub async fn announce(&self, request: pb::AnnounceRequest) -> Result<Lease, RegistryError> {
+        let announcement = check_announce(request)?;
+        let mut compiled = Vec::with_capacity(announcement.tools.len());
+        for (i, tool) in announcement.tools.iter().enumerate() {
+            let input = validate::compile(&tool.input_schema_json).map_err(|reason| {
+                RegistryError::InvalidSchema {
+                    tool: tool.name.clone(),
+                    field: format!("tools[{i}].input_schema_json"),
+                    reason,
+                }
+            })?;
+            if !tool.output_schema_json.trim().is_empty() {
+                validate::compile(&tool.output_schema_json).map_err(|reason| {
+                    RegistryError::InvalidSchema {
+                        tool: tool.name.clone(),
+                        field: format!("tools[{i}].output_schema_json"),
+                        reason,
+                    }
+                })?;
+            }
+            compiled.push((tool.name.clone(), tool.input_schema_json.clone(), Arc::new(input)));
+        }
+        let lease = self.store.announce(announcement).await?;
+        for (name, schema, validator) in compiled {
+            self.validators.insert(name, (schema, validator));
+        }
+        Ok(lease)
+    }
+
+    /// Extends a lease.
+    pub async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
+        self.store.heartbeat(lease_id).await
+    }
+
+    /// Ends a lease.
+    pub async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
+        self.store.withdraw(lease_id).await
+    }
+
+    /// One tool, if it has a live instance.
+    pub fn get(&self, name: &str) -> Option<Arc<ToolState>> {
+        self.store.get(name)
+    }
+
+    /// Every tool with a live instance, sorted by name.
+    pub fn list(&self) -> Vec<Arc<ToolState>> {
+        self.store.list()
+    }
+
+    /// The current tools and a receiver of every later change, with no gap
+    /// and no overlap between the two.
+    pub fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.store.watch()
+    }
+
+    /// The compiled input schema of `tool`, compiling it if this replica has
+    /// not seen it yet (a tool announced to another replica).
+    pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
+        let schema = &tool.descriptor.input_schema_json;
+        if let Some(entry) = self.validators.get(tool.name()) {
+            if entry.0 == *schema {
+                return Ok(entry.1.clone());
+            }
+        }
+        let validator = Arc::new(validate::compile(schema).map_err(|reason| {
+            RegistryError::InvalidSchema {
+                tool: tool.name().to_owned(),
+                field: "input_schema_json".into(),
+                reason,
+            }
+        })?);
+        self.validators
+            .insert(tool.name().to_owned(), (schema.clone(), validator.clone()));
+        Ok(validator)
+    }
+
+    /// Drops what the catalog keeps for a removed tool.
+    pub fn forget(&self, tool: &str) {
+        self.validators.remove(tool);
+    }
+}
+
+/// Checks the parts of an announce that do not need the catalog's state.
+fn check_announce(request: pb::AnnounceRequest) -> Result<Announcement, RegistryError> {
+    let invalid = |field: &str, reason: &str| RegistryError::InvalidRequest {
+        field: field.into(),
+        reason: reason.into(),
+    };
+    if request.instance_id.is_empty() || request.instance_id.len() > MAX_INSTANCE_ID_LEN {
+        return Err(invalid(
+            "instance_id",
+            "must be 1 to 256 bytes: a stable id such as the pod name",
+        ));
+    }
+    check_endpoint(&request.endpoint)?;
+    if request.tools.is_empty() {
+        return Err(invalid("tools", "an announce must carry at least one tool"));
+    }
+    if request.tools.len() > MAX_TOOLS_PER_ANNOUNCE {
+        return Err(invalid("tools", "more than 1024 tools in one announce"));
+    }
+    let mut names = BTreeSet::new();
+    for (i, tool) in request.tools.iter().enumerate() {
+        descriptor::check(tool, &format!("tools[{i}]"))?;
+        if !names.insert(tool.name.as_str()) {
+            return Err(RegistryError::InvalidDescriptor {
+                tool: tool.name.clone(),
+                field: format!("tools[{i}].name"),
+                reason: "announced twice in one announce".into(),
+            });
+        }
+    }
+    Ok(Announcement {
+        instance_id: request.instance_id,
+        endpoint: request.endpoint,
+        tools: request.tools,
+    })
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
+    let invalid = |reason: String| RegistryError::InvalidRequest {
+        field: "endpoint".into(),
+        reason,
+    };
+    let uri: tonic::codegen::http::Uri = endpoint
+        .parse()
+        .map_err(|e| invalid(format!("{endpoint:?} is not a URL: {e}")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(invalid(
+                "https endpoints need TLS to sidecars, which this registry build does not configure yet".into(),
+            ));
+        }
+        _ => return Err(invalid(format!("{endpoint:?} must be an http:// URL"))),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid(format!("{endpoint:?} has no host")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> pb::AnnounceRequest {
+        pb::AnnounceRequest {
+            instance_id: "a".into(),
+            endpoint: "http://127.0.0.1:1".into(),
+            tools: vec![pb::ToolDescriptor {
+                name: "t".into(),
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn announce_checks_name_the_field() {
+        let mut r = request();
+        r.instance_id.clear();
+        assert!(matches!(check_announce(r), Err(RegistryError::InvalidRequest { field, .. }) if field == "instance_id"));
+
+        let mut r = request();
+        r.endpoint = "ftp://x".into();
+        assert!(check_announce(r).is_err());
+
+        let mut r = request();
+        r.tools.push(r.tools[0].clone());
+        assert!(matches!(check_announce(r), Err(RegistryError::InvalidDescriptor { field, .. }) if field == "tools[1].name"));
+
+        assert!(check_announce(request()).is_ok());
+    }
+}

@@ -1,0 +1,219 @@
+//! Rules for tool descriptors: what an announce may carry, and how two
+//! descriptors of one tool differ.
+
+use std::time::Duration;
+
+use toolmesh_proto::pb::{RateLimit, ToolDescriptor};
+
+use crate::error::RegistryError;
+
+/// Longest tool name (the function-name limit of the major LLM APIs).
+pub const MAX_NAME_LEN: usize = 64;
+/// Largest schema text accepted in a descriptor.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+/// Longest description accepted.
+pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+/// Most tags on one tool.
+pub const MAX_TAGS: usize = 32;
+/// Smallest accepted rate: one call a day.
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+/// Largest accepted rate.
+pub const MAX_RATE: f64 = 1e6;
+
+/// Whether `name` is a valid tool name: 1 to 64 of `[A-Za-z0-9_.-]`.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// A validated rate limit with its burst resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// Calls per second.
+    pub rate: f64,
+    /// Calls allowed at once.
+    pub burst: u32,
+}
+
+impl Limit {
+    /// The limit a descriptor declares, `None` if it is unlimited.
+    pub fn of(descriptor: &ToolDescriptor) -> Option<Self> {
+        descriptor.rate_limit.as_ref().map(|l| Self {
+            rate: l.rate,
+            burst: resolved_burst(l),
+        })
+    }
+
+    /// The time between two tokens (GCRA's emission interval).
+    pub fn period(&self) -> Duration {
+        Duration::try_from_secs_f64(1.0 / self.rate).unwrap_or(Duration::MAX)
+    }
+}
+
+fn resolved_burst(limit: &RateLimit) -> u32 {
+    if limit.burst > 0 {
+        limit.burst
+    } else {
+        // Truncation is intended: rate is bounded by MAX_RATE.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let burst = limit.rate.ceil().max(1.0) as u32;
+        burst
+    }
+}
+
+/// The timeout a descriptor declares, if any.
+pub fn timeout(descriptor: &ToolDescriptor) -> Option<Duration> {
+    descriptor
+        .timeout
+        .and_then(|d| Duration::try_from(d).ok())
+        .filter(|d| !d.is_zero())
+}
+
+/// Checks a descriptor's fields (not its schemas, see [`crate::validate`]).
+/// `field` names it in errors, e.g. `tools[2]`.
+pub fn check(descriptor: &ToolDescriptor, field: &str) -> Result<(), RegistryError> {
+    let name = &descriptor.name;
+    let invalid = |sub: &str, reason: String| RegistryError::InvalidDescriptor {
+        tool: name.clone(),
+        field: format!("{field}.{sub}"),
+        reason,
+    };
+    if !is_valid_name(name) {
+        return Err(invalid(
+            "name",
+            format!("{name:?} must be 1 to {MAX_NAME_LEN} characters of letters, digits, '_', '-' or '.'"),
+        ));
+    }
+    if descriptor.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(invalid("description", format!("longer than {MAX_DESCRIPTION_BYTES} bytes")));
+    }
+    for (sub, schema) in [
+        ("input_schema_json", &descriptor.input_schema_json),
+        ("output_schema_json", &descriptor.output_schema_json),
+    ] {
+        if schema.len() > MAX_SCHEMA_BYTES {
+            return Err(invalid(sub, format!("longer than {MAX_SCHEMA_BYTES} bytes")));
+        }
+    }
+    if descriptor.tags.len() > MAX_TAGS {
+        return Err(invalid("tags", format!("more than {MAX_TAGS} tags")));
+    }
+    if let Some(limit) = &descriptor.rate_limit {
+        if !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate)) {
+            return Err(invalid(
+                "rate_limit.rate",
+                format!("{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second", limit.rate),
+            ));
+        }
+    }
+    if let Some(t) = descriptor.timeout {
+        if Duration::try_from(t).is_err() {
+            return Err(invalid("timeout", "must not be negative".into()));
+        }
+    }
+    Ok(())
+}
+
+/// How `new` differs from `live`, one line per field; empty if they agree.
+pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name}: live {a} != announced {b}"));
+        }
+    };
+    field("description", format!("{:?}", live.description), format!("{:?}", new.description));
+    field("input_schema_json", schema_text(&live.input_schema_json), schema_text(&new.input_schema_json));
+    field("output_schema_json", schema_text(&live.output_schema_json), schema_text(&new.output_schema_json));
+    field("version", format!("{:?}", live.version), format!("{:?}", new.version));
+    field("tags", format!("{:?}", live.tags), format!("{:?}", new.tags));
+    field("rate_limit", limit_text(live), limit_text(new));
+    field("timeout", timeout_text(live), timeout_text(new));
+    field("idempotent", live.idempotent.to_string(), new.idempotent.to_string());
+    out
+}
+
+/// Schemas compare as JSON values, so formatting differences do not conflict.
+fn schema_text(schema: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(schema) {
+        Ok(value) => value.to_string(),
+        Err(_) => format!("{schema:?}"),
+    }
+}
+
+fn limit_text(d: &ToolDescriptor) -> String {
+    Limit::of(d).map_or_else(|| "unlimited".into(), |l| format!("{}/s burst {}", l.rate, l.burst))
+}
+
+fn timeout_text(d: &ToolDescriptor) -> String {
+    timeout(d).map_or_else(|| "default".into(), |t| humantime::format_duration(t).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn descriptor() -> ToolDescriptor {
+        ToolDescriptor {
+            name: "word_count".into(),
+            description: "Count words".into(),
+            input_schema_json: r#"{"type":"object"}"#.into(),
+            rate_limit: Some(RateLimit { rate: 2.5, burst: 0 }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn burst_defaults_to_ceil_of_rate() {
+        assert_eq!(Limit::of(&descriptor()).map(|l| l.burst), Some(3));
+    }
+
+    #[test]
+    fn identical_descriptors_do_not_differ_even_if_schema_spacing_does() {
+        let mut b = descriptor();
+        b.input_schema_json = r#"{ "type" : "object" }"#.into();
+        assert!(differences(&descriptor(), &b).is_empty());
+    }
+
+    #[test]
+    fn differences_name_the_field() {
+        let mut b = descriptor();
+        b.version = "2".into();
+        b.idempotent = true;
+        let diff = differences(&descriptor(), &b);
+        assert_eq!(diff.len(), 2, "{diff:?}");
+        assert!(diff[0].starts_with("version:"));
+        assert!(diff[1].starts_with("idempotent:"));
+    }
+
+    #[test]
+    fn bad_rates_are_refused() {
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e9] {
+            let mut d = descriptor();
+            d.rate_limit = Some(RateLimit { rate, burst: 1 });
+            assert!(check(&d, "tools[0]").is_err(), "rate {rate}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn names_follow_the_llm_function_name_rules(name in "\\PC{0,80}") {
+            let ok = is_valid_name(&name);
+            let expected = (1..=64).contains(&name.len())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+            prop_assert_eq!(ok, expected);
+        }
+
+        #[test]
+        fn period_is_finite_for_accepted_rates(rate in MIN_RATE..MAX_RATE) {
+            let limit = Limit { rate, burst: 1 };
+            prop_assert!(limit.period() > Duration::ZERO);
+            prop_assert!(limit.period() <= Duration::from_secs(86_400));
+        }
+    }
+}

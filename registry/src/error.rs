@@ -1,0 +1,334 @@
+//! The registry's errors, and the one place they become `tonic::Status`.
+
+use std::time::Duration;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+
+/// The google.rpc `ResourceInfo.resource_type` of a tool.
+pub const TOOL_RESOURCE_TYPE: &str = "toolmesh.v1.Tool";
+
+/// One way the arguments fail the tool's input schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON Pointer (RFC 6901) to the offending value; `""` is the whole
+    /// argument object. For a missing required property it points at the
+    /// property that should be there.
+    pub pointer: String,
+    /// What is wrong, in words an LLM can act on.
+    pub message: String,
+}
+
+/// Everything that can go wrong in the registry.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// No live instance serves a tool of this name.
+    #[error("tool {tool:?} not found")]
+    ToolNotFound {
+        /// The requested tool name.
+        tool: String,
+    },
+    /// `arguments_json` is not JSON.
+    #[error("arguments are not valid JSON: {message} at line {line} column {column}")]
+    ArgumentsNotJson {
+        /// The parser's message.
+        message: String,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+    },
+    /// `arguments_json` is larger than the registry accepts.
+    #[error("arguments are {size} bytes, more than the limit of {limit}")]
+    ArgumentsTooLarge {
+        /// Size of the arguments in bytes.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The arguments fail the tool's input schema.
+    #[error("arguments do not match the input schema of {tool:?}: {}", summarize(.violations))]
+    ArgumentsInvalid {
+        /// The tool.
+        tool: String,
+        /// Every violation found (capped).
+        violations: Vec<Violation>,
+    },
+    /// The tool's rate limit has no token left for this call.
+    #[error("rate limit of {tool:?} exceeded ({rate}/s, burst {burst}); retry in {}", humantime::format_duration(*.retry_after))]
+    RateLimited {
+        /// The tool.
+        tool: String,
+        /// Time until the next token.
+        retry_after: Duration,
+        /// The limit's rate per second.
+        rate: f64,
+        /// The limit's burst.
+        burst: u32,
+    },
+    /// Every instance was tried, or none is live.
+    #[error("no healthy instance of {tool:?} ({detail})")]
+    NoHealthyInstance {
+        /// The tool.
+        tool: String,
+        /// What happened on the last attempt.
+        detail: String,
+    },
+    /// The call's deadline passed before the tool answered.
+    #[error("deadline of {} exceeded calling {tool:?}", humantime::format_duration(*.deadline))]
+    DeadlineExceeded {
+        /// The tool.
+        tool: String,
+        /// The deadline the call had.
+        deadline: Duration,
+    },
+    /// The agent went away before the tool answered.
+    #[error("call to {tool:?} cancelled")]
+    Cancelled {
+        /// The tool.
+        tool: String,
+    },
+    /// The sidecar answered with a status the registry passes through as-is
+    /// (e.g. INTERNAL from a failing sidecar).
+    #[error("instance {instance} of {tool:?} failed: {message}")]
+    Upstream {
+        /// The tool.
+        tool: String,
+        /// The instance that answered.
+        instance: String,
+        /// The sidecar's status code.
+        code: Code,
+        /// The sidecar's message.
+        message: String,
+    },
+    /// An announce carried a descriptor that breaks the rules (name, limits).
+    #[error("descriptor of {tool:?} is invalid: {reason}")]
+    InvalidDescriptor {
+        /// The tool.
+        tool: String,
+        /// The field the problem is in (e.g. `tools[0].name`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An announce carried a JSON Schema that does not compile.
+    #[error("{field} of {tool:?} is not a usable JSON Schema: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// `input_schema_json` or `output_schema_json`, with its index.
+        field: String,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// An announce's descriptor differs from the one live instances serve.
+    #[error("descriptor of {tool:?} conflicts with the one its live instances announced: {}", .differences.join("; "))]
+    DescriptorConflict {
+        /// The tool.
+        tool: String,
+        /// One line per differing field, e.g. `version: "1.0" != "2.0"`.
+        differences: Vec<String>,
+    },
+    /// A malformed request (missing id, bad endpoint URL, ...).
+    #[error("{field}: {reason}")]
+    InvalidRequest {
+        /// The offending field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A heartbeat or withdraw named a lease the registry does not hold.
+    #[error("lease {lease:?} not found; announce again")]
+    LeaseNotFound {
+        /// The lease id.
+        lease: String,
+    },
+    /// A bound on the catalog's size was reached.
+    #[error("catalog full: {0}")]
+    CatalogFull(String),
+}
+
+fn summarize(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(|v| {
+            if v.pointer.is_empty() {
+                v.message.clone()
+            } else {
+                format!("{}: {}", v.pointer, v.message)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl RegistryError {
+    /// The gRPC status for this error, with google.rpc details as DESIGN.md's
+    /// error model prescribes.
+    pub fn to_status(&self) -> Status {
+        let message = self.to_string();
+        match self {
+            Self::ToolNotFound { tool } => Status::with_error_details(
+                Code::NotFound,
+                message,
+                ErrorDetails::with_resource_info(
+                    TOOL_RESOURCE_TYPE,
+                    tool,
+                    "",
+                    "no live instance serves this tool; ListTools shows what is available",
+                ),
+            ),
+            Self::ArgumentsNotJson { line, column, .. } => Status::with_error_details(
+                Code::InvalidArgument,
+                message.clone(),
+                ErrorDetails::with_bad_request_violation(
+                    "arguments_json",
+                    format!("not valid JSON at line {line} column {column}: {message}"),
+                ),
+            ),
+            Self::ArgumentsTooLarge { .. } => Status::with_error_details(
+                Code::InvalidArgument,
+                message.clone(),
+                ErrorDetails::with_bad_request_violation("arguments_json", message),
+            ),
+            Self::ArgumentsInvalid { violations, .. } => Status::with_error_details(
+                Code::InvalidArgument,
+                message,
+                ErrorDetails::with_bad_request(
+                    violations
+                        .iter()
+                        .map(|v| FieldViolation::new(v.pointer.clone(), v.message.clone()))
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+            Self::RateLimited {
+                tool,
+                retry_after,
+                rate,
+                burst,
+            } => {
+                let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
+                details.add_quota_failure_violation(
+                    format!("tool:{tool}"),
+                    format!("rate limit of {rate} calls/s with burst {burst}"),
+                );
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
+            Self::NoHealthyInstance { .. } => Status::unavailable(message),
+            Self::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
+            Self::Cancelled { .. } => Status::cancelled(message),
+            Self::Upstream { code, .. } => Status::new(*code, message),
+            Self::InvalidDescriptor { field, reason, .. }
+            | Self::InvalidSchema { field, reason, .. }
+            | Self::InvalidRequest { field, reason } => Status::with_error_details(
+                Code::InvalidArgument,
+                message.clone(),
+                ErrorDetails::with_bad_request_violation(field.clone(), reason.clone()),
+            ),
+            Self::DescriptorConflict { tool, differences } => {
+                let mut details = ErrorDetails::new();
+                for difference in differences {
+                    details.add_precondition_failure_violation(
+                        "DESCRIPTOR_CONFLICT",
+                        format!("tool:{tool}"),
+                        difference.clone(),
+                    );
+                }
+                Status::with_error_details(Code::FailedPrecondition, message, details)
+            }
+            Self::LeaseNotFound { lease } => Status::with_error_details(
+                Code::NotFound,
+                message,
+                ErrorDetails::with_resource_info("toolmesh.v1.Lease", lease, "", "announce again"),
+            ),
+            Self::CatalogFull(_) => Status::resource_exhausted(message),
+        }
+    }
+
+    /// Whether the same call may succeed on another instance.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::NoHealthyInstance { .. } => true,
+            Self::Upstream { code, .. } => *code == Code::Unavailable,
+            Self::ToolNotFound { .. }
+            | Self::ArgumentsNotJson { .. }
+            | Self::ArgumentsTooLarge { .. }
+            | Self::ArgumentsInvalid { .. }
+            | Self::RateLimited { .. }
+            | Self::DeadlineExceeded { .. }
+            | Self::Cancelled { .. }
+            | Self::InvalidDescriptor { .. }
+            | Self::InvalidSchema { .. }
+            | Self::DescriptorConflict { .. }
+            | Self::InvalidRequest { .. }
+            | Self::LeaseNotFound { .. }
+            | Self::CatalogFull(_) => false,
+        }
+    }
+}
+
+impl From<RegistryError> for Status {
+    fn from(error: RegistryError) -> Self {
+        error.to_status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limited_carries_retry_info_and_quota_failure() {
+        let status = RegistryError::RateLimited {
+            tool: "t".into(),
+            retry_after: Duration::from_millis(250),
+            rate: 2.0,
+            burst: 1,
+        }
+        .to_status();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let details = status.get_error_details();
+        let retry = details.retry_info().expect("retry info");
+        assert_eq!(retry.retry_delay, Some(Duration::from_millis(250)));
+        let quota = details.quota_failure().expect("quota failure");
+        assert_eq!(quota.violations[0].subject, "tool:t");
+    }
+
+    #[test]
+    fn invalid_arguments_list_every_violation() {
+        let status = RegistryError::ArgumentsInvalid {
+            tool: "t".into(),
+            violations: vec![
+                Violation {
+                    pointer: "/a".into(),
+                    message: "x".into(),
+                },
+                Violation {
+                    pointer: "/b/0".into(),
+                    message: "y".into(),
+                },
+            ],
+        }
+        .to_status();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = status.get_error_details();
+        let fields: Vec<_> = details
+            .bad_request()
+            .expect("bad request")
+            .field_violations
+            .iter()
+            .map(|v| v.field.as_str())
+            .collect();
+        assert_eq!(fields, ["/a", "/b/0"]);
+    }
+
+    #[test]
+    fn not_found_names_the_tool() {
+        let status = RegistryError::ToolNotFound { tool: "nope".into() }.to_status();
+        assert_eq!(status.code(), Code::NotFound);
+        let details = status.get_error_details();
+        let info = details.resource_info().expect("resource info");
+        assert_eq!(info.resource_name, "nope");
+        assert_eq!(info.resource_type, TOOL_RESOURCE_TYPE);
+    }
+}

@@ -1,0 +1,32 @@
+//! The `toolmesh-registry` binary: parse flags, bind, serve until SIGTERM or
+//! SIGINT.
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use tokio::signal::unix::{SignalKind, signal};
+use toolmesh_registry::Config;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = Config::parse();
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(address = %listener.local_addr()?, lease_ttl = ?config.lease_ttl, "toolmesh registry listening");
+    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    toolmesh_registry::run(listener, config, shutdown).await?;
+    tracing::info!("toolmesh registry stopped");
+    Ok(())
+}

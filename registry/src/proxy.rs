@@ -1,0 +1,111 @@
+//! Calls to sidecars' `ToolRuntime.Execute`, over one reused connection per
+//! sidecar endpoint.
+
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tonic::transport::{Channel, Endpoint};
+use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
+
+/// How an `Execute` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// No connection could be made: the request never left the registry, so
+    /// any tool may be retried elsewhere.
+    #[error("cannot connect to {endpoint}: {reason}")]
+    Connect {
+        /// The sidecar's endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// The deadline passed before the sidecar answered.
+    #[error("no answer within the deadline")]
+    Timeout,
+    /// The sidecar (or the transport, mid-call) answered with a status.
+    #[error("{0}")]
+    Status(tonic::Status),
+}
+
+/// Sidecar connections, keyed by endpoint.
+pub struct Proxy {
+    channels: DashMap<String, Channel>,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
+}
+
+impl Proxy {
+    /// A proxy whose connection attempts give up after `connect_timeout`.
+    pub fn new(connect_timeout: Duration, max_message_bytes: usize) -> Self {
+        Self {
+            channels: DashMap::new(),
+            connect_timeout,
+            max_message_bytes,
+        }
+    }
+
+    /// Runs `request` on the sidecar at `endpoint`, giving up after `timeout`
+    /// (also sent to the sidecar as the call's gRPC deadline).
+    pub async fn execute(
+        &self,
+        endpoint: &str,
+        request: ExecuteRequest,
+        timeout: Duration,
+    ) -> Result<ExecuteResponse, ProxyError> {
+        let started = tokio::time::Instant::now();
+        let channel = tokio::time::timeout(timeout, self.channel(endpoint))
+            .await
+            .map_err(|_| ProxyError::Timeout)??;
+        let remaining = timeout.saturating_sub(started.elapsed());
+        if remaining.is_zero() {
+            return Err(ProxyError::Timeout);
+        }
+        let mut client = ToolRuntimeClient::new(channel)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes);
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(remaining);
+        match tokio::time::timeout(remaining, client.execute(request)).await {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(ProxyError::Status(status)),
+            Err(_) => Err(ProxyError::Timeout),
+        }
+    }
+
+    /// Closes the connection to a sidecar that left.
+    pub fn forget(&self, endpoint: &str) {
+        self.channels.remove(endpoint);
+    }
+
+    async fn channel(&self, endpoint: &str) -> Result<Channel, ProxyError> {
+        if let Some(channel) = self.channels.get(endpoint) {
+            return Ok(channel.clone());
+        }
+        let connect_error = |reason: String| ProxyError::Connect {
+            endpoint: endpoint.to_owned(),
+            reason,
+        };
+        let channel = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| connect_error(e.to_string()))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .map_err(|e| connect_error(error_chain(&e)))?;
+        self.channels.insert(endpoint.to_owned(), channel.clone());
+        Ok(channel)
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

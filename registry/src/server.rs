@@ -1,0 +1,202 @@
+//! Assembles the registry and serves it: `ToolRegistry`, `Registration`,
+//! gRPC health and server reflection on one listener.
+
+use std::{collections::HashSet, future::Future, sync::Arc};
+
+use tokio::{net::TcpListener, sync::broadcast::error::RecvError};
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolmesh_proto::{
+    FILE_DESCRIPTOR_SET,
+    pb::{registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
+};
+
+use crate::{
+    api::{RegistrationApi, ToolRegistryApi},
+    balance::Balancer,
+    catalog::{Catalog, ChangeKind},
+    config::Config,
+    invoke::{InvokeSettings, Invoker},
+    proxy::Proxy,
+    ratelimit::{LocalLimiter, RateLimiter},
+    store::{
+        CatalogStore,
+        memory::{Limits, MemoryStore},
+    },
+};
+
+/// Why serving stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The reflection service could not be built from the descriptors.
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The gRPC server failed.
+    #[error("server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The registry's parts, wired together.
+pub struct Registry {
+    catalog: Arc<Catalog>,
+    invoker: Arc<Invoker>,
+    config: Config,
+    _janitor: DropGuard,
+}
+
+impl Registry {
+    /// The embedded registry: in-memory catalog, local limiter. Must be
+    /// called inside a tokio runtime (it starts the lease sweeper and the
+    /// janitor that forgets what left the catalog).
+    pub fn embedded(config: Config) -> Self {
+        let store: Arc<dyn CatalogStore> = MemoryStore::new(
+            config.lease_ttl,
+            Limits {
+                max_instances: config.max_instances,
+                max_tools: config.max_tools,
+            },
+        );
+        Self::new(store, Arc::new(LocalLimiter::new()), config)
+    }
+
+    /// A registry over the given engines.
+    pub fn new(store: Arc<dyn CatalogStore>, limiter: Arc<dyn RateLimiter>, config: Config) -> Self {
+        let catalog = Arc::new(Catalog::new(store));
+        let balancer = Arc::new(Balancer::default());
+        let proxy = Arc::new(Proxy::new(config.connect_timeout, config.max_message_bytes));
+        let stop_janitor = CancellationToken::new();
+        tokio::spawn({
+            let (catalog, limiter, balancer, proxy) = (catalog.clone(), limiter.clone(), balancer.clone(), proxy.clone());
+            let stop = stop_janitor.clone();
+            async move {
+                tokio::select! {
+                    () = janitor(catalog, limiter, balancer, proxy) => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+        });
+        let settings = InvokeSettings {
+            default_timeout: config.default_timeout,
+            max_arguments_bytes: config.max_arguments_bytes,
+            ..InvokeSettings::default()
+        };
+        let invoker = Arc::new(Invoker::new(catalog.clone(), limiter, balancer, proxy, settings));
+        Self {
+            catalog,
+            invoker,
+            config,
+            _janitor: stop_janitor.drop_guard(),
+        }
+    }
+
+    /// The catalog, for embedding and tests.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then reports
+    /// NOT_SERVING, ends watch streams, and lets in-flight calls finish for
+    /// up to the configured grace period.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_serving::<ToolRegistryServer<ToolRegistryApi>>().await;
+        health.set_serving::<RegistrationServer<RegistrationApi>>().await;
+
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let reflection_alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?;
+
+        let watchers = CancellationToken::new();
+        let max = self.config.max_message_bytes;
+        let registry = ToolRegistryServer::new(ToolRegistryApi::new(
+            self.catalog.clone(),
+            self.invoker.clone(),
+            watchers.clone(),
+        ))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+        let registration = RegistrationServer::new(RegistrationApi::new(self.catalog.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+
+        let stop = CancellationToken::new();
+        let server = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(reflection_alpha)
+            .add_service(registry)
+            .add_service(registration)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.clone().cancelled_owned());
+        tokio::pin!(server);
+
+        tokio::select! {
+            result = &mut server => return result.map_err(ServeError::from),
+            () = shutdown => {}
+        }
+        tracing::info!(grace = ?self.config.shutdown_grace, "shutting down");
+        health.set_not_serving::<ToolRegistryServer<ToolRegistryApi>>().await;
+        health.set_not_serving::<RegistrationServer<RegistrationApi>>().await;
+        watchers.cancel();
+        stop.cancel();
+        match tokio::time::timeout(self.config.shutdown_grace, server).await {
+            Ok(result) => result.map_err(ServeError::from),
+            Err(_) => {
+                tracing::warn!("grace period over; dropping the calls still in flight");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Serves the embedded registry on `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    Registry::embedded(config).serve(listener, shutdown).await
+}
+
+/// Forgets, in every part that keeps state per tool or instance, what left
+/// the catalog, so nothing grows with churn.
+async fn janitor(catalog: Arc<Catalog>, limiter: Arc<dyn RateLimiter>, balancer: Arc<Balancer>, proxy: Arc<Proxy>) {
+    let (_, mut changes) = catalog.watch();
+    let mut live: HashSet<(String, String)> = HashSet::new();
+    loop {
+        match changes.recv().await {
+            Ok(event) => {
+                if event.kind == ChangeKind::Removed {
+                    catalog.forget(event.tool.name());
+                    limiter.forget(event.tool.name());
+                }
+                if event.kind == ChangeKind::Added {
+                    live.extend(event.tool.instances.iter().map(|i| (i.id.clone(), i.endpoint.clone())));
+                    continue;
+                }
+            }
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+        let now: HashSet<(String, String)> = catalog
+            .list()
+            .iter()
+            .flat_map(|t| t.instances.iter().map(|i| (i.id.clone(), i.endpoint.clone())))
+            .collect();
+        for (id, endpoint) in live.difference(&now) {
+            balancer.forget(id);
+            if !now.iter().any(|(_, e)| e == endpoint) {
+                proxy.forget(endpoint);
+            }
+        }
+        live = now;
+    }
+}

@@ -1,0 +1,431 @@
+//! The embedded engine: catalog state in this process's memory.
+//!
+//! Writes take one mutex, so an announce's conflict check and its effect are
+//! atomic; every change is published while the mutex is held, which is what
+//! lets [`CatalogStore::watch`] hand out a snapshot and a receiver with no gap
+//! between them. Reads go to a `DashMap` of immutable [`ToolState`]s and never
+//! touch the mutex. Expired leases are swept by a background task that lives
+//! as long as the store.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
+    time::Duration,
+};
+
+use dashmap::DashMap;
+use tokio::{sync::broadcast, time::Instant};
+use toolmesh_proto::pb::ToolDescriptor;
+
+use crate::{
+    catalog::{Announcement, CatalogEvent, ChangeKind, Instance, Lease, ToolState},
+    descriptor,
+    error::RegistryError,
+    store::CatalogStore,
+};
+
+/// Capacity of the change channel; a watcher further behind than this is
+/// told to watch again.
+pub const EVENT_BUFFER: usize = 1024;
+
+/// Bounds on what the network can make the store hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most live instances.
+    pub max_instances: usize,
+    /// Most distinct tools.
+    pub max_tools: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_instances: 10_000,
+            max_tools: 10_000,
+        }
+    }
+}
+
+struct LeaseRecord {
+    instance: Arc<Instance>,
+    tools: Vec<String>,
+    expires: Instant,
+}
+
+struct ToolRecord {
+    descriptor: Arc<ToolDescriptor>,
+    instances: BTreeMap<String, Arc<Instance>>,
+}
+
+#[derive(Default)]
+struct State {
+    leases: HashMap<String, LeaseRecord>,
+    lease_of_instance: HashMap<String, String>,
+    tools: HashMap<String, ToolRecord>,
+}
+
+/// The in-memory [`CatalogStore`].
+pub struct MemoryStore {
+    ttl: Duration,
+    limits: Limits,
+    state: Mutex<State>,
+    tools: DashMap<String, Arc<ToolState>>,
+    events: broadcast::Sender<CatalogEvent>,
+}
+
+impl MemoryStore {
+    /// A store granting leases of `ttl`, with its expiry sweeper running on
+    /// the current tokio runtime until the store is dropped.
+    pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let store = Arc::new(Self {
+            ttl,
+            limits,
+            state: Mutex::new(State::default()),
+            tools: DashMap::new(),
+            events,
+        });
+        tokio::spawn(sweep(Arc::downgrade(&store), sweep_interval(ttl)));
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code path panics while holding the lock, but a poisoned lock must
+        // not take the registry down with it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes every lease whose time has passed; returns how many.
+    pub fn expire(&self, now: Instant) -> usize {
+        let mut state = self.lock();
+        let expired: Vec<String> = state
+            .leases
+            .iter()
+            .filter(|(_, lease)| lease.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut touched = BTreeSet::new();
+        for lease_id in &expired {
+            if let Some(record) = remove_lease(&mut state, lease_id) {
+                tracing::info!(instance = %record.instance.id, lease = %lease_id, "lease expired");
+                touched.extend(record.tools);
+            }
+        }
+        self.publish(&state, touched);
+        expired.len()
+    }
+
+    /// Publishes the new state of `names` to readers and watchers.
+    fn publish(&self, state: &State, names: BTreeSet<String>) {
+        for name in names {
+            let before = self.tools.get(&name).map(|t| t.clone());
+            let after = state.tools.get(&name).map(|record| {
+                Arc::new(ToolState {
+                    descriptor: record.descriptor.clone(),
+                    instances: record.instances.values().cloned().collect(),
+                })
+            });
+            let event = match (before, after) {
+                (None, None) => None,
+                (None, Some(after)) => {
+                    self.tools.insert(name, after.clone());
+                    Some((ChangeKind::Added, after))
+                }
+                (Some(before), None) => {
+                    self.tools.remove(&name);
+                    Some((ChangeKind::Removed, before))
+                }
+                (Some(before), Some(after)) => {
+                    self.tools.insert(name, after.clone());
+                    (before != after).then_some((ChangeKind::Updated, after))
+                }
+            };
+            if let Some((kind, tool)) = event {
+                // No receiver is not an error: nobody is watching.
+                let _ = self.events.send(CatalogEvent { kind, tool });
+            }
+        }
+    }
+}
+
+fn sweep_interval(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+async fn sweep(store: Weak<MemoryStore>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        store.expire(Instant::now());
+    }
+}
+
+/// Takes a lease out of `state`, detaching its instance from its tools.
+fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
+    let record = state.leases.remove(lease_id)?;
+    if state.lease_of_instance.get(&record.instance.id).map(String::as_str) == Some(lease_id) {
+        state.lease_of_instance.remove(&record.instance.id);
+    }
+    for name in &record.tools {
+        if let Some(tool) = state.tools.get_mut(name) {
+            tool.instances.remove(&record.instance.id);
+            if tool.instances.is_empty() {
+                state.tools.remove(name);
+            }
+        }
+    }
+    Some(record)
+}
+
+/// Refuses an announce whose descriptors differ from live ones, or that would
+/// grow the catalog past its limits. Instances of `instance_id` itself do not
+/// count: an instance may change its own tools.
+fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), RegistryError> {
+    for tool in &a.tools {
+        let Some(live) = state.tools.get(&tool.name) else {
+            continue;
+        };
+        let others = live.instances.keys().any(|id| *id != a.instance_id);
+        if others {
+            let differences = descriptor::differences(&live.descriptor, tool);
+            if !differences.is_empty() {
+                return Err(RegistryError::DescriptorConflict {
+                    tool: tool.name.clone(),
+                    differences,
+                });
+            }
+        }
+    }
+    let replacing = state.lease_of_instance.contains_key(&a.instance_id);
+    if !replacing && state.leases.len() >= limits.max_instances {
+        return Err(RegistryError::CatalogFull(format!(
+            "{} live instances is the limit",
+            limits.max_instances
+        )));
+    }
+    // Tools only this instance serves go away with its old lease.
+    let kept = |record: &ToolRecord| record.instances.keys().any(|id| *id != a.instance_id);
+    let remaining = state.tools.values().filter(|r| kept(r)).count();
+    let added = a
+        .tools
+        .iter()
+        .filter(|t| !state.tools.get(&t.name).is_some_and(kept))
+        .count();
+    if remaining + added > limits.max_tools {
+        return Err(RegistryError::CatalogFull(format!(
+            "{} tools is the limit",
+            limits.max_tools
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl CatalogStore for MemoryStore {
+    async fn announce(&self, a: Announcement) -> Result<Lease, RegistryError> {
+        let mut state = self.lock();
+        check_fits(&state, self.limits, &a)?;
+
+        let mut touched = BTreeSet::new();
+        if let Some(old) = state.lease_of_instance.get(&a.instance_id).cloned() {
+            if let Some(record) = remove_lease(&mut state, &old) {
+                touched.extend(record.tools);
+            }
+        }
+        let instance = Arc::new(Instance {
+            id: a.instance_id.clone(),
+            endpoint: a.endpoint,
+        });
+        let lease_id = uuid::Uuid::new_v4().to_string();
+        let mut names = Vec::with_capacity(a.tools.len());
+        for tool in a.tools {
+            let record = state
+                .tools
+                .entry(tool.name.clone())
+                .or_insert_with(|| ToolRecord {
+                    descriptor: Arc::new(tool.clone()),
+                    instances: BTreeMap::new(),
+                });
+            if record.instances.is_empty() || *record.descriptor != tool {
+                // Only reachable when no other instance serves it (see check_fits).
+                record.descriptor = Arc::new(tool.clone());
+            }
+            record.instances.insert(instance.id.clone(), instance.clone());
+            touched.insert(tool.name.clone());
+            names.push(tool.name);
+        }
+        state
+            .lease_of_instance
+            .insert(instance.id.clone(), lease_id.clone());
+        state.leases.insert(
+            lease_id.clone(),
+            LeaseRecord {
+                instance,
+                tools: names,
+                expires: Instant::now() + self.ttl,
+            },
+        );
+        self.publish(&state, touched);
+        Ok(Lease {
+            id: lease_id,
+            ttl: self.ttl,
+        })
+    }
+
+    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
+        let mut state = self.lock();
+        let lease = state
+            .leases
+            .get_mut(lease_id)
+            .ok_or_else(|| RegistryError::LeaseNotFound {
+                lease: lease_id.to_owned(),
+            })?;
+        lease.expires = Instant::now() + self.ttl;
+        Ok(self.ttl)
+    }
+
+    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
+        let mut state = self.lock();
+        if let Some(record) = remove_lease(&mut state, lease_id) {
+            tracing::info!(instance = %record.instance.id, lease = %lease_id, "lease withdrawn");
+            self.publish(&state, record.tools.into_iter().collect());
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
+        self.tools.get(name).map(|t| t.clone())
+    }
+
+    fn list(&self) -> Vec<Arc<ToolState>> {
+        let mut tools: Vec<_> = self.tools.iter().map(|t| t.value().clone()).collect();
+        tools.sort_by(|a, b| a.name().cmp(b.name()));
+        tools
+    }
+
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        let _state = self.lock();
+        (self.list(), self.events.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn tool(name: &str, version: &str) -> ToolDescriptor {
+        ToolDescriptor {
+            name: name.into(),
+            version: version.into(),
+            ..Default::default()
+        }
+    }
+
+    fn announcement(id: &str, tools: Vec<ToolDescriptor>) -> Announcement {
+        Announcement {
+            instance_id: id.into(),
+            endpoint: format!("http://127.0.0.1/{id}"),
+            tools,
+        }
+    }
+
+    fn store() -> Arc<MemoryStore> {
+        MemoryStore::new(Duration::from_secs(10), Limits::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_expires_after_ttl_without_heartbeat() {
+        let store = store();
+        let (_, mut events) = store.watch();
+        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
+
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(store.get("t").is_some());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(store.get("t").is_none());
+        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Removed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn heartbeat_keeps_the_lease() {
+        let store = store();
+        let lease = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            store.heartbeat(&lease.id).await.unwrap();
+        }
+        assert!(store.get("t").is_some());
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(matches!(
+            store.heartbeat(&lease.id).await,
+            Err(RegistryError::LeaseNotFound { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn conflicting_descriptor_is_refused_and_changes_nothing() {
+        let store = store();
+        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        let err = store
+            .announce(announcement("b", vec![tool("u", "1"), tool("t", "2")]))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RegistryError::DescriptorConflict { ref tool, .. } if tool == "t"));
+        assert!(store.get("u").is_none());
+        assert_eq!(store.get("t").unwrap().instances.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn sole_instance_may_change_its_descriptor() {
+        let store = store();
+        let (_, mut events) = store.watch();
+        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        store.announce(announcement("a", vec![tool("t", "2")])).await.unwrap();
+        assert_eq!(store.get("t").unwrap().descriptor.version, "2");
+        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
+        assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Updated);
+    }
+
+    #[tokio::test]
+    async fn reannounce_replaces_the_old_lease() {
+        let store = store();
+        let first = store.announce(announcement("a", vec![tool("t", "1"), tool("u", "1")])).await.unwrap();
+        let second = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        assert!(store.heartbeat(&first.id).await.is_err());
+        assert!(store.heartbeat(&second.id).await.is_ok());
+        assert!(store.get("u").is_none());
+        assert_eq!(store.list().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn withdraw_removes_only_that_instance() {
+        let store = store();
+        let a = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        store.announce(announcement("b", vec![tool("t", "1")])).await.unwrap();
+        assert_eq!(store.get("t").unwrap().instances.len(), 2);
+        store.withdraw(&a.id).await.unwrap();
+        let t = store.get("t").unwrap();
+        assert_eq!(t.instances.len(), 1);
+        assert_eq!(t.instances[0].id, "b");
+        store.withdraw("unknown").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn limits_bound_the_catalog() {
+        let store = MemoryStore::new(Duration::from_secs(10), Limits { max_instances: 1, max_tools: 2 });
+        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        assert!(matches!(
+            store.announce(announcement("b", vec![tool("t", "1")])).await,
+            Err(RegistryError::CatalogFull(_))
+        ));
+        assert!(matches!(
+            store.announce(announcement("a", vec![tool("x", "1"), tool("y", "1"), tool("z", "1")])).await,
+            Err(RegistryError::CatalogFull(_))
+        ));
+        store.announce(announcement("a", vec![tool("x", "1"), tool("y", "1")])).await.unwrap();
+    }
+}

@@ -1,0 +1,38 @@
+//! Engines under the catalog. The registry's logic talks to a
+//! [`CatalogStore`] and never knows which one it runs on.
+//!
+//! - [`memory`]: one process, state in memory (the embedded default).
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::broadcast;
+
+use crate::{
+    catalog::{Announcement, CatalogEvent, Lease, ToolState},
+    error::RegistryError,
+};
+
+pub mod memory;
+
+/// Where descriptors, instances and leases live.
+///
+/// Reads (`get`, `list`, `watch`) are synchronous: they serve the hot path
+/// from local memory on every engine. Writes are async and atomic: an
+/// announce that conflicts with live instances changes nothing.
+#[async_trait::async_trait]
+pub trait CatalogStore: Send + Sync + 'static {
+    /// Registers an instance and its tools under a new lease, replacing any
+    /// earlier lease of the same instance id.
+    async fn announce(&self, announcement: Announcement) -> Result<Lease, RegistryError>;
+    /// Extends a lease by the TTL; `LeaseNotFound` if it is unknown.
+    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError>;
+    /// Ends a lease; an unknown lease is not an error.
+    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError>;
+    /// One tool, if it has a live instance.
+    fn get(&self, name: &str) -> Option<Arc<ToolState>>;
+    /// Every tool with a live instance, sorted by name.
+    fn list(&self) -> Vec<Arc<ToolState>>;
+    /// The current tools and a receiver of every later change, taken
+    /// atomically.
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
+}
