@@ -1,0 +1,420 @@
+//! End to end: the registry and real sidecars on loopback, driven through
+//! gRPC clients as an agent and a sidecar would.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod common;
+
+use std::{
+    sync::{Arc, atomic::AtomicUsize},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use tonic::Code;
+use tonic_types::StatusExt;
+use toolmesh_proto::pb::{self, tool_event::Kind};
+use toolmesh_registry::Config;
+use toolmesh_sidecar::config::SidecarConfig;
+
+fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        tool: tool.into(),
+        arguments_json: arguments.into(),
+        idempotency_key: String::new(),
+    }
+}
+
+fn command_tools(yaml: &str) -> Vec<toolmesh_sidecar::Tool> {
+    SidecarConfig::from_yaml_str(yaml)
+        .unwrap()
+        .build_tools(std::path::Path::new("."))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn happy_path_lists_and_invokes() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls.clone())]).await;
+    wait_for_instances(&registry, "add", 1).await;
+
+    let mut client = registry.client().await;
+    let tools = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    assert_eq!(tools.len(), 1);
+    let descriptor = tools[0].descriptor.clone().unwrap();
+    let schema: serde_json::Value = serde_json::from_str(&descriptor.input_schema_json).unwrap();
+    assert_eq!(schema["properties"]["a"]["type"], "integer");
+    assert!(descriptor.idempotent);
+
+    let response = client.invoke(invoke("add", r#"{"a": 2, "b": 40}"#)).await.unwrap().into_inner();
+    assert!(!response.is_error);
+    assert_eq!(response.instance_id, "s1");
+    assert_eq!(response.attempts, 1);
+    let result: serde_json::Value = serde_json::from_str(&response.result_json).unwrap();
+    assert_eq!(result["sum"], 42);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn invalid_arguments_name_every_field() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls.clone())]).await;
+    wait_for_instances(&registry, "add", 1).await;
+    let mut client = registry.client().await;
+
+    let status = client.invoke(invoke("add", r#"{"a": "two"}"#)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let details = status.get_error_details();
+    let mut fields: Vec<_> = details
+        .bad_request()
+        .expect("BadRequest details")
+        .field_violations
+        .iter()
+        .map(|v| v.field.clone())
+        .collect();
+    fields.sort();
+    assert_eq!(fields, ["/a", "/b"]);
+
+    let status = client.invoke(invoke("add", "{\"a\": 1,\n \"b\": }")).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let details = status.get_error_details();
+    let violation = &details.bad_request().unwrap().field_violations[0];
+    assert_eq!(violation.field, "arguments_json");
+    assert!(violation.description.contains("line 2"), "{}", violation.description);
+
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0, "invalid calls never reach the tool");
+}
+
+#[tokio::test]
+async fn unknown_tool_is_not_found_with_resource_info() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let mut client = registry.client().await;
+    let status = client.invoke(invoke("nope", "{}")).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    let details = status.get_error_details();
+    let info = details.resource_info().expect("ResourceInfo");
+    assert_eq!(info.resource_name, "nope");
+    assert_eq!(info.resource_type, "toolmesh.v1.Tool");
+    let status = client.get_tool(pb::GetToolRequest { name: "nope".into() }).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn rate_limit_answers_with_the_real_retry_delay() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let tool = toolmesh_sidecar::sdk::tool("limited", "Rate limited echo", |args: AddArgs| async move {
+        Ok(AddResult { sum: args.a + args.b, calls: 0 })
+    })
+    .rate_limit(0.2, 2)
+    .build();
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![tool]).await;
+    wait_for_instances(&registry, "limited", 1).await;
+    let mut client = registry.client().await;
+
+    for _ in 0..2 {
+        client.invoke(invoke("limited", r#"{"a":1,"b":1}"#)).await.unwrap();
+    }
+    let status = client.invoke(invoke("limited", r#"{"a":1,"b":1}"#)).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let details = status.get_error_details();
+    let delay = details.retry_info().expect("RetryInfo").retry_delay.expect("a delay");
+    // One token every 5 s; the two calls took a little of that already.
+    assert!(delay > Duration::from_secs(3) && delay <= Duration::from_secs(5), "{delay:?}");
+    let quota = details.quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations[0].subject, "tool:limited");
+}
+
+#[tokio::test]
+async fn unreachable_instance_is_unavailable() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut registration = registry.registration().await;
+    registration
+        .announce(pb::AnnounceRequest {
+            instance_id: "ghost".into(),
+            endpoint: format!("http://{closed}"),
+            tools: vec![pb::ToolDescriptor {
+                name: "ghost".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap();
+    let status = registry.client().await.invoke(invoke("ghost", "{}")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+}
+
+#[tokio::test]
+async fn tool_error_is_a_result_not_a_status() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
+    wait_for_instances(&registry, "add", 1).await;
+    let response = registry
+        .client()
+        .await
+        .invoke(invoke("add", r#"{"a": 13, "b": 1}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(response.is_error);
+    let message: String = serde_json::from_str(&response.result_json).unwrap();
+    assert_eq!(message, "13 is unlucky");
+}
+
+#[tokio::test]
+async fn command_tools_run_and_fail_as_results() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let tools = command_tools(
+        r#"
+tools:
+  - name: echo
+    description: Echo the arguments
+    arguments:
+      - {name: text, type: string, description: Anything, required: true}
+    backend:
+      command: ["cat"]
+  - name: broken
+    description: Always fails
+    backend:
+      command: ["sh", "-c", "echo boom >&2; exit 3"]
+"#,
+    );
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", tools).await;
+    wait_for_instances(&registry, "broken", 1).await;
+    let mut client = registry.client().await;
+
+    let echoed = client.invoke(invoke("echo", r#"{"text":"hello"}"#)).await.unwrap().into_inner();
+    assert!(!echoed.is_error);
+    let value: serde_json::Value = serde_json::from_str(&echoed.result_json).unwrap();
+    assert_eq!(value["text"], "hello");
+
+    let status = client.invoke(invoke("echo", r#"{"text":"x","extra":1}"#)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+
+    let failed = client.invoke(invoke("broken", "{}")).await.unwrap().into_inner();
+    assert!(failed.is_error);
+    assert!(failed.result_json.contains("boom"), "{}", failed.result_json);
+}
+
+#[tokio::test]
+async fn slow_command_is_cut_at_the_tool_timeout() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let tools = command_tools(
+        r#"
+tools:
+  - name: slow
+    description: Takes far too long
+    timeout: 500ms
+    backend:
+      command: ["sleep", "30"]
+"#,
+    );
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", tools).await;
+    wait_for_instances(&registry, "slow", 1).await;
+    let started = Instant::now();
+    let status = registry.client().await.invoke(invoke("slow", "{}")).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn caller_deadline_wins_when_shorter() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![sleep_tool(Duration::from_secs(20))]).await;
+    wait_for_instances(&registry, "sleep", 1).await;
+    let mut request = tonic::Request::new(invoke("sleep", r#"{"millis": 10000}"#));
+    request.set_timeout(Duration::from_millis(400));
+    let started = Instant::now();
+    let status = registry.client().await.invoke(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn two_sidecars_share_the_calls() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _a = TestSidecar::start(&registry.url(), "a", vec![add_tool(calls.clone())]).await;
+    let _b = TestSidecar::start(&registry.url(), "b", vec![add_tool(calls.clone())]).await;
+    wait_for_instances(&registry, "add", 2).await;
+    let mut client = registry.client().await;
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..40 {
+        let response = client.invoke(invoke("add", r#"{"a":1,"b":2}"#)).await.unwrap().into_inner();
+        *seen.entry(response.instance_id).or_default() += 1;
+    }
+    assert_eq!(seen.keys().collect::<Vec<_>>(), ["a", "b"], "{seen:?}");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 40);
+}
+
+#[tokio::test]
+async fn killed_sidecar_leaves_after_its_ttl() {
+    let ttl = Duration::from_millis(1500);
+    let registry = TestRegistry::start(config_with_ttl(ttl)).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
+    wait_for_instances(&registry, "add", 1).await;
+    // Outlive several TTLs on heartbeats alone.
+    tokio::time::sleep(ttl * 2).await;
+    let mut client = registry.client().await;
+    assert_eq!(tool_names(&mut client).await, ["add"]);
+
+    sidecar.kill();
+    let killed = Instant::now();
+    eventually(Duration::from_secs(15), "the dead sidecar's tool leaves", || {
+        let mut client = client.clone();
+        async move { tool_names(&mut client).await.is_empty() }
+    })
+    .await;
+    // Not before the lease could have expired (minus the last heartbeat's age).
+    assert!(killed.elapsed() >= ttl - ttl / 3 - Duration::from_millis(100), "{:?}", killed.elapsed());
+}
+
+#[tokio::test]
+async fn restarted_registry_gets_the_tools_back() {
+    let ttl = Duration::from_millis(1500);
+    let registry = TestRegistry::start(config_with_ttl(ttl)).await;
+    let addr = registry.addr;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
+    wait_for_instances(&registry, "add", 1).await;
+
+    registry.stop().await;
+    let registry = TestRegistry::start_at(addr, config_with_ttl(ttl)).await;
+    let restarted = Instant::now();
+    wait_for_instances(&registry, "add", 1).await;
+    let took = restarted.elapsed();
+    eprintln!("tools back {took:?} after the registry restarted (heartbeat every {:?})", ttl / 3);
+    // One heartbeat interval, plus the sidecar's reconnect backoff.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let response = registry.client().await.invoke(invoke("add", r#"{"a":1,"b":1}"#)).await.unwrap();
+    assert_eq!(response.into_inner().instance_id, "s1");
+}
+
+#[tokio::test]
+async fn watch_reports_add_and_remove() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _present = TestSidecar::start(&registry.url(), "p", vec![sleep_tool(Duration::from_secs(1))]).await;
+    wait_for_instances(&registry, "sleep", 1).await;
+
+    let mut events = registry
+        .client()
+        .await
+        .watch_tools(pb::WatchToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next = async || {
+        let event = tokio::time::timeout(Duration::from_secs(20), events.message())
+            .await
+            .expect("an event in time")
+            .unwrap()
+            .expect("the stream goes on");
+        let kind = event.kind();
+        let name = event.tool.and_then(|t| t.descriptor).map(|d| d.name).unwrap_or_default();
+        (kind, name)
+    };
+    assert_eq!(next().await, (Kind::Added, "sleep".into()));
+    assert_eq!(next().await, (Kind::Synced, String::new()));
+
+    let sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
+    assert_eq!(next().await, (Kind::Added, "add".into()));
+    sidecar.stop().await;
+    assert_eq!(next().await, (Kind::Removed, "add".into()));
+}
+
+#[tokio::test]
+async fn conflicting_and_invalid_descriptors_are_refused() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let mut registration = registry.registration().await;
+    let descriptor = |version: &str, schema: &str| pb::ToolDescriptor {
+        name: "t".into(),
+        version: version.into(),
+        input_schema_json: schema.into(),
+        ..Default::default()
+    };
+    let announce = |id: &str, d: pb::ToolDescriptor| pb::AnnounceRequest {
+        instance_id: id.into(),
+        endpoint: "http://127.0.0.1:9".into(),
+        tools: vec![d],
+    };
+    registration
+        .announce(announce("a", descriptor("1", r#"{"type":"object"}"#)))
+        .await
+        .unwrap();
+
+    let status = registration
+        .announce(announce("b", descriptor("2", r#"{"type":"object"}"#)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(status.message().contains("version"), "{}", status.message());
+    let details = status.get_error_details();
+    assert!(details.precondition_failure().is_some());
+
+    let status = registration
+        .announce(announce("c", descriptor("1", r#"{"type":"nonsense"}"#)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let details = status.get_error_details();
+    assert_eq!(details.bad_request().unwrap().field_violations[0].field, "tools[0].input_schema_json");
+
+    let status = registration
+        .announce(announce("d", descriptor("1", r##"{"$ref":"https://example.invalid/s.json#"}"##)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "remote refs are refused, not fetched");
+
+    let mut bad_name = descriptor("1", "");
+    bad_name.name = "no spaces allowed".into();
+    let status = registration.announce(announce("e", bad_name)).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+
+    let t = registry.client().await.get_tool(pb::GetToolRequest { name: "t".into() }).await.unwrap();
+    assert_eq!(t.into_inner().instances, 1, "refused announces change nothing");
+}
+
+#[tokio::test]
+async fn health_and_reflection_are_served() {
+    let registry = TestRegistry::start(Config::default()).await;
+    let channel = tonic::transport::Channel::from_shared(registry.url()).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let response = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "toolmesh.v1.ToolRegistry".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
+
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::once(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection answer");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for expected in ["toolmesh.v1.ToolRegistry", "toolmesh.v1.Registration", "grpc.health.v1.Health"] {
+        assert!(names.contains(&expected), "{names:?}");
+    }
+}
