@@ -50,7 +50,17 @@ mod tests {
 
     #[test]
     fn refuses_malformed_values() {
-        for bad in ["", "S", "10", "10s", "123456789S", "-1S", "1.5S", "1 S", "é"] {
+        for bad in [
+            "",
+            "S",
+            "10",
+            "10s",
+            "123456789S",
+            "-1S",
+            "1.5S",
+            "1 S",
+            "é",
+        ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
     }

@@ -56,7 +56,10 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         Ok(Response::new(pb::ListToolsResponse { tools }))
     }
 
-    async fn get_tool(&self, request: Request<pb::GetToolRequest>) -> Result<Response<pb::Tool>, Status> {
+    async fn get_tool(
+        &self,
+        request: Request<pb::GetToolRequest>,
+    ) -> Result<Response<pb::Tool>, Status> {
         let name = request.into_inner().name;
         match self.catalog.get(&name) {
             Some(tool) => Ok(Response::new(tool.to_proto())),
@@ -65,9 +68,15 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
     }
 
     #[tracing::instrument(skip_all, fields(tool = %request.get_ref().tool))]
-    async fn invoke(&self, request: Request<pb::InvokeRequest>) -> Result<Response<pb::InvokeResponse>, Status> {
+    async fn invoke(
+        &self,
+        request: Request<pb::InvokeRequest>,
+    ) -> Result<Response<pb::InvokeResponse>, Status> {
         let caller_timeout = timeout::of(&request);
-        let result = self.invoker.invoke(request.into_inner(), caller_timeout).await;
+        let result = self
+            .invoker
+            .invoke(request.into_inner(), caller_timeout)
+            .await;
         match result {
             Ok(response) => {
                 tracing::debug!(instance = %response.instance_id, is_error = response.is_error, "invoked");
@@ -91,7 +100,11 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             for tool in snapshot {
-                if tx.send(Ok(event(ChangeKind::Added, Some(tool.to_proto())))).await.is_err() {
+                if tx
+                    .send(Ok(event(ChangeKind::Added, Some(tool.to_proto()))))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -112,7 +125,9 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
                     Err(RecvError::Lagged(missed)) => Err(Status::aborted(format!(
                         "watcher fell {missed} events behind; watch again"
                     ))),
-                    Err(RecvError::Closed) => Err(Status::unavailable("catalog closed; watch again")),
+                    Err(RecvError::Closed) => {
+                        Err(Status::unavailable("catalog closed; watch again"))
+                    }
                 };
                 let last = item.is_err();
                 if tx.send(item).await.is_err() || last {
@@ -184,7 +199,10 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let ttl = self.catalog.heartbeat(&request.into_inner().lease_id).await?;
+        let ttl = self
+            .catalog
+            .heartbeat(&request.into_inner().lease_id)
+            .await?;
         Ok(Response::new(pb::HeartbeatResponse {
             ttl: prost_types::Duration::try_from(ttl).ok(),
         }))
@@ -194,7 +212,9 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::WithdrawRequest>,
     ) -> Result<Response<pb::WithdrawResponse>, Status> {
-        self.catalog.withdraw(&request.into_inner().lease_id).await?;
+        self.catalog
+            .withdraw(&request.into_inner().lease_id)
+            .await?;
         Ok(Response::new(pb::WithdrawResponse {}))
     }
 }

@@ -32,8 +32,15 @@ impl Drop for InFlight {
 impl Balancer {
     /// Picks one of `instances` not in `exclude`, and marks a call in flight
     /// on it. `None` if every instance is excluded.
-    pub fn pick(&self, instances: &[Arc<Instance>], exclude: &[String]) -> Option<(Arc<Instance>, InFlight)> {
-        let candidates: Vec<&Arc<Instance>> = instances.iter().filter(|i| !exclude.contains(&i.id)).collect();
+    pub fn pick(
+        &self,
+        instances: &[Arc<Instance>],
+        exclude: &[String],
+    ) -> Option<(Arc<Instance>, InFlight)> {
+        let candidates: Vec<&Arc<Instance>> = instances
+            .iter()
+            .filter(|i| !exclude.contains(&i.id))
+            .collect();
         let chosen = match candidates.as_slice() {
             [] => return None,
             [only] => *only,
@@ -90,7 +97,10 @@ mod tests {
             let (i, _) = b.pick(&all, &["i0".into(), "i2".into()]).unwrap();
             assert_eq!(i.id, "i1");
         }
-        assert!(b.pick(&all, &["i0".into(), "i1".into(), "i2".into()]).is_none());
+        assert!(
+            b.pick(&all, &["i0".into(), "i1".into(), "i2".into()])
+                .is_none()
+        );
     }
 
     #[test]

@@ -134,7 +134,11 @@ impl Catalog {
                     }
                 })?;
             }
-            compiled.push((tool.name.clone(), tool.input_schema_json.clone(), Arc::new(input)));
+            compiled.push((
+                tool.name.clone(),
+                tool.input_schema_json.clone(),
+                Arc::new(input),
+            ));
         }
         let lease = self.store.announce(announcement).await?;
         for (name, schema, validator) in compiled {
@@ -173,18 +177,19 @@ impl Catalog {
     /// not seen it yet (a tool announced to another replica).
     pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
         let schema = &tool.descriptor.input_schema_json;
-        if let Some(entry) = self.validators.get(tool.name()) {
-            if entry.0 == *schema {
-                return Ok(entry.1.clone());
-            }
+        if let Some(entry) = self.validators.get(tool.name())
+            && entry.0 == *schema
+        {
+            return Ok(entry.1.clone());
         }
-        let validator = Arc::new(validate::compile(schema).map_err(|reason| {
-            RegistryError::InvalidSchema {
-                tool: tool.name().to_owned(),
-                field: "input_schema_json".into(),
-                reason,
-            }
-        })?);
+        let validator =
+            Arc::new(
+                validate::compile(schema).map_err(|reason| RegistryError::InvalidSchema {
+                    tool: tool.name().to_owned(),
+                    field: "input_schema_json".into(),
+                    reason,
+                })?,
+            );
         self.validators
             .insert(tool.name().to_owned(), (schema.clone(), validator.clone()));
         Ok(validator)
@@ -275,7 +280,9 @@ mod tests {
     fn announce_checks_name_the_field() {
         let mut r = request();
         r.instance_id.clear();
-        assert!(matches!(check_announce(r), Err(RegistryError::InvalidRequest { field, .. }) if field == "instance_id"));
+        assert!(
+            matches!(check_announce(r), Err(RegistryError::InvalidRequest { field, .. }) if field == "instance_id")
+        );
 
         let mut r = request();
         r.endpoint = "ftp://x".into();
@@ -283,7 +290,9 @@ mod tests {
 
         let mut r = request();
         r.tools.push(r.tools[0].clone());
-        assert!(matches!(check_announce(r), Err(RegistryError::InvalidDescriptor { field, .. }) if field == "tools[1].name"));
+        assert!(
+            matches!(check_announce(r), Err(RegistryError::InvalidDescriptor { field, .. }) if field == "tools[1].name")
+        );
 
         assert!(check_announce(request()).is_ok());
     }

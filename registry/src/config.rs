@@ -81,7 +81,9 @@ mod tests {
 
     #[test]
     fn durations_read_as_humans_write_them() {
-        let parsed = Config::try_parse_from(["r", "--lease-ttl", "1m 30s", "--listen", "0.0.0.0:9"]).expect("valid");
+        let parsed =
+            Config::try_parse_from(["r", "--lease-ttl", "1m 30s", "--listen", "0.0.0.0:9"])
+                .expect("valid");
         assert_eq!(parsed.lease_ttl, Duration::from_secs(90));
         assert!(Config::try_parse_from(["r", "--lease-ttl", "soon"]).is_err());
     }

@@ -84,35 +84,46 @@ pub fn check(descriptor: &ToolDescriptor, field: &str) -> Result<(), RegistryErr
     if !is_valid_name(name) {
         return Err(invalid(
             "name",
-            format!("{name:?} must be 1 to {MAX_NAME_LEN} characters of letters, digits, '_', '-' or '.'"),
+            format!(
+                "{name:?} must be 1 to {MAX_NAME_LEN} characters of letters, digits, '_', '-' or '.'"
+            ),
         ));
     }
     if descriptor.description.len() > MAX_DESCRIPTION_BYTES {
-        return Err(invalid("description", format!("longer than {MAX_DESCRIPTION_BYTES} bytes")));
+        return Err(invalid(
+            "description",
+            format!("longer than {MAX_DESCRIPTION_BYTES} bytes"),
+        ));
     }
     for (sub, schema) in [
         ("input_schema_json", &descriptor.input_schema_json),
         ("output_schema_json", &descriptor.output_schema_json),
     ] {
         if schema.len() > MAX_SCHEMA_BYTES {
-            return Err(invalid(sub, format!("longer than {MAX_SCHEMA_BYTES} bytes")));
+            return Err(invalid(
+                sub,
+                format!("longer than {MAX_SCHEMA_BYTES} bytes"),
+            ));
         }
     }
     if descriptor.tags.len() > MAX_TAGS {
         return Err(invalid("tags", format!("more than {MAX_TAGS} tags")));
     }
-    if let Some(limit) = &descriptor.rate_limit {
-        if !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate)) {
-            return Err(invalid(
-                "rate_limit.rate",
-                format!("{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second", limit.rate),
-            ));
-        }
+    if let Some(limit) = &descriptor.rate_limit
+        && !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate))
+    {
+        return Err(invalid(
+            "rate_limit.rate",
+            format!(
+                "{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second",
+                limit.rate
+            ),
+        ));
     }
-    if let Some(t) = descriptor.timeout {
-        if Duration::try_from(t).is_err() {
-            return Err(invalid("timeout", "must not be negative".into()));
-        }
+    if let Some(t) = descriptor.timeout
+        && Duration::try_from(t).is_err()
+    {
+        return Err(invalid("timeout", "must not be negative".into()));
     }
     Ok(())
 }
@@ -125,14 +136,38 @@ pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
             out.push(format!("{name}: live {a} != announced {b}"));
         }
     };
-    field("description", format!("{:?}", live.description), format!("{:?}", new.description));
-    field("input_schema_json", schema_text(&live.input_schema_json), schema_text(&new.input_schema_json));
-    field("output_schema_json", schema_text(&live.output_schema_json), schema_text(&new.output_schema_json));
-    field("version", format!("{:?}", live.version), format!("{:?}", new.version));
-    field("tags", format!("{:?}", live.tags), format!("{:?}", new.tags));
+    field(
+        "description",
+        format!("{:?}", live.description),
+        format!("{:?}", new.description),
+    );
+    field(
+        "input_schema_json",
+        schema_text(&live.input_schema_json),
+        schema_text(&new.input_schema_json),
+    );
+    field(
+        "output_schema_json",
+        schema_text(&live.output_schema_json),
+        schema_text(&new.output_schema_json),
+    );
+    field(
+        "version",
+        format!("{:?}", live.version),
+        format!("{:?}", new.version),
+    );
+    field(
+        "tags",
+        format!("{:?}", live.tags),
+        format!("{:?}", new.tags),
+    );
     field("rate_limit", limit_text(live), limit_text(new));
     field("timeout", timeout_text(live), timeout_text(new));
-    field("idempotent", live.idempotent.to_string(), new.idempotent.to_string());
+    field(
+        "idempotent",
+        live.idempotent.to_string(),
+        new.idempotent.to_string(),
+    );
     out
 }
 
@@ -145,11 +180,17 @@ fn schema_text(schema: &str) -> String {
 }
 
 fn limit_text(d: &ToolDescriptor) -> String {
-    Limit::of(d).map_or_else(|| "unlimited".into(), |l| format!("{}/s burst {}", l.rate, l.burst))
+    Limit::of(d).map_or_else(
+        || "unlimited".into(),
+        |l| format!("{}/s burst {}", l.rate, l.burst),
+    )
 }
 
 fn timeout_text(d: &ToolDescriptor) -> String {
-    timeout(d).map_or_else(|| "default".into(), |t| humantime::format_duration(t).to_string())
+    timeout(d).map_or_else(
+        || "default".into(),
+        |t| humantime::format_duration(t).to_string(),
+    )
 }
 
 #[cfg(test)]
@@ -163,7 +204,10 @@ mod tests {
             name: "word_count".into(),
             description: "Count words".into(),
             input_schema_json: r#"{"type":"object"}"#.into(),
-            rate_limit: Some(RateLimit { rate: 2.5, burst: 0 }),
+            rate_limit: Some(RateLimit {
+                rate: 2.5,
+                burst: 0,
+            }),
             ..Default::default()
         }
     }

@@ -324,7 +324,10 @@ mod tests {
 
     #[test]
     fn not_found_names_the_tool() {
-        let status = RegistryError::ToolNotFound { tool: "nope".into() }.to_status();
+        let status = RegistryError::ToolNotFound {
+            tool: "nope".into(),
+        }
+        .to_status();
         assert_eq!(status.code(), Code::NotFound);
         let details = status.get_error_details();
         let info = details.resource_info().expect("resource info");

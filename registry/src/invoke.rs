@@ -83,7 +83,8 @@ impl Invoker {
             .ok_or_else(|| RegistryError::ToolNotFound {
                 tool: request.tool.clone(),
             })?;
-        let arguments = validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)?;
+        let arguments =
+            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)?;
         self.catalog
             .validator(&tool)?
             .check(&arguments)
@@ -127,7 +128,8 @@ impl Invoker {
 
     /// min(caller's deadline less the margin, tool timeout).
     fn budget(&self, tool: &ToolState, caller_timeout: Option<Duration>) -> Duration {
-        let tool_timeout = descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout);
+        let tool_timeout =
+            descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout);
         match caller_timeout {
             Some(caller) => tool_timeout.min(caller.saturating_sub(self.settings.deadline_margin)),
             None => tool_timeout,
@@ -158,7 +160,10 @@ impl Invoker {
             if remaining.is_zero() {
                 return Err(deadline_exceeded());
             }
-            let outcome = self.proxy.execute(&instance.endpoint, request.clone(), remaining).await;
+            let outcome = self
+                .proxy
+                .execute(&instance.endpoint, request.clone(), remaining)
+                .await;
             let status = match outcome {
                 Ok(response) => {
                     return Ok(InvokeResponse {

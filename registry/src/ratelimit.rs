@@ -46,7 +46,8 @@ pub trait RateLimiter: Send + Sync + 'static {
     fn forget(&self, key: &str);
 }
 
-type Gcra<C> = governor::RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+type Gcra<C> =
+    governor::RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
 struct Bucket<C: Clock> {
     limit: Limit,
@@ -93,10 +94,10 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     }
 
     fn bucket(&self, key: &str, limit: Limit) -> Arc<Gcra<C>> {
-        if let Some(bucket) = self.buckets.get(key) {
-            if bucket.limit == limit {
-                return bucket.gcra.clone();
-            }
+        if let Some(bucket) = self.buckets.get(key)
+            && bucket.limit == limit
+        {
+            return bucket.gcra.clone();
         }
         let gcra = Arc::new(governor::RateLimiter::direct_with_clock(
             quota(limit),
@@ -153,18 +154,25 @@ mod tests {
     #[test]
     fn burst_then_one_per_period_with_exact_retry_delay() {
         let (limiter, clock) = limiter();
-        let limit = Limit { rate: 2.0, burst: 3 };
+        let limit = Limit {
+            rate: 2.0,
+            burst: 3,
+        };
         for _ in 0..3 {
             assert_eq!(limiter.check("t", limit), Decision::Allow);
         }
         assert_eq!(
             limiter.check("t", limit),
-            Decision::Deny { retry_after: Duration::from_millis(500) }
+            Decision::Deny {
+                retry_after: Duration::from_millis(500)
+            }
         );
         clock.advance(Duration::from_millis(200));
         assert_eq!(
             limiter.check("t", limit),
-            Decision::Deny { retry_after: Duration::from_millis(300) }
+            Decision::Deny {
+                retry_after: Duration::from_millis(300)
+            }
         );
         clock.advance(Duration::from_millis(300));
         assert_eq!(limiter.check("t", limit), Decision::Allow);
@@ -173,11 +181,16 @@ mod tests {
     #[test]
     fn fractional_rates_work() {
         let (limiter, clock) = limiter();
-        let limit = Limit { rate: 0.5, burst: 1 };
+        let limit = Limit {
+            rate: 0.5,
+            burst: 1,
+        };
         assert_eq!(limiter.check("t", limit), Decision::Allow);
         assert_eq!(
             limiter.check("t", limit),
-            Decision::Deny { retry_after: Duration::from_secs(2) }
+            Decision::Deny {
+                retry_after: Duration::from_secs(2)
+            }
         );
         clock.advance(Duration::from_secs(2));
         assert_eq!(limiter.check("t", limit), Decision::Allow);
@@ -186,11 +199,17 @@ mod tests {
     #[test]
     fn keys_are_independent_and_a_changed_limit_starts_fresh() {
         let (limiter, _) = limiter();
-        let one = Limit { rate: 1.0, burst: 1 };
+        let one = Limit {
+            rate: 1.0,
+            burst: 1,
+        };
         assert_eq!(limiter.check("a", one), Decision::Allow);
         assert_eq!(limiter.check("b", one), Decision::Allow);
         assert!(matches!(limiter.check("a", one), Decision::Deny { .. }));
-        let two = Limit { rate: 1.0, burst: 2 };
+        let two = Limit {
+            rate: 1.0,
+            burst: 2,
+        };
         assert_eq!(limiter.check("a", two), Decision::Allow);
         limiter.forget("a");
         assert!(limiter.buckets.get("a").is_none());

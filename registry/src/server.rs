@@ -60,13 +60,22 @@ impl Registry {
     }
 
     /// A registry over the given engines.
-    pub fn new(store: Arc<dyn CatalogStore>, limiter: Arc<dyn RateLimiter>, config: Config) -> Self {
+    pub fn new(
+        store: Arc<dyn CatalogStore>,
+        limiter: Arc<dyn RateLimiter>,
+        config: Config,
+    ) -> Self {
         let catalog = Arc::new(Catalog::new(store));
         let balancer = Arc::new(Balancer::default());
         let proxy = Arc::new(Proxy::new(config.connect_timeout, config.max_message_bytes));
         let stop_janitor = CancellationToken::new();
         tokio::spawn({
-            let (catalog, limiter, balancer, proxy) = (catalog.clone(), limiter.clone(), balancer.clone(), proxy.clone());
+            let (catalog, limiter, balancer, proxy) = (
+                catalog.clone(),
+                limiter.clone(),
+                balancer.clone(),
+                proxy.clone(),
+            );
             let stop = stop_janitor.clone();
             async move {
                 tokio::select! {
@@ -80,7 +89,13 @@ impl Registry {
             max_arguments_bytes: config.max_arguments_bytes,
             ..InvokeSettings::default()
         };
-        let invoker = Arc::new(Invoker::new(catalog.clone(), limiter, balancer, proxy, settings));
+        let invoker = Arc::new(Invoker::new(
+            catalog.clone(),
+            limiter,
+            balancer,
+            proxy,
+            settings,
+        ));
         Self {
             catalog,
             invoker,
@@ -103,8 +118,12 @@ impl Registry {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         let (health, health_service) = tonic_health::server::health_reporter();
-        health.set_serving::<ToolRegistryServer<ToolRegistryApi>>().await;
-        health.set_serving::<RegistrationServer<RegistrationApi>>().await;
+        health
+            .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
+            .await;
+        health
+            .set_serving::<RegistrationServer<RegistrationApi>>()
+            .await;
 
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -135,7 +154,10 @@ impl Registry {
             .add_service(reflection_alpha)
             .add_service(registry)
             .add_service(registration)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop.clone().cancelled_owned());
+            .serve_with_incoming_shutdown(
+                TcpListenerStream::new(listener),
+                stop.clone().cancelled_owned(),
+            );
         tokio::pin!(server);
 
         tokio::select! {
@@ -143,8 +165,12 @@ impl Registry {
             () = shutdown => {}
         }
         tracing::info!(grace = ?self.config.shutdown_grace, "shutting down");
-        health.set_not_serving::<ToolRegistryServer<ToolRegistryApi>>().await;
-        health.set_not_serving::<RegistrationServer<RegistrationApi>>().await;
+        health
+            .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
+            .await;
+        health
+            .set_not_serving::<RegistrationServer<RegistrationApi>>()
+            .await;
         watchers.cancel();
         stop.cancel();
         match tokio::time::timeout(self.config.shutdown_grace, server).await {
@@ -168,7 +194,12 @@ pub async fn run(
 
 /// Forgets, in every part that keeps state per tool or instance, what left
 /// the catalog, so nothing grows with churn.
-async fn janitor(catalog: Arc<Catalog>, limiter: Arc<dyn RateLimiter>, balancer: Arc<Balancer>, proxy: Arc<Proxy>) {
+async fn janitor(
+    catalog: Arc<Catalog>,
+    limiter: Arc<dyn RateLimiter>,
+    balancer: Arc<Balancer>,
+    proxy: Arc<Proxy>,
+) {
     let (_, mut changes) = catalog.watch();
     let mut live: HashSet<(String, String)> = HashSet::new();
     loop {
@@ -179,7 +210,13 @@ async fn janitor(catalog: Arc<Catalog>, limiter: Arc<dyn RateLimiter>, balancer:
                     limiter.forget(event.tool.name());
                 }
                 if event.kind == ChangeKind::Added {
-                    live.extend(event.tool.instances.iter().map(|i| (i.id.clone(), i.endpoint.clone())));
+                    live.extend(
+                        event
+                            .tool
+                            .instances
+                            .iter()
+                            .map(|i| (i.id.clone(), i.endpoint.clone())),
+                    );
                     continue;
                 }
             }
@@ -189,7 +226,11 @@ async fn janitor(catalog: Arc<Catalog>, limiter: Arc<dyn RateLimiter>, balancer:
         let now: HashSet<(String, String)> = catalog
             .list()
             .iter()
-            .flat_map(|t| t.instances.iter().map(|i| (i.id.clone(), i.endpoint.clone())))
+            .flat_map(|t| {
+                t.instances
+                    .iter()
+                    .map(|i| (i.id.clone(), i.endpoint.clone()))
+            })
             .collect();
         for (id, endpoint) in live.difference(&now) {
             balancer.forget(id);

@@ -76,11 +76,11 @@ impl ArgumentValidator {
             .take(MAX_VIOLATIONS)
             .map(|error| {
                 let mut pointer = error.instance_path().as_str().to_owned();
-                if let ValidationErrorKind::Required { property } = error.kind() {
-                    if let Some(name) = property.as_str() {
-                        pointer.push('/');
-                        pointer.push_str(&escape_pointer_token(name));
-                    }
+                if let ValidationErrorKind::Required { property } = error.kind()
+                    && let Some(name) = property.as_str()
+                {
+                    pointer.push('/');
+                    pointer.push_str(&escape_pointer_token(name));
                 }
                 Violation {
                     pointer,

@@ -39,14 +39,23 @@ async fn happy_path_lists_and_invokes() {
     wait_for_instances(&registry, "add", 1).await;
 
     let mut client = registry.client().await;
-    let tools = client.list_tools(pb::ListToolsRequest::default()).await.unwrap().into_inner().tools;
+    let tools = client
+        .list_tools(pb::ListToolsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
     assert_eq!(tools.len(), 1);
     let descriptor = tools[0].descriptor.clone().unwrap();
     let schema: serde_json::Value = serde_json::from_str(&descriptor.input_schema_json).unwrap();
     assert_eq!(schema["properties"]["a"]["type"], "integer");
     assert!(descriptor.idempotent);
 
-    let response = client.invoke(invoke("add", r#"{"a": 2, "b": 40}"#)).await.unwrap().into_inner();
+    let response = client
+        .invoke(invoke("add", r#"{"a": 2, "b": 40}"#))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!response.is_error);
     assert_eq!(response.instance_id, "s1");
     assert_eq!(response.attempts, 1);
@@ -63,7 +72,10 @@ async fn invalid_arguments_name_every_field() {
     wait_for_instances(&registry, "add", 1).await;
     let mut client = registry.client().await;
 
-    let status = client.invoke(invoke("add", r#"{"a": "two"}"#)).await.unwrap_err();
+    let status = client
+        .invoke(invoke("add", r#"{"a": "two"}"#))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     let details = status.get_error_details();
     let mut fields: Vec<_> = details
@@ -76,14 +88,25 @@ async fn invalid_arguments_name_every_field() {
     fields.sort();
     assert_eq!(fields, ["/a", "/b"]);
 
-    let status = client.invoke(invoke("add", "{\"a\": 1,\n \"b\": }")).await.unwrap_err();
+    let status = client
+        .invoke(invoke("add", "{\"a\": 1,\n \"b\": }"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     let details = status.get_error_details();
     let violation = &details.bad_request().unwrap().field_violations[0];
     assert_eq!(violation.field, "arguments_json");
-    assert!(violation.description.contains("line 2"), "{}", violation.description);
+    assert!(
+        violation.description.contains("line 2"),
+        "{}",
+        violation.description
+    );
 
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0, "invalid calls never reach the tool");
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "invalid calls never reach the tool"
+    );
 }
 
 #[tokio::test]
@@ -96,31 +119,53 @@ async fn unknown_tool_is_not_found_with_resource_info() {
     let info = details.resource_info().expect("ResourceInfo");
     assert_eq!(info.resource_name, "nope");
     assert_eq!(info.resource_type, "toolmesh.v1.Tool");
-    let status = client.get_tool(pb::GetToolRequest { name: "nope".into() }).await.unwrap_err();
+    let status = client
+        .get_tool(pb::GetToolRequest {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
 
 #[tokio::test]
 async fn rate_limit_answers_with_the_real_retry_delay() {
     let registry = TestRegistry::start(Config::default()).await;
-    let tool = toolmesh_sidecar::sdk::tool("limited", "Rate limited echo", |args: AddArgs| async move {
-        Ok(AddResult { sum: args.a + args.b, calls: 0 })
-    })
-    .rate_limit(0.2, 2)
-    .build();
+    let tool =
+        toolmesh_sidecar::sdk::tool("limited", "Rate limited echo", |args: AddArgs| async move {
+            Ok(AddResult {
+                sum: args.a + args.b,
+                calls: 0,
+            })
+        })
+        .rate_limit(0.2, 2)
+        .build();
     let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![tool]).await;
     wait_for_instances(&registry, "limited", 1).await;
     let mut client = registry.client().await;
 
     for _ in 0..2 {
-        client.invoke(invoke("limited", r#"{"a":1,"b":1}"#)).await.unwrap();
+        client
+            .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
+            .await
+            .unwrap();
     }
-    let status = client.invoke(invoke("limited", r#"{"a":1,"b":1}"#)).await.unwrap_err();
+    let status = client
+        .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
     let details = status.get_error_details();
-    let delay = details.retry_info().expect("RetryInfo").retry_delay.expect("a delay");
+    let delay = details
+        .retry_info()
+        .expect("RetryInfo")
+        .retry_delay
+        .expect("a delay");
     // One token every 5 s; the two calls took a little of that already.
-    assert!(delay > Duration::from_secs(3) && delay <= Duration::from_secs(5), "{delay:?}");
+    assert!(
+        delay > Duration::from_secs(3) && delay <= Duration::from_secs(5),
+        "{delay:?}"
+    );
     let quota = details.quota_failure().expect("QuotaFailure");
     assert_eq!(quota.violations[0].subject, "tool:limited");
 }
@@ -144,7 +189,12 @@ async fn unreachable_instance_is_unavailable() {
         })
         .await
         .unwrap();
-    let status = registry.client().await.invoke(invoke("ghost", "{}")).await.unwrap_err();
+    let status = registry
+        .client()
+        .await
+        .invoke(invoke("ghost", "{}"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 }
 
@@ -188,17 +238,32 @@ tools:
     wait_for_instances(&registry, "broken", 1).await;
     let mut client = registry.client().await;
 
-    let echoed = client.invoke(invoke("echo", r#"{"text":"hello"}"#)).await.unwrap().into_inner();
+    let echoed = client
+        .invoke(invoke("echo", r#"{"text":"hello"}"#))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(!echoed.is_error);
     let value: serde_json::Value = serde_json::from_str(&echoed.result_json).unwrap();
     assert_eq!(value["text"], "hello");
 
-    let status = client.invoke(invoke("echo", r#"{"text":"x","extra":1}"#)).await.unwrap_err();
+    let status = client
+        .invoke(invoke("echo", r#"{"text":"x","extra":1}"#))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
 
-    let failed = client.invoke(invoke("broken", "{}")).await.unwrap().into_inner();
+    let failed = client
+        .invoke(invoke("broken", "{}"))
+        .await
+        .unwrap()
+        .into_inner();
     assert!(failed.is_error);
-    assert!(failed.result_json.contains("boom"), "{}", failed.result_json);
+    assert!(
+        failed.result_json.contains("boom"),
+        "{}",
+        failed.result_json
+    );
 }
 
 #[tokio::test]
@@ -217,22 +282,40 @@ tools:
     let _sidecar = TestSidecar::start(&registry.url(), "s1", tools).await;
     wait_for_instances(&registry, "slow", 1).await;
     let started = Instant::now();
-    let status = registry.client().await.invoke(invoke("slow", "{}")).await.unwrap_err();
+    let status = registry
+        .client()
+        .await
+        .invoke(invoke("slow", "{}"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn caller_deadline_wins_when_shorter() {
     let registry = TestRegistry::start(Config::default()).await;
-    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![sleep_tool(Duration::from_secs(20))]).await;
+    let _sidecar = TestSidecar::start(
+        &registry.url(),
+        "s1",
+        vec![sleep_tool(Duration::from_secs(20))],
+    )
+    .await;
     wait_for_instances(&registry, "sleep", 1).await;
     let mut request = tonic::Request::new(invoke("sleep", r#"{"millis": 10000}"#));
     request.set_timeout(Duration::from_millis(400));
     let started = Instant::now();
     let status = registry.client().await.invoke(request).await.unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -245,7 +328,11 @@ async fn two_sidecars_share_the_calls() {
     let mut client = registry.client().await;
     let mut seen = std::collections::BTreeMap::<String, usize>::new();
     for _ in 0..40 {
-        let response = client.invoke(invoke("add", r#"{"a":1,"b":2}"#)).await.unwrap().into_inner();
+        let response = client
+            .invoke(invoke("add", r#"{"a":1,"b":2}"#))
+            .await
+            .unwrap()
+            .into_inner();
         *seen.entry(response.instance_id).or_default() += 1;
     }
     assert_eq!(seen.keys().collect::<Vec<_>>(), ["a", "b"], "{seen:?}");
@@ -266,13 +353,21 @@ async fn killed_sidecar_leaves_after_its_ttl() {
 
     sidecar.kill();
     let killed = Instant::now();
-    eventually(Duration::from_secs(15), "the dead sidecar's tool leaves", || {
-        let mut client = client.clone();
-        async move { tool_names(&mut client).await.is_empty() }
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the dead sidecar's tool leaves",
+        || {
+            let mut client = client.clone();
+            async move { tool_names(&mut client).await.is_empty() }
+        },
+    )
     .await;
     // Not before the lease could have expired (minus the last heartbeat's age).
-    assert!(killed.elapsed() >= ttl - ttl / 3 - Duration::from_millis(100), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() >= ttl - ttl / 3 - Duration::from_millis(100),
+        "{:?}",
+        killed.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -289,10 +384,18 @@ async fn restarted_registry_gets_the_tools_back() {
     let restarted = Instant::now();
     wait_for_instances(&registry, "add", 1).await;
     let took = restarted.elapsed();
-    eprintln!("tools back {took:?} after the registry restarted (heartbeat every {:?})", ttl / 3);
+    eprintln!(
+        "tools back {took:?} after the registry restarted (heartbeat every {:?})",
+        ttl / 3
+    );
     // One heartbeat interval, plus the sidecar's reconnect backoff.
     assert!(took < Duration::from_secs(10), "{took:?}");
-    let response = registry.client().await.invoke(invoke("add", r#"{"a":1,"b":1}"#)).await.unwrap();
+    let response = registry
+        .client()
+        .await
+        .invoke(invoke("add", r#"{"a":1,"b":1}"#))
+        .await
+        .unwrap();
     assert_eq!(response.into_inner().instance_id, "s1");
 }
 
@@ -300,7 +403,12 @@ async fn restarted_registry_gets_the_tools_back() {
 async fn watch_reports_add_and_remove() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let _present = TestSidecar::start(&registry.url(), "p", vec![sleep_tool(Duration::from_secs(1))]).await;
+    let _present = TestSidecar::start(
+        &registry.url(),
+        "p",
+        vec![sleep_tool(Duration::from_secs(1))],
+    )
+    .await;
     wait_for_instances(&registry, "sleep", 1).await;
 
     let mut events = registry
@@ -317,7 +425,11 @@ async fn watch_reports_add_and_remove() {
             .unwrap()
             .expect("the stream goes on");
         let kind = event.kind();
-        let name = event.tool.and_then(|t| t.descriptor).map(|d| d.name).unwrap_or_default();
+        let name = event
+            .tool
+            .and_then(|t| t.descriptor)
+            .map(|d| d.name)
+            .unwrap_or_default();
         (kind, name)
     };
     assert_eq!(next().await, (Kind::Added, "sleep".into()));
@@ -364,27 +476,53 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     let details = status.get_error_details();
-    assert_eq!(details.bad_request().unwrap().field_violations[0].field, "tools[0].input_schema_json");
+    assert_eq!(
+        details.bad_request().unwrap().field_violations[0].field,
+        "tools[0].input_schema_json"
+    );
 
     let status = registration
-        .announce(announce("d", descriptor("1", r##"{"$ref":"https://example.invalid/s.json#"}"##)))
+        .announce(announce(
+            "d",
+            descriptor("1", r##"{"$ref":"https://example.invalid/s.json#"}"##),
+        ))
         .await
         .unwrap_err();
-    assert_eq!(status.code(), Code::InvalidArgument, "remote refs are refused, not fetched");
+    assert_eq!(
+        status.code(),
+        Code::InvalidArgument,
+        "remote refs are refused, not fetched"
+    );
 
     let mut bad_name = descriptor("1", "");
     bad_name.name = "no spaces allowed".into();
-    let status = registration.announce(announce("e", bad_name)).await.unwrap_err();
+    let status = registration
+        .announce(announce("e", bad_name))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
 
-    let t = registry.client().await.get_tool(pb::GetToolRequest { name: "t".into() }).await.unwrap();
-    assert_eq!(t.into_inner().instances, 1, "refused announces change nothing");
+    let t = registry
+        .client()
+        .await
+        .get_tool(pb::GetToolRequest { name: "t".into() })
+        .await
+        .unwrap();
+    assert_eq!(
+        t.into_inner().instances,
+        1,
+        "refused announces change nothing"
+    );
 }
 
 #[tokio::test]
 async fn health_and_reflection_are_served() {
     let registry = TestRegistry::start(Config::default()).await;
-    let channel = tonic::transport::Channel::from_shared(registry.url()).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Channel::from_shared(registry.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let response = health
         .check(tonic_health::pb::HealthCheckRequest {
@@ -393,7 +531,10 @@ async fn health_and_reflection_are_served() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(response.status(), tonic_health::pb::health_check_response::ServingStatus::Serving);
+    assert_eq!(
+        response.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
 
     use tonic_reflection::pb::v1::{
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
@@ -414,7 +555,11 @@ async fn health_and_reflection_are_served() {
         panic!("unexpected reflection answer");
     };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    for expected in ["toolmesh.v1.ToolRegistry", "toolmesh.v1.Registration", "grpc.health.v1.Health"] {
+    for expected in [
+        "toolmesh.v1.ToolRegistry",
+        "toolmesh.v1.Registration",
+        "grpc.health.v1.Health",
+    ] {
         assert!(names.contains(&expected), "{names:?}");
     }
 }

@@ -165,7 +165,12 @@ async fn sweep(store: Weak<MemoryStore>, every: Duration) {
 /// Takes a lease out of `state`, detaching its instance from its tools.
 fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     let record = state.leases.remove(lease_id)?;
-    if state.lease_of_instance.get(&record.instance.id).map(String::as_str) == Some(lease_id) {
+    if state
+        .lease_of_instance
+        .get(&record.instance.id)
+        .map(String::as_str)
+        == Some(lease_id)
+    {
         state.lease_of_instance.remove(&record.instance.id);
     }
     for name in &record.tools {
@@ -229,10 +234,10 @@ impl CatalogStore for MemoryStore {
         check_fits(&state, self.limits, &a)?;
 
         let mut touched = BTreeSet::new();
-        if let Some(old) = state.lease_of_instance.get(&a.instance_id).cloned() {
-            if let Some(record) = remove_lease(&mut state, &old) {
-                touched.extend(record.tools);
-            }
+        if let Some(old) = state.lease_of_instance.get(&a.instance_id).cloned()
+            && let Some(record) = remove_lease(&mut state, &old)
+        {
+            touched.extend(record.tools);
         }
         let instance = Arc::new(Instance {
             id: a.instance_id.clone(),
@@ -252,7 +257,9 @@ impl CatalogStore for MemoryStore {
                 // Only reachable when no other instance serves it (see check_fits).
                 record.descriptor = Arc::new(tool.clone());
             }
-            record.instances.insert(instance.id.clone(), instance.clone());
+            record
+                .instances
+                .insert(instance.id.clone(), instance.clone());
             touched.insert(tool.name.clone());
             names.push(tool.name);
         }
@@ -340,7 +347,10 @@ mod tests {
     async fn lease_expires_after_ttl_without_heartbeat() {
         let store = store();
         let (_, mut events) = store.watch();
-        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
 
         tokio::time::sleep(Duration::from_secs(9)).await;
@@ -353,7 +363,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn heartbeat_keeps_the_lease() {
         let store = store();
-        let lease = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        let lease = store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_secs(3)).await;
             store.heartbeat(&lease.id).await.unwrap();
@@ -369,7 +382,10 @@ mod tests {
     #[tokio::test]
     async fn conflicting_descriptor_is_refused_and_changes_nothing() {
         let store = store();
-        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         let err = store
             .announce(announcement("b", vec![tool("u", "1"), tool("t", "2")]))
             .await
@@ -383,8 +399,14 @@ mod tests {
     async fn sole_instance_may_change_its_descriptor() {
         let store = store();
         let (_, mut events) = store.watch();
-        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
-        store.announce(announcement("a", vec![tool("t", "2")])).await.unwrap();
+        store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
+        store
+            .announce(announcement("a", vec![tool("t", "2")]))
+            .await
+            .unwrap();
         assert_eq!(store.get("t").unwrap().descriptor.version, "2");
         assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
         assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Updated);
@@ -393,8 +415,14 @@ mod tests {
     #[tokio::test]
     async fn reannounce_replaces_the_old_lease() {
         let store = store();
-        let first = store.announce(announcement("a", vec![tool("t", "1"), tool("u", "1")])).await.unwrap();
-        let second = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        let first = store
+            .announce(announcement("a", vec![tool("t", "1"), tool("u", "1")]))
+            .await
+            .unwrap();
+        let second = store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         assert!(store.heartbeat(&first.id).await.is_err());
         assert!(store.heartbeat(&second.id).await.is_ok());
         assert!(store.get("u").is_none());
@@ -404,8 +432,14 @@ mod tests {
     #[tokio::test]
     async fn withdraw_removes_only_that_instance() {
         let store = store();
-        let a = store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
-        store.announce(announcement("b", vec![tool("t", "1")])).await.unwrap();
+        let a = store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
+        store
+            .announce(announcement("b", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         assert_eq!(store.get("t").unwrap().instances.len(), 2);
         store.withdraw(&a.id).await.unwrap();
         let t = store.get("t").unwrap();
@@ -416,16 +450,35 @@ mod tests {
 
     #[tokio::test]
     async fn limits_bound_the_catalog() {
-        let store = MemoryStore::new(Duration::from_secs(10), Limits { max_instances: 1, max_tools: 2 });
-        store.announce(announcement("a", vec![tool("t", "1")])).await.unwrap();
+        let store = MemoryStore::new(
+            Duration::from_secs(10),
+            Limits {
+                max_instances: 1,
+                max_tools: 2,
+            },
+        );
+        store
+            .announce(announcement("a", vec![tool("t", "1")]))
+            .await
+            .unwrap();
         assert!(matches!(
-            store.announce(announcement("b", vec![tool("t", "1")])).await,
+            store
+                .announce(announcement("b", vec![tool("t", "1")]))
+                .await,
             Err(RegistryError::CatalogFull(_))
         ));
         assert!(matches!(
-            store.announce(announcement("a", vec![tool("x", "1"), tool("y", "1"), tool("z", "1")])).await,
+            store
+                .announce(announcement(
+                    "a",
+                    vec![tool("x", "1"), tool("y", "1"), tool("z", "1")]
+                ))
+                .await,
             Err(RegistryError::CatalogFull(_))
         ));
-        store.announce(announcement("a", vec![tool("x", "1"), tool("y", "1")])).await.unwrap();
+        store
+            .announce(announcement("a", vec![tool("x", "1"), tool("y", "1")]))
+            .await
+            .unwrap();
     }
 }

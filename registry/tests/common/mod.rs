@@ -157,7 +157,10 @@ where
         if check().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -180,16 +183,20 @@ pub async fn tool_names(client: &mut ToolRegistryClient<Channel>) -> Vec<String>
 /// Waits until `ListTools` shows `tool` with `instances` live instances.
 pub async fn wait_for_instances(registry: &TestRegistry, tool: &str, instances: u32) {
     let mut client = registry.client().await;
-    eventually(Duration::from_secs(20), &format!("{tool} with {instances} instances"), || {
-        let mut client = client.clone();
-        let tool = tool.to_owned();
-        async move {
-            client
-                .get_tool(pb::GetToolRequest { name: tool })
-                .await
-                .is_ok_and(|t| t.into_inner().instances == instances)
-        }
-    })
+    eventually(
+        Duration::from_secs(20),
+        &format!("{tool} with {instances} instances"),
+        || {
+            let mut client = client.clone();
+            let tool = tool.to_owned();
+            async move {
+                client
+                    .get_tool(pb::GetToolRequest { name: tool })
+                    .await
+                    .is_ok_and(|t| t.into_inner().instances == instances)
+            }
+        },
+    )
     .await;
     let _ = &mut client;
 }
