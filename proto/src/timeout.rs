@@ -36,7 +36,29 @@ pub fn of<T>(request: &tonic::Request<T>) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        #[test]
+        fn round_trips_every_unit(n in 0u64..100_000_000, unit in proptest::sample::select(vec!['H', 'M', 'S', 'm', 'u', 'n'])) {
+            let expected = match unit {
+                'H' => Duration::from_secs(n * 3600),
+                'M' => Duration::from_secs(n * 60),
+                'S' => Duration::from_secs(n),
+                'm' => Duration::from_millis(n),
+                'u' => Duration::from_micros(n),
+                _ => Duration::from_nanos(n),
+            };
+            prop_assert_eq!(parse(&format!("{n}{unit}")), Some(expected));
+        }
+
+        #[test]
+        fn never_panics(value in "\\PC{0,12}") {
+            let _ = parse(&value);
+        }
+    }
 
     #[test]
     fn parses_every_unit() {

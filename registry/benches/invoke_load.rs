@@ -1,0 +1,195 @@
+//! Load generator for the whole `Invoke` path: an embedded registry and an
+//! SDK sidecar on loopback, driven by N concurrent agents over gRPC for a
+//! fixed time. Prints throughput and latency percentiles.
+//!
+//! ```sh
+//! cargo bench -p toolmesh-registry --bench invoke_load -- [--concurrency 32] [--seconds 10] [--rate-limited]
+//! ```
+//!
+//! Client, registry and sidecar share the machine, so the figures are the
+//! whole system's on it, not the registry's alone.
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::{net::TcpListener, sync::oneshot};
+use toolmesh_proto::pb::{self, tool_registry_client::ToolRegistryClient};
+use toolmesh_registry::Config;
+use toolmesh_sidecar::{sdk, server::ServeOptions};
+
+#[derive(Deserialize, JsonSchema)]
+struct Args {
+    text: String,
+    #[allow(dead_code)]
+    count: Option<u32>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct Words {
+    words: usize,
+}
+
+struct Options {
+    concurrency: usize,
+    seconds: u64,
+    rate_limited: bool,
+}
+
+fn options() -> Options {
+    let mut options = Options {
+        concurrency: 32,
+        seconds: 10,
+        rate_limited: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--concurrency" => {
+                options.concurrency = args.next().and_then(|v| v.parse().ok()).unwrap_or(32)
+            }
+            "--seconds" => options.seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(10),
+            "--rate-limited" => options.rate_limited = true,
+            // cargo bench passes --bench; ignore what is not ours.
+            _ => {}
+        }
+    }
+    options
+}
+
+#[tokio::main]
+async fn main() {
+    let options = options();
+    let registry_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let registry_addr = registry_listener.local_addr().unwrap();
+    let (stop_registry, registry_stopped) = oneshot::channel::<()>();
+    let registry = tokio::spawn(toolmesh_registry::run(
+        registry_listener,
+        Config::default(),
+        async {
+            let _ = registry_stopped.await;
+        },
+    ));
+
+    let mut tool = sdk::tool("word_count", "Count words", |args: Args| async move {
+        Ok(Words {
+            words: args.text.split_whitespace().count(),
+        })
+    })
+    .idempotent(true);
+    if options.rate_limited {
+        // High enough never to deny: measures the limiter's cost, not its effect.
+        tool = tool.rate_limit(1e6, 1_000_000);
+    }
+    let sidecar_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop_sidecar, sidecar_stopped) = oneshot::channel::<()>();
+    let sidecar = tokio::spawn(toolmesh_sidecar::server::serve(
+        sidecar_listener,
+        vec![tool.build()],
+        ServeOptions {
+            registry: format!("http://{registry_addr}"),
+            advertise: None,
+            instance_id: Some("bench".into()),
+        },
+        async {
+            let _ = sidecar_stopped.await;
+        },
+    ));
+
+    let client = ToolRegistryClient::connect(format!("http://{registry_addr}"))
+        .await
+        .unwrap();
+    let ready = Instant::now();
+    while client
+        .clone()
+        .get_tool(pb::GetToolRequest {
+            name: "word_count".into(),
+        })
+        .await
+        .is_err()
+    {
+        assert!(
+            ready.elapsed() < Duration::from_secs(10),
+            "sidecar never announced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let request = pb::InvokeRequest {
+        tool: "word_count".into(),
+        arguments_json: r#"{"text": "the quick brown fox jumps over the lazy dog", "count": 3}"#
+            .into(),
+        idempotency_key: String::new(),
+    };
+    // Warm up connections and caches.
+    for _ in 0..200 {
+        client.clone().invoke(request.clone()).await.unwrap();
+    }
+
+    let stop_at = Instant::now() + Duration::from_secs(options.seconds);
+    let request = Arc::new(request);
+    let workers: Vec<_> = (0..options.concurrency)
+        .map(|_| {
+            let mut client = client.clone();
+            let request = request.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(100_000);
+                let mut errors = 0u64;
+                while Instant::now() < stop_at {
+                    let started = Instant::now();
+                    match client.invoke(request.as_ref().clone()).await {
+                        Ok(_) => latencies.push(started.elapsed()),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (latencies, errors)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for worker in workers {
+        let (l, e) = worker.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let percentile = |p: f64| {
+        let index = ((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1));
+        latencies.get(index).copied().unwrap_or_default()
+    };
+    println!(
+        "invoke_load: concurrency {} for {:?}{}",
+        options.concurrency,
+        elapsed,
+        if options.rate_limited {
+            " (rate-limited tool)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  calls ok {}  errors {}  throughput {:.0} calls/s",
+        latencies.len(),
+        errors,
+        latencies.len() as f64 / elapsed.as_secs_f64()
+    );
+    println!(
+        "  latency p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
+        percentile(0.50),
+        percentile(0.90),
+        percentile(0.99),
+        latencies.last().copied().unwrap_or_default()
+    );
+
+    let _ = stop_sidecar.send(());
+    let _ = sidecar.await;
+    let _ = stop_registry.send(());
+    let _ = registry.await;
+}

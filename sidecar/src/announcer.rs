@@ -1,0 +1,250 @@
+//! Keeps this sidecar in the registry's catalog: announce, heartbeat every
+//! TTL/3, announce again when a heartbeat answers NOT_FOUND, back off (with
+//! jitter) while the registry is unreachable, withdraw on shutdown.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use tonic::transport::{Channel, Endpoint};
+use toolmesh_proto::pb;
+use toolmesh_proto::pb::registration_client::RegistrationClient;
+
+/// First retry delay after a failed call.
+const BACKOFF_START: Duration = Duration::from_millis(100);
+/// Longest retry delay.
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+/// Longest any single registry RPC may take.
+const RPC_TIMEOUT_CAP: Duration = Duration::from_secs(5);
+/// Lease TTL assumed when the registry does not send one.
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Shortest heartbeat interval, whatever the TTL.
+const MIN_INTERVAL: Duration = Duration::from_millis(20);
+/// Longest the withdraw on shutdown may take.
+pub(crate) const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Exponential backoff with "equal jitter": the n-th delay is uniform in
+/// `[d/2, d]` where `d = min(start * 2^n, cap)`.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self {
+            next: BACKOFF_START,
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = BACKOFF_START;
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let ceiling = self.next;
+        self.next = (self.next * 2).min(BACKOFF_CAP);
+        let floor = ceiling / 2;
+        rand::rng().random_range(floor..=ceiling)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Lease {
+    id: String,
+    ttl: Duration,
+}
+
+/// Announces one instance's tools and keeps its lease alive.
+#[derive(Debug)]
+pub(crate) struct Announcer {
+    client: RegistrationClient<Channel>,
+    request: pb::AnnounceRequest,
+    lease: Option<Lease>,
+    backoff: Backoff,
+}
+
+fn ttl_of(ttl: Option<prost_types::Duration>) -> Duration {
+    ttl.and_then(|d| Duration::try_from(d).ok())
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_TTL)
+}
+
+/// Runs `call` under a deadline, telling the server about it too.
+async fn with_deadline<T, F>(timeout: Duration, call: F) -> Result<T, tonic::Status>
+where
+    F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map(tonic::Response::into_inner),
+        Err(_) => Err(tonic::Status::deadline_exceeded(
+            "registry did not answer in time",
+        )),
+    }
+}
+
+fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(timeout);
+    request
+}
+
+impl Announcer {
+    /// An announcer for `request` talking to the registry at `registry`
+    /// (connects lazily: an unreachable registry is retried, not an error).
+    pub(crate) fn new(
+        registry: &str,
+        request: pb::AnnounceRequest,
+    ) -> Result<Self, tonic::transport::Error> {
+        let channel = Endpoint::from_shared(registry.to_owned())?
+            .connect_timeout(RPC_TIMEOUT_CAP)
+            .connect_lazy();
+        Ok(Self {
+            client: RegistrationClient::new(channel),
+            request,
+            lease: None,
+            backoff: Backoff::new(),
+        })
+    }
+
+    /// Keeps the lease alive until `shutdown` completes, then withdraws it.
+    pub(crate) async fn run_until(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::select! {
+            () = self.keep_alive() => {}
+            () = shutdown => {}
+        }
+        self.withdraw().await;
+    }
+
+    /// Announces, then heartbeats forever.
+    async fn keep_alive(&mut self) {
+        loop {
+            let Some(lease) = self.lease.clone() else {
+                self.announce().await;
+                continue;
+            };
+            let interval = (lease.ttl / 3).max(MIN_INTERVAL);
+            tokio::time::sleep(interval).await;
+            self.heartbeat(&lease, interval.min(RPC_TIMEOUT_CAP)).await;
+        }
+    }
+
+    /// One announce attempt; on failure, waits out the backoff delay.
+    async fn announce(&mut self) {
+        let message = self.request.clone();
+        let instance = &self.request.instance_id;
+        match with_deadline(
+            RPC_TIMEOUT_CAP,
+            self.client.announce(request(message, RPC_TIMEOUT_CAP)),
+        )
+        .await
+        {
+            Ok(response) => {
+                let ttl = ttl_of(response.ttl);
+                tracing::info!(instance, lease = %response.lease_id, ?ttl, "announced to the registry");
+                self.lease = Some(Lease {
+                    id: response.lease_id,
+                    ttl,
+                });
+                self.backoff.reset();
+            }
+            Err(status) => {
+                let delay = self.backoff.next_delay();
+                tracing::warn!(instance, code = ?status.code(), message = status.message(), ?delay, "announce failed, retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+
+    /// One heartbeat; NOT_FOUND drops the lease so the next step announces
+    /// at once; other failures keep it and wait out the backoff delay
+    /// (at most one heartbeat interval).
+    async fn heartbeat(&mut self, lease: &Lease, timeout: Duration) {
+        let message = pb::HeartbeatRequest {
+            lease_id: lease.id.clone(),
+        };
+        match with_deadline(timeout, self.client.heartbeat(request(message, timeout))).await {
+            Ok(response) => {
+                tracing::debug!(lease = %lease.id, "heartbeat");
+                if let Some(current) = &mut self.lease {
+                    current.ttl = response.ttl.map_or(current.ttl, |t| ttl_of(Some(t)));
+                }
+                self.backoff.reset();
+            }
+            Err(status) if status.code() == tonic::Code::NotFound => {
+                tracing::warn!(lease = %lease.id, "the registry forgot the lease; announcing again");
+                self.lease = None;
+                self.backoff.reset();
+            }
+            Err(status) => {
+                let delay = self.backoff.next_delay().min(timeout);
+                tracing::warn!(lease = %lease.id, code = ?status.code(), message = status.message(), "heartbeat failed");
+                // The regular interval sleep follows; this only spaces out a
+                // failing registry further.
+                tokio::time::sleep(delay.saturating_sub(MIN_INTERVAL)).await;
+            }
+        }
+    }
+
+    /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
+    async fn withdraw(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let message = pb::WithdrawRequest {
+            lease_id: lease.id.clone(),
+        };
+        match with_deadline(
+            WITHDRAW_TIMEOUT,
+            self.client.withdraw(request(message, WITHDRAW_TIMEOUT)),
+        )
+        .await
+        {
+            Ok(_) => tracing::info!(lease = %lease.id, "withdrawn from the registry"),
+            Err(status) => {
+                tracing::warn!(lease = %lease.id, code = ?status.code(), message = status.message(), "withdraw failed; the lease will expire")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_jitter() {
+        let mut backoff = Backoff::new();
+        let mut ceiling = BACKOFF_START;
+        for _ in 0..12 {
+            let delay = backoff.next_delay();
+            assert!(
+                delay >= ceiling / 2 && delay <= ceiling,
+                "{delay:?} vs {ceiling:?}"
+            );
+            ceiling = (ceiling * 2).min(BACKOFF_CAP);
+        }
+        assert_eq!(ceiling, BACKOFF_CAP);
+        backoff.reset();
+        assert!(backoff.next_delay() <= BACKOFF_START);
+    }
+
+    #[test]
+    fn ttl_defaults() {
+        assert_eq!(ttl_of(None), DEFAULT_TTL);
+        assert_eq!(
+            ttl_of(Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 0
+            })),
+            DEFAULT_TTL
+        );
+        assert_eq!(
+            ttl_of(Some(prost_types::Duration {
+                seconds: 3,
+                nanos: 0
+            })),
+            Duration::from_secs(3)
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! `ToolRuntime.Execute`: find the tool, compute the deadline, run the
+//! backend until then, and normalize what it returns.
+//!
+//! [`Runtime`] is the plain logic (tested without gRPC); [`RuntimeService`]
+//! is the thin tonic service in front of it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use toolmesh_proto::pb;
+
+use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
+
+/// Deadline used when neither the tool nor the caller set one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Most of the caller's deadline kept back so DEADLINE_EXCEEDED reaches the
+/// caller before its own timer fires (which would turn it into CANCELLED).
+const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(200);
+
+/// Why a set of tools cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolSetError {
+    /// A tool name breaks the naming rule.
+    #[error(transparent)]
+    InvalidName(#[from] InvalidToolName),
+    /// Two tools share a name.
+    #[error("tool {0:?} is defined twice")]
+    Duplicate(String),
+    /// There is nothing to serve.
+    #[error("no tools to serve")]
+    Empty,
+}
+
+/// Why an execution produced no result.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecuteError {
+    /// This sidecar does not serve the tool.
+    #[error("unknown tool {0:?}")]
+    UnknownTool(String),
+    /// The backend could not run it.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl ExecuteError {
+    /// The gRPC status the caller receives.
+    pub fn to_status(&self) -> tonic::Status {
+        match self {
+            Self::UnknownTool(_) => tonic::Status::not_found(self.to_string()),
+            Self::Backend(err) => err.to_status(),
+        }
+    }
+}
+
+/// The tools of a sidecar, by name, and how to run them.
+#[derive(Debug)]
+pub struct Runtime {
+    tools: HashMap<String, Tool>,
+}
+
+impl Runtime {
+    /// A runtime serving `tools`: at least one, names valid and unique.
+    pub fn new(tools: Vec<Tool>) -> Result<Self, ToolSetError> {
+        if tools.is_empty() {
+            return Err(ToolSetError::Empty);
+        }
+        let mut by_name = HashMap::new();
+        for tool in tools {
+            let name = tool.descriptor().name.clone();
+            validate_tool_name(&name)?;
+            if by_name.insert(name.clone(), tool).is_some() {
+                return Err(ToolSetError::Duplicate(name));
+            }
+        }
+        Ok(Self { tools: by_name })
+    }
+
+    /// The descriptors to announce, sorted by name.
+    pub fn descriptors(&self) -> Vec<pb::ToolDescriptor> {
+        let mut descriptors: Vec<_> = self
+            .tools
+            .values()
+            .map(|t| t.descriptor().clone())
+            .collect();
+        descriptors.sort_by(|a, b| a.name.cmp(&b.name));
+        descriptors
+    }
+
+    /// Runs `tool` with `arguments_json`, giving up at the earlier of the
+    /// tool's timeout and the caller's (`caller_timeout`, from `grpc-timeout`).
+    pub async fn execute(
+        &self,
+        tool: &str,
+        arguments_json: &str,
+        caller_timeout: Option<Duration>,
+    ) -> Result<pb::ExecuteResponse, ExecuteError> {
+        let start = Instant::now();
+        let tool = self
+            .tools
+            .get(tool)
+            .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
+        let deadline = start + effective_timeout(tool_timeout(tool), caller_timeout);
+        let call = tool.backend().call(arguments_json, deadline);
+        let outcome = match tokio::time::timeout_at(deadline, call).await {
+            Ok(outcome) => outcome?,
+            Err(_elapsed) => return Err(BackendError::DeadlineExceeded.into()),
+        };
+        let Outcome {
+            result_json,
+            is_error,
+        } = normalize(outcome, tool.max_output_bytes());
+        Ok(pb::ExecuteResponse {
+            result_json,
+            is_error,
+        })
+    }
+}
+
+fn tool_timeout(tool: &Tool) -> Option<Duration> {
+    let timeout = tool.descriptor().timeout?;
+    let secs = u64::try_from(timeout.seconds).ok()?;
+    let nanos = u32::try_from(timeout.nanos).ok()?;
+    Some(Duration::new(secs, nanos)).filter(|d| !d.is_zero())
+}
+
+/// The time a call may take: the shorter of the tool's and the caller's
+/// timeouts (the caller's less a small margin), or [`DEFAULT_TIMEOUT`].
+pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Duration {
+    let caller = caller.map(|c| c - (c / 10).min(MAX_DEADLINE_MARGIN));
+    match (tool, caller) {
+        (Some(t), Some(c)) => t.min(c),
+        (Some(d), None) | (None, Some(d)) => d,
+        (None, None) => DEFAULT_TIMEOUT,
+    }
+}
+
+/// Makes `outcome.result_json` valid JSON within `max_bytes`: JSON output is
+/// kept (trimmed), other text becomes a JSON string, and output over the cap
+/// becomes an error result saying so.
+pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
+    if outcome.result_json.len() > max_bytes {
+        return Outcome::error_message(&format!(
+            "the tool's output exceeds the limit of {max_bytes} bytes"
+        ));
+    }
+    let trimmed = outcome.result_json.trim();
+    let result_json = if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok() {
+        trimmed.to_owned()
+    } else {
+        json_string(&outcome.result_json)
+    };
+    if result_json.len() > max_bytes {
+        return Outcome::error_message(&format!(
+            "the tool's output exceeds the limit of {max_bytes} bytes once encoded as JSON"
+        ));
+    }
+    Outcome {
+        result_json,
+        is_error: outcome.is_error,
+    }
+}
+
+/// The tonic `ToolRuntime` service: decodes, delegates to [`Runtime`], encodes.
+#[derive(Debug, Clone)]
+pub struct RuntimeService {
+    runtime: Arc<Runtime>,
+}
+
+impl RuntimeService {
+    /// The service in front of `runtime`.
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        Self { runtime }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
+    #[tracing::instrument(skip_all, fields(tool = %request.get_ref().tool, invocation = %request.get_ref().invocation_id))]
+    async fn execute(
+        &self,
+        request: tonic::Request<pb::ExecuteRequest>,
+    ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
+        let caller_timeout = toolmesh_proto::timeout::of(&request);
+        let req = request.into_inner();
+        match self
+            .runtime
+            .execute(&req.tool, &req.arguments_json, caller_timeout)
+            .await
+        {
+            Ok(response) => {
+                tracing::debug!(is_error = response.is_error, "tool ran");
+                Ok(tonic::Response::new(response))
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "tool did not run");
+                Err(err.to_status())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

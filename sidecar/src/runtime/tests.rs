@@ -1,0 +1,139 @@
+#![allow(clippy::unwrap_used)]
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::tool::Backend;
+
+/// Answers with fixed text after a delay.
+struct Fixed {
+    delay: Duration,
+    outcome: Outcome,
+}
+
+#[async_trait]
+impl Backend for Fixed {
+    async fn call(&self, _args: &str, _deadline: Instant) -> Result<Outcome, BackendError> {
+        tokio::time::sleep(self.delay).await;
+        Ok(self.outcome.clone())
+    }
+}
+
+fn tool(name: &str, delay: Duration, outcome: Outcome, timeout: Option<Duration>) -> Tool {
+    let descriptor = pb::ToolDescriptor {
+        name: name.into(),
+        timeout: timeout.map(|t| prost_types::Duration::try_from(t).unwrap()),
+        ..Default::default()
+    };
+    Tool::new(descriptor, Arc::new(Fixed { delay, outcome }))
+}
+
+#[test]
+fn tool_sets_are_checked() {
+    assert!(matches!(Runtime::new(vec![]), Err(ToolSetError::Empty)));
+    let a = tool("a", Duration::ZERO, Outcome::ok("1"), None);
+    assert!(matches!(
+        Runtime::new(vec![a.clone(), a]),
+        Err(ToolSetError::Duplicate(name)) if name == "a"
+    ));
+    let bad = tool("bad name", Duration::ZERO, Outcome::ok("1"), None);
+    assert!(matches!(
+        Runtime::new(vec![bad]),
+        Err(ToolSetError::InvalidName(_))
+    ));
+}
+
+#[tokio::test]
+async fn unknown_tool_is_not_found() {
+    let runtime = Runtime::new(vec![tool("a", Duration::ZERO, Outcome::ok("1"), None)]).unwrap();
+    let err = runtime.execute("b", "{}", None).await.unwrap_err();
+    assert_eq!(err.to_status().code(), tonic::Code::NotFound);
+}
+
+#[tokio::test]
+async fn results_are_normalized() {
+    let runtime = Runtime::new(vec![
+        tool("json", Duration::ZERO, Outcome::ok(" {\"a\": 1}\n"), None),
+        tool(
+            "text",
+            Duration::ZERO,
+            Outcome::ok("hello \"world\"\n"),
+            None,
+        ),
+        tool("fails", Duration::ZERO, Outcome::error("boom"), None),
+    ])
+    .unwrap();
+    let json = runtime.execute("json", "{}", None).await.unwrap();
+    assert_eq!(
+        (json.result_json.as_str(), json.is_error),
+        ("{\"a\": 1}", false)
+    );
+    let text = runtime.execute("text", "{}", None).await.unwrap();
+    assert_eq!(text.result_json, "\"hello \\\"world\\\"\\n\"");
+    let fails = runtime.execute("fails", "{}", None).await.unwrap();
+    assert_eq!(
+        (fails.result_json.as_str(), fails.is_error),
+        ("\"boom\"", true)
+    );
+}
+
+#[tokio::test]
+async fn output_over_the_cap_is_an_error_result() {
+    let big =
+        tool("big", Duration::ZERO, Outcome::ok("x".repeat(100)), None).with_max_output_bytes(10);
+    let runtime = Runtime::new(vec![big]).unwrap();
+    let response = runtime.execute("big", "{}", None).await.unwrap();
+    assert!(response.is_error);
+    assert!(
+        response
+            .result_json
+            .contains("exceeds the limit of 10 bytes"),
+        "{}",
+        response.result_json
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_timeout_is_enforced() {
+    let slow = tool(
+        "slow",
+        Duration::from_secs(30),
+        Outcome::ok("1"),
+        Some(Duration::from_secs(2)),
+    );
+    let runtime = Runtime::new(vec![slow]).unwrap();
+    let start = Instant::now();
+    let err = runtime.execute("slow", "{}", None).await.unwrap_err();
+    assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn caller_timeout_wins_when_shorter() {
+    let slow = tool(
+        "slow",
+        Duration::from_secs(30),
+        Outcome::ok("1"),
+        Some(Duration::from_secs(20)),
+    );
+    let runtime = Runtime::new(vec![slow]).unwrap();
+    let start = Instant::now();
+    let err = runtime
+        .execute("slow", "{}", Some(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(start.elapsed(), Duration::from_millis(900));
+}
+
+#[test]
+fn effective_timeouts() {
+    let s = Duration::from_secs;
+    assert_eq!(effective_timeout(None, None), DEFAULT_TIMEOUT);
+    assert_eq!(effective_timeout(Some(s(2)), None), s(2));
+    assert_eq!(effective_timeout(Some(s(2)), Some(s(10))), s(2));
+    assert_eq!(
+        effective_timeout(None, Some(s(10))),
+        Duration::from_millis(9800)
+    );
+}

@@ -1,0 +1,262 @@
+//! Tools written in Rust: the seed's `defineTool`, with the schemas derived
+//! from the argument and result types.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use toolmesh_sidecar::sdk::{self, ToolError};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct AddArgs { a: i64, b: i64 }
+//! #[derive(serde::Serialize, schemars::JsonSchema)]
+//! struct AddResult { sum: i64 }
+//!
+//! # async fn run() -> Result<(), toolmesh_sidecar::SidecarError> {
+//! let add = sdk::tool("add", "Add two integers", |args: AddArgs| async move {
+//!     Ok::<_, ToolError>(AddResult { sum: args.a + args.b })
+//! })
+//! .rate_limit(5.0, 10)
+//! .timeout(Duration::from_secs(2))
+//! .idempotent(true)
+//! .build();
+//! sdk::Sidecar::new("http://127.0.0.1:50051")
+//!     .tool(add)
+//!     .serve_at("127.0.0.1:0", async { let _ = tokio::signal::ctrl_c().await; })
+//!     .await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::time::Instant;
+use toolmesh_proto::pb;
+
+use crate::SidecarError;
+use crate::server::{ServeOptions, serve};
+use crate::tool::{Backend, BackendError, Outcome, Tool};
+
+/// A failure a Rust tool reports: becomes an `is_error` result whose JSON is
+/// the message as a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+}
+
+impl ToolError {
+    /// A failure with this message (shown to the LLM).
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(message: String) -> Self {
+        Self::new(message)
+    }
+}
+
+impl From<&str> for ToolError {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
+}
+
+/// Runs a Rust async function: JSON in, JSON out.
+struct Handler<F, A, R> {
+    function: F,
+    types: PhantomData<fn(A) -> R>,
+}
+
+#[async_trait]
+impl<F, Fut, A, R> Backend for Handler<F, A, R>
+where
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+    A: DeserializeOwned + Send + 'static,
+    R: Serialize + Send + 'static,
+{
+    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError> {
+        let arguments_json = if arguments_json.trim().is_empty() {
+            "{}"
+        } else {
+            arguments_json
+        };
+        let args: A = match serde_json::from_str(arguments_json) {
+            Ok(args) => args,
+            Err(e) => return Ok(Outcome::error_message(&format!("invalid arguments: {e}"))),
+        };
+        let result = tokio::time::timeout_at(deadline, (self.function)(args))
+            .await
+            .map_err(|_| BackendError::DeadlineExceeded)?;
+        match result {
+            Ok(value) => serde_json::to_string(&value)
+                .map(Outcome::ok)
+                .map_err(|e| BackendError::Internal(format!("cannot encode the result: {e}"))),
+            Err(err) => Ok(Outcome::error_message(err.message())),
+        }
+    }
+}
+
+/// Starts a tool named `name` run by `handler`; finish with [`ToolBuilder::build`].
+///
+/// The input schema is derived from `A`, the output schema from `R`.
+pub fn tool<A, R, F, Fut>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    handler: F,
+) -> ToolBuilder
+where
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+    A: JsonSchema + DeserializeOwned + Send + 'static,
+    R: JsonSchema + Serialize + Send + 'static,
+{
+    let descriptor = pb::ToolDescriptor {
+        name: name.into(),
+        description: description.into(),
+        input_schema_json: serde_json::Value::from(schemars::schema_for!(A)).to_string(),
+        output_schema_json: serde_json::Value::from(schemars::schema_for!(R)).to_string(),
+        ..Default::default()
+    };
+    ToolBuilder {
+        descriptor,
+        backend: Arc::new(Handler {
+            function: handler,
+            types: PhantomData,
+        }),
+        max_output_bytes: None,
+    }
+}
+
+/// Sets the optional parts of a Rust tool's descriptor.
+#[must_use = "call .build() to get the Tool"]
+pub struct ToolBuilder {
+    descriptor: pb::ToolDescriptor,
+    backend: Arc<dyn Backend>,
+    max_output_bytes: Option<usize>,
+}
+
+impl ToolBuilder {
+    /// Rate limit across all instances: `rate` calls per second, `burst` at once.
+    pub fn rate_limit(mut self, rate: f64, burst: u32) -> Self {
+        self.descriptor.rate_limit = Some(pb::RateLimit { rate, burst });
+        self
+    }
+
+    /// Longest a call may run (durations beyond prost's range are ignored).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.descriptor.timeout = prost_types::Duration::try_from(timeout).ok();
+        self
+    }
+
+    /// Whether running twice equals running once.
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.descriptor.idempotent = idempotent;
+        self
+    }
+
+    /// Labels for filtering.
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.descriptor.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Free-form version, e.g. `"1.0.0"`.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.descriptor.version = version.into();
+        self
+    }
+
+    /// Largest result in bytes (default 4 MiB).
+    pub fn max_output_bytes(mut self, max: usize) -> Self {
+        self.max_output_bytes = Some(max);
+        self
+    }
+
+    /// The tool. Its name is checked when it is served.
+    pub fn build(self) -> Tool {
+        let tool = Tool::new(self.descriptor, self.backend);
+        match self.max_output_bytes {
+            Some(max) => tool.with_max_output_bytes(max),
+            None => tool,
+        }
+    }
+}
+
+/// An embedded sidecar serving Rust tools (announce, heartbeat and withdraw
+/// included): a thin wrapper around [`serve`].
+#[derive(Debug)]
+#[must_use = "call .serve() or .serve_at()"]
+pub struct Sidecar {
+    tools: Vec<Tool>,
+    options: ServeOptions,
+}
+
+impl Sidecar {
+    /// A sidecar announcing to the registry at `registry` (e.g. `"http://127.0.0.1:50051"`).
+    pub fn new(registry: impl Into<String>) -> Self {
+        Self {
+            tools: Vec::new(),
+            options: ServeOptions {
+                registry: registry.into(),
+                ..ServeOptions::default()
+            },
+        }
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// The URL the registry should dial (default `http://<bound address>`).
+    pub fn advertise(mut self, url: impl Into<String>) -> Self {
+        self.options.advertise = Some(url.into());
+        self
+    }
+
+    /// A stable instance id (default `<hostname>-<random>`).
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.options.instance_id = Some(id.into());
+        self
+    }
+
+    /// Serves on an already bound listener until `shutdown` completes.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), SidecarError> {
+        serve(listener, self.tools, self.options, shutdown).await
+    }
+
+    /// Binds `addr`, then serves until `shutdown` completes.
+    pub async fn serve_at(
+        self,
+        addr: impl ToSocketAddrs,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), SidecarError> {
+        let listener = TcpListener::bind(addr).await.map_err(SidecarError::Io)?;
+        self.serve(listener, shutdown).await
+    }
+}

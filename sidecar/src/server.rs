@@ -1,0 +1,117 @@
+//! [`serve`]: the sidecar as a library: serve `ToolRuntime` on a bound
+//! listener, keep the registry informed, and shut down gracefully.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use toolmesh_proto::pb;
+use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
+
+use crate::SidecarError;
+use crate::announcer::Announcer;
+use crate::runtime::{Runtime, RuntimeService};
+use crate::tool::Tool;
+
+/// How long in-flight calls may take to finish after shutdown.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the registry is and how this instance presents itself.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// Registry URL, e.g. `"http://127.0.0.1:50051"`.
+    pub registry: String,
+    /// URL the registry dials to reach this sidecar; default
+    /// `http://<listener address>` (an unspecified IP becomes 127.0.0.1).
+    pub advertise: Option<String>,
+    /// Stable instance id; default [`default_instance_id`].
+    pub instance_id: Option<String>,
+}
+
+/// `<hostname>-<8 random hex digits>`.
+pub fn default_instance_id() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sidecar".to_owned());
+    format!("{host}-{:08x}", rand::rng().random::<u32>())
+}
+
+/// The URL to advertise for a listener bound to `addr`: `http://addr`, with
+/// an unspecified IP (0.0.0.0, ::) replaced by 127.0.0.1 and a warning.
+pub fn default_advertise(addr: SocketAddr) -> String {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        tracing::warn!(
+            %addr,
+            "listening on an unspecified address; advertising 127.0.0.1 (set --advertise / TOOLMESH_ADVERTISE for other hosts)"
+        );
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{addr}")
+}
+
+/// Serves `tools` on `listener` and keeps them announced to the registry
+/// until `shutdown` completes; then withdraws (within a few seconds), stops
+/// accepting calls, lets in-flight ones finish (up to [`DRAIN_GRACE`]) and
+/// returns `Ok`.
+///
+/// Dropping the returned future stops everything without withdrawing (the
+/// lease then expires), like a crash.
+pub async fn serve(
+    listener: TcpListener,
+    tools: Vec<Tool>,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), SidecarError> {
+    let addr = listener.local_addr().map_err(SidecarError::Io)?;
+    let runtime = Arc::new(Runtime::new(tools)?);
+    let endpoint = opts
+        .advertise
+        .clone()
+        .unwrap_or_else(|| default_advertise(addr));
+    let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
+    let announce = pb::AnnounceRequest {
+        instance_id: instance_id.clone(),
+        endpoint: endpoint.clone(),
+        tools: runtime.descriptors(),
+    };
+    let announcer = Announcer::new(&opts.registry, announce).map_err(|source| {
+        SidecarError::InvalidRegistry {
+            url: opts.registry.clone(),
+            source,
+        }
+    })?;
+    tracing::info!(%addr, %endpoint, instance = %instance_id, registry = %opts.registry, "sidecar serving");
+
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(ToolRuntimeServer::new(RuntimeService::new(runtime)))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = drain_rx.await;
+        });
+    let control = announcer.run_until(shutdown);
+    tokio::pin!(server, control);
+    tokio::select! {
+        result = &mut server => {
+            // The server stopped by itself: nothing was asked to shut down.
+            result?;
+            return Err(SidecarError::Stopped);
+        }
+        () = &mut control => {}
+    }
+    let _ = drain_tx.send(());
+    match tokio::time::timeout(DRAIN_GRACE, server).await {
+        Ok(result) => result?,
+        Err(_) => {
+            tracing::warn!(grace = ?DRAIN_GRACE, "calls still running after the grace period; stopping anyway")
+        }
+    }
+    tracing::info!("sidecar stopped");
+    Ok(())
+}

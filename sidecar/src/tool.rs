@@ -1,0 +1,214 @@
+//! A tool: its descriptor and the backend that runs it, plus the backend
+//! contract ([`Backend`], [`Outcome`], [`BackendError`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use toolmesh_proto::pb;
+
+/// Default cap on the size of a tool's result, in bytes (4 MiB).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
+
+/// A tool this sidecar serves: what it announces, and what runs it.
+#[derive(Clone)]
+pub struct Tool {
+    descriptor: pb::ToolDescriptor,
+    backend: Arc<dyn Backend>,
+    max_output_bytes: usize,
+}
+
+impl Tool {
+    /// A tool with the given descriptor, run by `backend`, with the default
+    /// output cap ([`DEFAULT_MAX_OUTPUT_BYTES`]).
+    pub fn new(descriptor: pb::ToolDescriptor, backend: Arc<dyn Backend>) -> Self {
+        Self {
+            descriptor,
+            backend,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+        }
+    }
+
+    /// Sets the largest result (in bytes) this tool may return; larger
+    /// results become an `is_error` result saying so.
+    #[must_use]
+    pub fn with_max_output_bytes(mut self, max_output_bytes: usize) -> Self {
+        self.max_output_bytes = max_output_bytes;
+        self
+    }
+
+    /// The descriptor announced to the registry.
+    pub fn descriptor(&self) -> &pb::ToolDescriptor {
+        &self.descriptor
+    }
+
+    /// The backend that runs the tool.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The largest result, in bytes, this tool may return.
+    pub fn max_output_bytes(&self) -> usize {
+        self.max_output_bytes
+    }
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.descriptor.name)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs a tool.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Runs the tool; must stop its work when the future is dropped or at `deadline`.
+    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError>;
+}
+
+/// What a tool run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The result (or, with `is_error`, the error): JSON text, or plain text
+    /// that the runtime encodes as a JSON string.
+    pub result_json: String,
+    /// True when the tool ran and reported a failure.
+    pub is_error: bool,
+}
+
+impl Outcome {
+    /// A successful result.
+    pub fn ok(result_json: impl Into<String>) -> Self {
+        Self {
+            result_json: result_json.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failure the tool reported (shown to the LLM, not a transport error).
+    pub fn error(result_json: impl Into<String>) -> Self {
+        Self {
+            result_json: result_json.into(),
+            is_error: true,
+        }
+    }
+
+    /// A failure carrying `message` as a JSON string.
+    pub fn error_message(message: &str) -> Self {
+        Self::error(json_string(message))
+    }
+}
+
+/// `text` encoded as a JSON string literal.
+pub(crate) fn json_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
+}
+
+/// Why a backend could not run a tool (as opposed to the tool running and
+/// failing, which is an [`Outcome`] with `is_error`).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The deadline passed before the tool finished; its work was stopped.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// The command could not be started.
+    #[error("cannot start {program:?}: {source}")]
+    Spawn {
+        /// The program that failed to start.
+        program: String,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking to a running command failed.
+    #[error("I/O error talking to the command: {0}")]
+    Io(#[source] std::io::Error),
+    /// The HTTP backend could not be reached (connection refused, DNS, TLS):
+    /// the request never reached it.
+    #[error("HTTP backend unreachable: {0}")]
+    HttpConnect(#[source] reqwest::Error),
+    /// The HTTP exchange failed after the connection was made.
+    #[error("HTTP backend failed: {0}")]
+    Http(#[source] reqwest::Error),
+    /// Anything else that kept the backend from producing an outcome.
+    #[error("backend failed: {0}")]
+    Internal(String),
+}
+
+impl BackendError {
+    /// The gRPC status the registry receives for this error.
+    pub fn to_status(&self) -> tonic::Status {
+        let message = self.to_string();
+        match self {
+            Self::DeadlineExceeded => tonic::Status::deadline_exceeded(message),
+            Self::Spawn { .. } | Self::HttpConnect(_) | Self::Http(_) => {
+                tonic::Status::unavailable(message)
+            }
+            Self::Io(_) | Self::Internal(_) => tonic::Status::internal(message),
+        }
+    }
+
+    /// True when the tool certainly did not run, so the call may be retried
+    /// on another instance even for a non-idempotent tool.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Spawn { .. } | Self::HttpConnect(_) => true,
+            Self::DeadlineExceeded | Self::Io(_) | Self::Http(_) | Self::Internal(_) => false,
+        }
+    }
+}
+
+/// Why a tool name is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid tool name {0:?}: use 1 to 64 characters among letters, digits, '_', '-' and '.'")]
+pub struct InvalidToolName(pub String);
+
+/// Checks the tool-name rule: 1 to 64 characters of `[A-Za-z0-9_.-]`.
+pub fn validate_tool_name(name: &str) -> Result<(), InvalidToolName> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidToolName(name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names() {
+        for good in ["a", "word_count", "x.y-z_1", &"a".repeat(64)] {
+            assert!(validate_tool_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "has space", "ünï", "a/b", &"a".repeat(65)] {
+            assert!(validate_tool_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn status_codes() {
+        use tonic::Code;
+        assert_eq!(
+            BackendError::DeadlineExceeded.to_status().code(),
+            Code::DeadlineExceeded
+        );
+        let spawn = BackendError::Spawn {
+            program: "x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert_eq!(spawn.to_status().code(), Code::Unavailable);
+        assert!(spawn.is_retryable());
+        assert_eq!(
+            BackendError::Internal("x".into()).to_status().code(),
+            Code::Internal
+        );
+    }
+}

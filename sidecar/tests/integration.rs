@@ -1,0 +1,16 @@
+//! Integration tests: real processes, real HTTP and gRPC servers on loopback.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+#[path = "integration/announcer.rs"]
+mod announcer;
+#[path = "integration/command.rs"]
+mod command;
+#[path = "integration/execute.rs"]
+mod execute;
+#[path = "integration/http.rs"]
+mod http;
+#[path = "integration/sdk.rs"]
+mod sdk;

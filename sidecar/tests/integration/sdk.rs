@@ -1,0 +1,138 @@
+//! Rust tools through the SDK, served by an embedded sidecar.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolmesh_proto::pb;
+use toolmesh_sidecar::sdk::{self, ToolError};
+
+use crate::common::{registry, runtime_client, wait_until};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct AddArgs {
+    a: i64,
+    b: i64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+struct AddResult {
+    sum: i64,
+}
+
+fn add_tool() -> toolmesh_sidecar::Tool {
+    sdk::tool("add", "Add two integers", |args: AddArgs| async move {
+        if args.a < 0 {
+            return Err(ToolError::new("a must not be negative"));
+        }
+        Ok::<_, ToolError>(AddResult {
+            sum: args.a + args.b,
+        })
+    })
+    .rate_limit(5.0, 10)
+    .timeout(Duration::from_secs(2))
+    .idempotent(true)
+    .tags(["math"])
+    .version("1.0.0")
+    .build()
+}
+
+#[test]
+fn descriptor_has_derived_schemas() {
+    let tool = add_tool();
+    let d = tool.descriptor();
+    assert_eq!(d.name, "add");
+    assert_eq!(
+        d.rate_limit,
+        Some(pb::RateLimit {
+            rate: 5.0,
+            burst: 10
+        })
+    );
+    assert_eq!(
+        d.timeout,
+        Some(prost_types::Duration {
+            seconds: 2,
+            nanos: 0
+        })
+    );
+    assert!(d.idempotent);
+    assert_eq!(d.tags, ["math"]);
+    assert_eq!(d.version, "1.0.0");
+    let input: serde_json::Value = serde_json::from_str(&d.input_schema_json).unwrap();
+    let validator = jsonschema::validator_for(&input).unwrap();
+    assert!(validator.is_valid(&serde_json::json!({"a": 1, "b": 2})));
+    assert!(!validator.is_valid(&serde_json::json!({"a": 1})));
+    let output: serde_json::Value = serde_json::from_str(&d.output_schema_json).unwrap();
+    assert!(jsonschema::is_valid(
+        &output,
+        &serde_json::json!({"sum": 3})
+    ));
+}
+
+#[tokio::test]
+async fn round_trip_through_an_embedded_sidecar() {
+    let (registry, url, _stop) = registry(Duration::from_secs(10)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(
+        sdk::Sidecar::new(url)
+            .instance_id("sdk-1")
+            .tool(add_tool())
+            .serve(listener, async {
+                let _ = rx.await;
+            }),
+    );
+
+    wait_until(Duration::from_secs(10), "the announce", || {
+        !registry.announces().is_empty()
+    })
+    .await;
+    let (_, announce, _) = registry.announces().remove(0);
+    assert_eq!(announce.instance_id, "sdk-1");
+    assert_eq!(announce.endpoint, format!("http://{addr}"));
+    assert_eq!(announce.tools[0].name, "add");
+
+    let mut client = runtime_client(format!("http://{addr}")).await;
+    let call = |args: &str| pb::ExecuteRequest {
+        tool: "add".into(),
+        arguments_json: args.into(),
+        invocation_id: "inv".into(),
+    };
+    let ok = client
+        .execute(call(r#"{"a": 2, "b": 3}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (ok.result_json.as_str(), ok.is_error),
+        (r#"{"sum":5}"#, false)
+    );
+
+    let refused = client
+        .execute(call(r#"{"a": -1, "b": 3}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (refused.result_json.as_str(), refused.is_error),
+        (r#""a must not be negative""#, true)
+    );
+
+    let bad = client
+        .execute(call(r#"{"a": "x"}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(bad.is_error);
+    assert!(
+        bad.result_json.contains("invalid arguments"),
+        "{}",
+        bad.result_json
+    );
+
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+    assert_eq!(registry.withdrawals(), ["lease-1"]);
+}
