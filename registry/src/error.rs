@@ -55,7 +55,7 @@ pub enum RegistryError {
         violations: Vec<Violation>,
     },
     /// The tool's rate limit has no token left for this call.
-    #[error("rate limit of {tool:?} exceeded ({rate}/s, burst {burst}); retry in {}", humantime::format_duration(*.retry_after))]
+    #[error("rate limit of {tool:?} exceeded ({rate}/s, burst {burst}); retry in {}", rounded(*.retry_after))]
     RateLimited {
         /// The tool.
         tool: String,
@@ -75,7 +75,7 @@ pub enum RegistryError {
         detail: String,
     },
     /// The call's deadline passed before the tool answered.
-    #[error("deadline of {} exceeded calling {tool:?}", humantime::format_duration(*.deadline))]
+    #[error("deadline of {} exceeded calling {tool:?}", rounded(*.deadline))]
     DeadlineExceeded {
         /// The tool.
         tool: String,
@@ -146,6 +146,12 @@ pub enum RegistryError {
     /// A bound on the catalog's size was reached.
     #[error("catalog full: {0}")]
     CatalogFull(String),
+}
+
+/// A duration for people: rounded up to the millisecond (`833ms`, `2s 500ms`).
+fn rounded(duration: Duration) -> humantime::FormattedDuration {
+    let millis = u64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(millis))
 }
 
 fn summarize(violations: &[Violation]) -> String {
@@ -287,6 +293,7 @@ mod tests {
         }
         .to_status();
         assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.message().ends_with("retry in 250ms"), "{}", status.message());
         let details = status.get_error_details();
         let retry = details.retry_info().expect("retry info");
         assert_eq!(retry.retry_delay, Some(Duration::from_millis(250)));

@@ -1,7 +1,7 @@
 //! Assembles the registry and serves it: `ToolRegistry`, `Registration`,
 //! gRPC health and server reflection on one listener.
 
-use std::{collections::HashSet, future::Future, sync::Arc};
+use std::{collections::HashSet, future::Future, sync::Arc, time::Duration};
 
 use tokio::{net::TcpListener, sync::broadcast::error::RecvError};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -149,6 +149,10 @@ impl Registry {
 
         let stop = CancellationToken::new();
         let server = tonic::transport::Server::builder()
+            // Find dead agents and sidecars on idle connections.
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .tcp_nodelay(true)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_alpha)
