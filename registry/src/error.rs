@@ -31,7 +31,7 @@ pub enum RegistryError {
     /// `arguments_json` is not JSON.
     #[error("arguments are not valid JSON: {message} at line {line} column {column}")]
     ArgumentsNotJson {
-        /// The parser's message.
+        /// The parser's message, without the position.
         message: String,
         /// 1-based line of the error.
         line: usize,
@@ -184,12 +184,16 @@ impl RegistryError {
                     "no live instance serves this tool; ListTools shows what is available",
                 ),
             ),
-            Self::ArgumentsNotJson { line, column, .. } => Status::with_error_details(
+            Self::ArgumentsNotJson {
+                message: reason,
+                line,
+                column,
+            } => Status::with_error_details(
                 Code::InvalidArgument,
-                message.clone(),
+                message,
                 ErrorDetails::with_bad_request_violation(
                     "arguments_json",
-                    format!("not valid JSON at line {line} column {column}: {message}"),
+                    format!("not valid JSON: {reason} at line {line} column {column}"),
                 ),
             ),
             Self::ArgumentsTooLarge { .. } => Status::with_error_details(
@@ -293,7 +297,11 @@ mod tests {
         }
         .to_status();
         assert_eq!(status.code(), Code::ResourceExhausted);
-        assert!(status.message().ends_with("retry in 250ms"), "{}", status.message());
+        assert!(
+            status.message().ends_with("retry in 250ms"),
+            "{}",
+            status.message()
+        );
         let details = status.get_error_details();
         let retry = details.retry_info().expect("retry info");
         assert_eq!(retry.retry_delay, Some(Duration::from_millis(250)));

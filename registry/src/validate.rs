@@ -56,10 +56,15 @@ pub fn parse_arguments(arguments_json: &str, max_bytes: usize) -> Result<Value, 
     if arguments_json.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
-    serde_json::from_str(arguments_json).map_err(|e| RegistryError::ArgumentsNotJson {
-        message: e.to_string(),
-        line: e.line(),
-        column: e.column(),
+    serde_json::from_str(arguments_json).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        let full = e.to_string();
+        let position = format!(" at line {line} column {column}");
+        RegistryError::ArgumentsNotJson {
+            message: full.strip_suffix(&position).unwrap_or(&full).to_owned(),
+            line,
+            column,
+        }
     })
 }
 
@@ -163,7 +168,10 @@ mod tests {
     #[test]
     fn parse_reports_line_and_column() {
         match parse_arguments("{\n  \"a\": x\n}", 1024) {
-            Err(RegistryError::ArgumentsNotJson { line, .. }) => assert_eq!(line, 2),
+            Err(RegistryError::ArgumentsNotJson { line, message, .. }) => {
+                assert_eq!(line, 2);
+                assert!(!message.contains("line"), "{message}");
+            }
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(

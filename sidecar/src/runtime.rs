@@ -16,9 +16,10 @@ use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, val
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Most of the caller's deadline kept back so DEADLINE_EXCEEDED reaches the
-/// caller before its own timer fires (which would turn it into CANCELLED).
-const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(200);
+/// Most of the caller's deadline kept back so this sidecar answers
+/// DEADLINE_EXCEEDED before tonic's own `grpc-timeout` timer, which started a
+/// moment earlier, answers CANCELLED. A few milliseconds cover that gap.
+const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(20);
 
 /// Why a set of tools cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +130,7 @@ fn tool_timeout(tool: &Tool) -> Option<Duration> {
 /// The time a call may take: the shorter of the tool's and the caller's
 /// timeouts (the caller's less a small margin), or [`DEFAULT_TIMEOUT`].
 pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Duration {
-    let caller = caller.map(|c| c - (c / 10).min(MAX_DEADLINE_MARGIN));
+    let caller = caller.map(|c| c - (c / 50).min(MAX_DEADLINE_MARGIN));
     match (tool, caller) {
         (Some(t), Some(c)) => t.min(c),
         (Some(d), None) | (None, Some(d)) => d,

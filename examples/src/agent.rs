@@ -1,0 +1,453 @@
+//! The demo's agent: what an LLM agent does with toolmesh, minus the LLM.
+//!
+//! It waits (bounded) until the demo's tools are live, following
+//! `WatchTools`; prints them with their input schemas and as LLM
+//! function-calling definitions; makes successful calls; then provokes each
+//! failure of the error model and decodes its google.rpc details with
+//! `tonic_types::StatusExt::get_error_details`. Every expected outcome is a
+//! [`Check`]; the [`Report`] passes only if all of them do.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+use tonic_types::StatusExt as _;
+use toolmesh_proto::pb::{self, tool_event::Kind, tool_registry_client::ToolRegistryClient};
+
+use crate::present::{self, describe_status, heading};
+
+/// The tools the demo starts: three from the YAML sidecar, one from the SDK.
+pub const EXPECTED_TOOLS: [&str; 4] = ["divide", "lookup", "slow_report", "word_count"];
+
+/// The agent's own gRPC deadline on each call: longer than any tool's
+/// timeout, so the registry's deadline is the one that fires.
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Most `word_count` calls made to reach its rate limit.
+const MAX_RATE_LIMIT_CALLS: usize = 20;
+
+/// What the agent needs to know.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Registry URL, e.g. `http://127.0.0.1:50051`.
+    pub registry: String,
+    /// How long to wait for the registry and for every tool to be live.
+    pub wait_for_tools: Duration,
+}
+
+/// One expected outcome and whether it was observed.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// What was expected.
+    pub what: String,
+    /// Whether it happened.
+    pub passed: bool,
+}
+
+/// Every check of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The checks, in the order they were made.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Whether every expected outcome was observed.
+    pub fn passed(&self) -> bool {
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.passed)
+    }
+
+    /// The checks that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.passed)
+    }
+}
+
+/// Runs the whole walk-through against the registry, printing as it goes.
+/// An `Err` means the walk-through could not run (no registry, tools never
+/// appeared); failed expectations are in the [`Report`].
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    let deadline = Instant::now() + options.wait_for_tools;
+    let client = connect(&options.registry, deadline).await?;
+    let mut agent = Agent {
+        client,
+        report: Report::default(),
+    };
+    agent.wait_for_tools(deadline).await?;
+    agent.show_tools().await?;
+    agent.successful_calls().await;
+    agent.invalid_arguments().await;
+    agent.arguments_not_json().await;
+    agent.unknown_tool().await;
+    agent.rate_limit().await;
+    agent.tool_errors().await;
+    agent.timeout().await;
+    agent.summary();
+    Ok(agent.report)
+}
+
+async fn connect(url: &str, deadline: Instant) -> anyhow::Result<ToolRegistryClient<Channel>> {
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .with_context(|| format!("invalid registry URL {url:?}"))?
+        .connect_timeout(Duration::from_secs(2));
+    loop {
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(ToolRegistryClient::new(channel)),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e).with_context(|| format!("cannot reach the registry at {url}"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+struct Agent {
+    client: ToolRegistryClient<Channel>,
+    report: Report,
+}
+
+impl Agent {
+    fn check(&mut self, what: impl Into<String>, passed: bool) {
+        let what = what.into();
+        println!("  [{}] {what}", if passed { "ok" } else { "FAILED" });
+        self.report.checks.push(Check { what, passed });
+    }
+
+    /// One `Invoke`, printed: the call, then its result or its status with
+    /// the decoded details.
+    async fn invoke(
+        &mut self,
+        tool: &str,
+        arguments_json: &str,
+    ) -> Result<pb::InvokeResponse, Status> {
+        if arguments_json.contains('\n') {
+            // Several lines: shown as a string literal so line and column
+            // in the error can be followed.
+            println!("  -> invoke {tool} {arguments_json:?}");
+        } else {
+            println!("  -> invoke {tool} {arguments_json}");
+        }
+        let mut request = Request::new(pb::InvokeRequest {
+            tool: tool.to_owned(),
+            arguments_json: arguments_json.to_owned(),
+            idempotency_key: String::new(),
+        });
+        request.set_timeout(CALL_DEADLINE);
+        let outcome = self
+            .client
+            .invoke(request)
+            .await
+            .map(tonic::Response::into_inner);
+        match &outcome {
+            Ok(response) => println!("  <- {}", present::describe_response(response)),
+            Err(status) => {
+                let mut lines = describe_status(status).into_iter();
+                if let Some(first) = lines.next() {
+                    println!("  <- {first}");
+                }
+                for line in lines {
+                    println!("       {line}");
+                }
+            }
+        }
+        outcome
+    }
+
+    async fn wait_for_tools(&mut self, deadline: Instant) -> anyhow::Result<()> {
+        println!("{}", heading("Waiting for the tools (WatchTools)"));
+        println!("  expecting: {}", EXPECTED_TOOLS.join(", "));
+        let started = Instant::now();
+        let within = deadline.saturating_duration_since(started);
+        let mut stream =
+            tokio::time::timeout_at(deadline, self.client.watch_tools(pb::WatchToolsRequest {}))
+                .await
+                .context("timed out opening WatchTools")?
+                .context("WatchTools failed")?
+                .into_inner();
+        let mut live = BTreeSet::new();
+        while !EXPECTED_TOOLS.iter().all(|t| live.contains(*t)) {
+            let missing = || {
+                let missing: Vec<_> = EXPECTED_TOOLS
+                    .iter()
+                    .filter(|t| !live.contains(**t))
+                    .collect();
+                format!("{missing:?}")
+            };
+            let Ok(event) = tokio::time::timeout_at(deadline, stream.message()).await else {
+                bail!("the tools {} did not appear within {within:?}", missing());
+            };
+            let Some(event) = event.context("the WatchTools stream failed")? else {
+                bail!("the WatchTools stream ended; still missing {}", missing());
+            };
+            let name = event
+                .tool
+                .as_ref()
+                .and_then(|t| t.descriptor.as_ref())
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            let instances = event.tool.as_ref().map_or(0, |t| t.instances);
+            match Kind::try_from(event.kind) {
+                Ok(Kind::Added) => {
+                    println!("  + {name} ({instances} instance(s))");
+                    live.insert(name);
+                }
+                Ok(Kind::Updated) => {
+                    live.insert(name);
+                }
+                Ok(Kind::Removed) => {
+                    println!("  - {name}");
+                    live.remove(&name);
+                }
+                Ok(Kind::Synced) => println!("  (initial list complete; now following changes)"),
+                Ok(Kind::Unspecified) | Err(_) => {}
+            }
+        }
+        println!(
+            "  all {} tools are live after {:.2?}",
+            EXPECTED_TOOLS.len(),
+            started.elapsed()
+        );
+        Ok(())
+    }
+
+    async fn show_tools(&mut self) -> anyhow::Result<()> {
+        let tools = self
+            .client
+            .list_tools(pb::ListToolsRequest::default())
+            .await
+            .context("ListTools failed")?
+            .into_inner()
+            .tools;
+        println!("{}", heading("1. The tools, as ListTools shows them"));
+        for tool in &tools {
+            println!("\n{}", present::describe_tool(tool));
+        }
+        println!(
+            "{}",
+            heading("2. The same tools as LLM function-calling definitions")
+        );
+        for descriptor in tools.iter().filter_map(|t| t.descriptor.as_ref()) {
+            println!("{}", present::function_definition(descriptor));
+        }
+        println!();
+        let names: BTreeSet<_> = tools
+            .iter()
+            .filter_map(|t| t.descriptor.as_ref().map(|d| d.name.as_str()))
+            .collect();
+        self.check(
+            "ListTools lists every demo tool",
+            EXPECTED_TOOLS.iter().all(|t| names.contains(t)),
+        );
+        Ok(())
+    }
+
+    async fn successful_calls(&mut self) {
+        println!("{}", heading("3. Successful calls"));
+        let outcome = self
+            .invoke(
+                "word_count",
+                r#"{"text": "toolmesh turns any service into a tool"}"#,
+            )
+            .await;
+        self.check(
+            "word_count (command backend) counts 7 words",
+            result_field(&outcome, "words") == Some(Value::from(7)),
+        );
+        let outcome = self.invoke("lookup", r#"{"key": "widget"}"#).await;
+        self.check(
+            "lookup (HTTP backend) finds 42 widgets",
+            result_field(&outcome, "quantity") == Some(Value::from(42)),
+        );
+        let outcome = self.invoke("divide", r#"{"a": 22, "b": 7}"#).await;
+        let quotient = result_field(&outcome, "quotient").and_then(|q| q.as_f64());
+        self.check(
+            "divide (Rust SDK tool) computes 22 / 7",
+            quotient.is_some_and(|q| (q - 22.0 / 7.0).abs() < 1e-9),
+        );
+    }
+
+    async fn invalid_arguments(&mut self) {
+        println!(
+            "{}",
+            heading("4. Arguments that fail the schema: INVALID_ARGUMENT + BadRequest")
+        );
+        let outcome = self.invoke("divide", r#"{"a": "ten", "c": 1}"#).await;
+        let fields: BTreeSet<String> = match &outcome {
+            Err(status) => status
+                .get_error_details()
+                .bad_request()
+                .map(|b| b.field_violations.iter().map(|v| v.field.clone()).collect())
+                .unwrap_or_default(),
+            Ok(_) => BTreeSet::new(),
+        };
+        self.check(
+            "INVALID_ARGUMENT with a BadRequest violation at /a (wrong type) and /b (missing)",
+            code_of(&outcome) == Some(Code::InvalidArgument)
+                && fields.contains("/a")
+                && fields.contains("/b"),
+        );
+    }
+
+    async fn arguments_not_json(&mut self) {
+        println!(
+            "{}",
+            heading(
+                "5. Arguments that are not JSON: INVALID_ARGUMENT + BadRequest with line/column"
+            )
+        );
+        let outcome = self.invoke("divide", "{\"a\": 1,\n \"b\": }").await;
+        let located = match &outcome {
+            Err(status) => status.get_error_details().bad_request().is_some_and(|b| {
+                b.field_violations
+                    .iter()
+                    .any(|v| v.field == "arguments_json" && v.description.contains("line 2"))
+            }),
+            Ok(_) => false,
+        };
+        self.check(
+            "INVALID_ARGUMENT with a BadRequest violation on arguments_json at line 2",
+            code_of(&outcome) == Some(Code::InvalidArgument) && located,
+        );
+    }
+
+    async fn unknown_tool(&mut self) {
+        println!(
+            "{}",
+            heading("6. An unknown tool: NOT_FOUND + ResourceInfo")
+        );
+        let outcome = self.invoke("translate", r#"{"text": "hello"}"#).await;
+        let named = match &outcome {
+            Err(status) => status
+                .get_error_details()
+                .resource_info()
+                .is_some_and(|r| r.resource_name == "translate"),
+            Ok(_) => false,
+        };
+        self.check(
+            "NOT_FOUND with a ResourceInfo naming the tool",
+            code_of(&outcome) == Some(Code::NotFound) && named,
+        );
+    }
+
+    async fn rate_limit(&mut self) {
+        println!(
+            "{}",
+            heading("7. The rate limit: RESOURCE_EXHAUSTED + RetryInfo + QuotaFailure")
+        );
+        println!(
+            "  word_count allows 1 call/s with a burst of 3 (section 3 spent one); calling it until refused:"
+        );
+        let mut allowed = 0;
+        let mut refusal = None;
+        for _ in 0..MAX_RATE_LIMIT_CALLS {
+            match self
+                .invoke("word_count", r#"{"text": "again and again"}"#)
+                .await
+            {
+                Ok(_) => allowed += 1,
+                Err(status) => {
+                    refusal = Some(status);
+                    break;
+                }
+            }
+        }
+        let Some(status) = refusal else {
+            self.check(
+                format!("word_count refused within {MAX_RATE_LIMIT_CALLS} calls"),
+                false,
+            );
+            return;
+        };
+        let details = status.get_error_details();
+        let delay = details.retry_info().and_then(|r| r.retry_delay);
+        let quota = details
+            .quota_failure()
+            .is_some_and(|q| !q.violations.is_empty());
+        self.check(
+            format!(
+                "RESOURCE_EXHAUSTED after {allowed} allowed call(s), with a RetryInfo delay and a QuotaFailure"
+            ),
+            status.code() == Code::ResourceExhausted && delay.is_some_and(|d| !d.is_zero()) && quota,
+        );
+        let Some(delay) = delay else { return };
+        println!("  waiting the {delay:?} RetryInfo asked for, then calling again:");
+        tokio::time::sleep(delay + Duration::from_millis(20)).await;
+        let outcome = self
+            .invoke("word_count", r#"{"text": "patience pays"}"#)
+            .await;
+        self.check(
+            "after the RetryInfo delay the call is allowed again",
+            outcome.is_ok(),
+        );
+    }
+
+    async fn tool_errors(&mut self) {
+        println!(
+            "{}",
+            heading("8. Tool errors: the tool ran and failed (is_error, not a gRPC error)")
+        );
+        let outcome = self.invoke("divide", r#"{"a": 1, "b": 0}"#).await;
+        let message = outcome
+            .as_ref()
+            .ok()
+            .filter(|r| r.is_error)
+            .and_then(|r| serde_json::from_str::<Value>(&r.result_json).ok());
+        self.check(
+            "divide by zero is an is_error result \"division by zero\"",
+            message == Some(Value::from("division by zero")),
+        );
+        println!("  the inventory service answers HTTP 404 for an unknown key:");
+        let outcome = self.invoke("lookup", r#"{"key": "gizmo"}"#).await;
+        let body = outcome
+            .as_ref()
+            .ok()
+            .filter(|r| r.is_error)
+            .and_then(|r| serde_json::from_str::<Value>(&r.result_json).ok());
+        self.check(
+            "lookup of an unknown key is an is_error result with the service's 404 body",
+            body.as_ref().is_some_and(|b| b["known_keys"].is_array()),
+        );
+    }
+
+    async fn timeout(&mut self) {
+        println!("{}", heading("9. A timeout: DEADLINE_EXCEEDED"));
+        println!(
+            "  slow_report needs 5 s, its timeout is 1 s; the agent allows {CALL_DEADLINE:?}:"
+        );
+        let started = Instant::now();
+        let outcome = self.invoke("slow_report", r#"{"quarter": "Q3"}"#).await;
+        let elapsed = started.elapsed();
+        println!("  answered after {elapsed:.2?}");
+        self.check(
+            "DEADLINE_EXCEEDED at the tool's 1 s timeout (well before 5 s)",
+            code_of(&outcome) == Some(Code::DeadlineExceeded) && elapsed < Duration::from_secs(3),
+        );
+    }
+
+    fn summary(&self) {
+        println!("{}", heading("Summary"));
+        let passed = self.report.checks.iter().filter(|c| c.passed).count();
+        println!(
+            "  {passed}/{} expected outcomes observed",
+            self.report.checks.len()
+        );
+        for failure in self.report.failures() {
+            println!("  FAILED: {}", failure.what);
+        }
+    }
+}
+
+fn code_of(outcome: &Result<pb::InvokeResponse, Status>) -> Option<Code> {
+    outcome.as_ref().err().map(Status::code)
+}
+
+/// `field` of a successful (not `is_error`) JSON object result.
+fn result_field(outcome: &Result<pb::InvokeResponse, Status>, field: &str) -> Option<Value> {
+    let response = outcome.as_ref().ok().filter(|r| !r.is_error)?;
+    let mut value = serde_json::from_str::<Value>(&response.result_json).ok()?;
+    value.get_mut(field).map(Value::take)
+}

@@ -1,0 +1,30 @@
+//! `inventory-service`: the example HTTP service (`POST /lookup`), with no
+//! knowledge of toolmesh. SIGTERM / SIGINT stop it gracefully.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use clap::Parser;
+use toolmesh_examples::{inventory, shutdown};
+
+/// A tiny stock inventory over HTTP.
+#[derive(Debug, Parser)]
+#[command(name = "inventory-service", version, about)]
+struct Cli {
+    /// Address to listen on.
+    #[arg(long, env = "INVENTORY_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_ansi(false).init();
+    let cli = Cli::parse();
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cli.listen))?;
+    tracing::info!(addr = %listener.local_addr()?, "inventory service listening");
+    inventory::serve(listener, shutdown::signal_received()).await?;
+    tracing::info!("inventory service stopped");
+    Ok(())
+}
