@@ -74,7 +74,7 @@ fn the_demo_observes_every_outcome_and_leaves_nothing_behind() {
         "<- result {\"words\":7}",
         "<- result {\"key\":\"widget\",\"quantity\":42}",
         "BadRequest field violation  \"/a\"",
-        "BadRequest field violation  \"arguments_json\": not valid JSON at line 2",
+        "BadRequest field violation  \"arguments_json\": not valid JSON: expected value at line 2",
         "<- NOT_FOUND",
         "ResourceInfo  type \"toolmesh.v1.Tool\", name \"translate\"",
         "<- RESOURCE_EXHAUSTED",
