@@ -8,6 +8,17 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
 
+step "system packages"
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    # Debian's redis-server (and redis-tools for redis-cli); tests start
+    # their own servers on loopback ports, never the system service.
+    export DEBIAN_FRONTEND=noninteractive
+    ${SUDO:-} apt-get update -qq
+    ${SUDO:-} apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
+fi
+redis-server --version
+export TOOLMESH_REQUIRE_REDIS=1
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

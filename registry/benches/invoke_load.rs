@@ -3,8 +3,13 @@
 //! fixed time. Prints throughput and latency percentiles.
 //!
 //! ```sh
-//! cargo bench -p toolmesh-registry --bench invoke_load -- [--concurrency 32] [--seconds 10] [--rate-limited]
+//! cargo bench -p toolmesh-registry --bench invoke_load -- [--concurrency 32] [--seconds 10] [--rate-limited] [--redis redis://127.0.0.1:6379]
 //! ```
+//!
+//! With `--redis` the registry runs in distributed mode on that Redis, and
+//! the run reports the Redis commands issued per call (from
+//! `INFO commandstats`: top-level `EVALSHA`s, the one round trip a
+//! rate-limited call makes).
 //!
 //! Client, registry and sidecar share the machine, so the figures are the
 //! whole system's on it, not the registry's alone.
@@ -38,6 +43,7 @@ struct Options {
     concurrency: usize,
     seconds: u64,
     rate_limited: bool,
+    redis: Option<String>,
 }
 
 fn options() -> Options {
@@ -45,6 +51,7 @@ fn options() -> Options {
         concurrency: 32,
         seconds: 10,
         rate_limited: false,
+        redis: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -54,6 +61,7 @@ fn options() -> Options {
             }
             "--seconds" => options.seconds = args.next().and_then(|v| v.parse().ok()).unwrap_or(10),
             "--rate-limited" => options.rate_limited = true,
+            "--redis" => options.redis = args.next(),
             // cargo bench passes --bench; ignore what is not ours.
             _ => {}
         }
@@ -130,6 +138,10 @@ async fn main() {
         client.clone().invoke(request.clone()).await.unwrap();
     }
 
+    let evalsha_before = match &options.redis {
+        Some(url) => evalsha_calls(url).await,
+        None => 0,
+    };
     let stop_at = Instant::now() + Duration::from_secs(options.seconds);
     let request = Arc::new(request);
     let workers: Vec<_> = (0..options.concurrency)
@@ -188,8 +200,33 @@ async fn main() {
         latencies.last().copied().unwrap_or_default()
     );
 
+    if let Some(url) = &options.redis {
+        let scripts = evalsha_calls(url).await - evalsha_before;
+        println!(
+            "  redis: {scripts} EVALSHA during the run = {:.3} per call (catalog reads never go to redis)",
+            scripts as f64 / latencies.len().max(1) as f64
+        );
+    }
+
     let _ = stop_sidecar.send(());
     let _ = sidecar.await;
     let _ = stop_registry.send(());
     let _ = registry.await;
+}
+
+/// Top-level `EVALSHA` calls the Redis server has answered so far.
+async fn evalsha_calls(url: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

@@ -1,9 +1,11 @@
 //! The registry's settings: command-line flags, each with an environment
 //! fallback. Every default is usable: the registry starts with no flags.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Parser;
+
+use crate::ratelimit::redis::OutagePolicy;
 
 /// toolmesh registry: validates, rate-limits and proxies agents' tool calls
 /// to the sidecars that announced the tools.
@@ -46,6 +48,45 @@ pub struct Config {
     /// On shutdown, how long in-flight calls may take to finish.
     #[arg(long, env = "TOOLMESH_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// Redis URL (`redis://host:port/db`, `rediss://` for TLS): replicas
+    /// share the catalog and the rate limits there. Unset: embedded mode.
+    /// The password never goes here: see `--redis-password-file` and
+    /// `TOOLMESH_REDIS_PASSWORD`.
+    #[arg(long, env = "TOOLMESH_REDIS_URL")]
+    pub redis: Option<String>,
+
+    /// `--redis` is a seed node of a Redis Cluster.
+    #[arg(long, env = "TOOLMESH_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+
+    /// File holding the Redis password (else `TOOLMESH_REDIS_PASSWORD`).
+    #[arg(long, env = "TOOLMESH_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+
+    /// Multiplexed Redis connections per replica.
+    #[arg(long, env = "TOOLMESH_REDIS_POOL_SIZE", default_value_t = 4)]
+    pub redis_pool_size: usize,
+
+    /// Deadline of every Redis call.
+    #[arg(long, env = "TOOLMESH_REDIS_TIMEOUT", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub redis_timeout: Duration,
+
+    /// Hash tag the catalog's keys live under, so deployments can share a
+    /// Redis.
+    #[arg(long, env = "TOOLMESH_REDIS_PREFIX", default_value = "toolmesh")]
+    pub redis_prefix: String,
+
+    /// While Redis is away: `fail-closed` refuses calls to rate-limited tools
+    /// (UNAVAILABLE); `degrade` enforces each replica's share of the limit
+    /// locally (rate / live replicas).
+    #[arg(
+        long,
+        env = "TOOLMESH_REDIS_OUTAGE",
+        value_enum,
+        default_value = "fail-closed"
+    )]
+    pub redis_outage: OutagePolicy,
 }
 
 impl Default for Config {
@@ -60,7 +101,41 @@ impl Default for Config {
             max_instances: 10_000,
             max_tools: 10_000,
             shutdown_grace: Duration::from_secs(10),
+            redis: None,
+            redis_cluster: false,
+            redis_password_file: None,
+            redis_pool_size: 4,
+            redis_timeout: Duration::from_millis(250),
+            redis_prefix: "toolmesh".into(),
+            redis_outage: OutagePolicy::FailClosed,
         }
+    }
+}
+
+/// The environment variable the Redis password may come from.
+pub const REDIS_PASSWORD_ENV: &str = "TOOLMESH_REDIS_PASSWORD";
+
+impl Config {
+    /// The Redis password: from `--redis-password-file`, else from
+    /// `TOOLMESH_REDIS_PASSWORD`. A password inside `--redis` is refused, so
+    /// it never shows in a process list.
+    pub fn redis_password(&self) -> Result<Option<String>, String> {
+        if let Some(url) = &self.redis {
+            let parsed = url::Url::parse(url).map_err(|e| format!("--redis {url:?}: {e}"))?;
+            if parsed.password().is_some() {
+                return Err(format!(
+                    "--redis must not carry a password; use --redis-password-file or {REDIS_PASSWORD_ENV}"
+                ));
+            }
+        }
+        if let Some(path) = &self.redis_password_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--redis-password-file {}: {e}", path.display()))?;
+            return Ok(Some(text.trim_end_matches(['\r', '\n']).to_owned()));
+        }
+        Ok(std::env::var(REDIS_PASSWORD_ENV)
+            .ok()
+            .filter(|p| !p.is_empty()))
     }
 }
 
@@ -77,6 +152,26 @@ mod tests {
         assert_eq!(parsed.default_timeout, default.default_timeout);
         assert_eq!(parsed.max_message_bytes, default.max_message_bytes);
         assert_eq!(parsed.shutdown_grace, default.shutdown_grace);
+    }
+
+    #[test]
+    fn redis_passwords_stay_off_the_command_line() {
+        let config = Config::try_parse_from(["r", "--redis", "redis://:secret@127.0.0.1:6379"])
+            .expect("parses");
+        assert!(config.redis_password().is_err());
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("password");
+        std::fs::write(&file, "s3cret\n").expect("write");
+        let config = Config::try_parse_from([
+            "r",
+            "--redis",
+            "redis://127.0.0.1:6379",
+            "--redis-password-file",
+            file.to_str().expect("utf-8 path"),
+        ])
+        .expect("parses");
+        assert_eq!(config.redis_password(), Ok(Some("s3cret".into())));
     }
 
     #[test]

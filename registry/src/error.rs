@@ -146,6 +146,21 @@ pub enum RegistryError {
     /// A bound on the catalog's size was reached.
     #[error("catalog full: {0}")]
     CatalogFull(String),
+    /// The shared catalog (Redis) could not be reached; try again.
+    #[error("catalog store unavailable: {reason}")]
+    StoreUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The rate limiter could not decide, and the outage policy is to refuse
+    /// calls to rate-limited tools.
+    #[error("rate limiter unavailable for {tool:?}: {reason}")]
+    LimiterUnavailable {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A duration for people: rounded up to the millisecond (`833ms`, `2s 500ms`).
@@ -252,13 +267,18 @@ impl RegistryError {
                 ErrorDetails::with_resource_info("toolmesh.v1.Lease", lease, "", "announce again"),
             ),
             Self::CatalogFull(_) => Status::resource_exhausted(message),
+            Self::StoreUnavailable { .. } | Self::LimiterUnavailable { .. } => {
+                Status::unavailable(message)
+            }
         }
     }
 
     /// Whether the same call may succeed on another instance.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::NoHealthyInstance { .. } => true,
+            Self::NoHealthyInstance { .. }
+            | Self::StoreUnavailable { .. }
+            | Self::LimiterUnavailable { .. } => true,
             Self::Upstream { code, .. } => *code == Code::Unavailable,
             Self::ToolNotFound { .. }
             | Self::ArgumentsNotJson { .. }

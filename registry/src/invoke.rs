@@ -110,9 +110,9 @@ impl Invoker {
 
     async fn take_token(&self, tool: &str, limit: Limit) -> Result<(), RegistryError> {
         let decision = self.limiter.acquire(tool, limit).await.map_err(|e| {
-            RegistryError::NoHealthyInstance {
+            RegistryError::LimiterUnavailable {
                 tool: tool.to_owned(),
-                detail: e.to_string(),
+                reason: e.to_string(),
             }
         })?;
         match decision {

@@ -8,7 +8,10 @@
 //!   reflection); [`server::run`] is what the binary calls.
 //! - [`api`]: the tonic services, thin over the types below.
 //! - [`catalog`]: tools, instances and compiled schemas; checks announces.
-//! - [`store`]: the engines under the catalog ([`store::memory`] for now).
+//! - [`store`]: the engines under the catalog: [`store::memory`] (embedded)
+//!   and [`store::redis`] (shared by replicas), both serving reads from a
+//!   local [`store::view`].
+//! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
 //! - [`descriptor`]: rules for tool descriptors, and how two differ.
 //! - [`validate`]: JSON Schema compilation and argument validation.
 //! - [`ratelimit`]: GCRA per tool behind the [`ratelimit::RateLimiter`] trait.
@@ -26,6 +29,7 @@ pub mod error;
 pub mod invoke;
 pub mod proxy;
 pub mod ratelimit;
+pub mod redis_pool;
 pub mod server;
 pub mod store;
 pub mod validate;

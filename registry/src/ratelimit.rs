@@ -4,6 +4,9 @@
 //! [`LocalLimiter`] decides in this process with `governor`. Its state per
 //! tool is created on the first call and dropped when the tool leaves the
 //! catalog, so the map is bounded by the catalog.
+//! [`redis::RedisLimiter`] decides in Redis, exactly across replicas.
+
+pub mod redis;
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
 

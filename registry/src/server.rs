@@ -18,10 +18,12 @@ use crate::{
     config::Config,
     invoke::{InvokeSettings, Invoker},
     proxy::Proxy,
-    ratelimit::{LocalLimiter, RateLimiter},
+    ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
+    redis_pool::{RedisPool, RedisSettings},
     store::{
         CatalogStore,
         memory::{Limits, MemoryStore},
+        redis::{RedisStore, RedisStoreSettings},
     },
 };
 
@@ -34,6 +36,9 @@ pub enum ServeError {
     /// The gRPC server failed.
     #[error("server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The settings are unusable.
+    #[error("config: {0}")]
+    Config(String),
 }
 
 /// The registry's parts, wired together.
@@ -57,6 +62,43 @@ impl Registry {
             },
         );
         Self::new(store, Arc::new(LocalLimiter::new()), config)
+    }
+
+    /// The registry `config` asks for: over Redis when `--redis` is set,
+    /// embedded otherwise. Must be called inside a tokio runtime.
+    pub fn from_config(config: Config) -> Result<Self, ServeError> {
+        let Some(url) = config.redis.clone() else {
+            return Ok(Self::embedded(config));
+        };
+        let settings = RedisSettings {
+            url,
+            cluster: config.redis_cluster,
+            password: config.redis_password().map_err(ServeError::Config)?,
+            pool_size: config.redis_pool_size,
+            call_timeout: config.redis_timeout,
+            ..RedisSettings::default()
+        };
+        let pool = RedisPool::new(settings).map_err(|e| ServeError::Config(e.to_string()))?;
+        let store = RedisStore::new(
+            pool.clone(),
+            RedisStoreSettings {
+                prefix: config.redis_prefix.clone(),
+                ttl: config.lease_ttl,
+                limits: Limits {
+                    max_instances: config.max_instances,
+                    max_tools: config.max_tools,
+                },
+                replica_id: format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple()),
+            },
+        );
+        let limiter = RedisLimiter::new(
+            pool,
+            &config.redis_prefix,
+            config.redis_outage,
+            store.replica_count(),
+        );
+        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
+        Ok(Self::new(store, Arc::new(limiter), config))
     }
 
     /// A registry over the given engines.
@@ -187,13 +229,23 @@ impl Registry {
     }
 }
 
-/// Serves the embedded registry on `listener` until `shutdown` completes.
+/// Serves the registry `config` asks for on `listener` until `shutdown`
+/// completes.
 pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    Registry::embedded(config).serve(listener, shutdown).await
+    Registry::from_config(config)?
+        .serve(listener, shutdown)
+        .await
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "registry".into())
 }
 
 /// Forgets, in every part that keeps state per tool or instance, what left

@@ -3,6 +3,10 @@
 #![allow(clippy::unwrap_used, missing_docs)]
 
 mod common;
+#[path = "integration/redis_limiter.rs"]
+mod redis_limiter;
+#[path = "integration/redis_replicas.rs"]
+mod redis_replicas;
 
 use std::{
     sync::{Arc, atomic::AtomicUsize},

@@ -1,10 +1,8 @@
 //! The embedded engine: catalog state in this process's memory.
 //!
 //! Writes take one mutex, so an announce's conflict check and its effect are
-//! atomic; every change is published while the mutex is held, which is what
-//! lets [`CatalogStore::watch`] hand out a snapshot and a receiver with no gap
-//! between them. Reads go to a `DashMap` of immutable [`ToolState`]s and never
-//! touch the mutex. Expired leases are swept by a background task that lives
+//! atomic, and changes reach the [`CatalogView`] in the order they happen.
+//! Reads go to the view and never touch the mutex. Expired leases are swept by a background task that lives
 //! as long as the store.
 
 use std::{
@@ -13,20 +11,15 @@ use std::{
     time::Duration,
 };
 
-use dashmap::DashMap;
 use tokio::{sync::broadcast, time::Instant};
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    catalog::{Announcement, CatalogEvent, ChangeKind, Instance, Lease, ToolState},
+    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState},
     descriptor,
     error::RegistryError,
-    store::CatalogStore,
+    store::{CatalogStore, view::CatalogView},
 };
-
-/// Capacity of the change channel; a watcher further behind than this is
-/// told to watch again.
-pub const EVENT_BUFFER: usize = 1024;
 
 /// Bounds on what the network can make the store hold.
 #[derive(Debug, Clone, Copy)]
@@ -69,21 +62,18 @@ pub struct MemoryStore {
     ttl: Duration,
     limits: Limits,
     state: Mutex<State>,
-    tools: DashMap<String, Arc<ToolState>>,
-    events: broadcast::Sender<CatalogEvent>,
+    view: CatalogView,
 }
 
 impl MemoryStore {
     /// A store granting leases of `ttl`, with its expiry sweeper running on
     /// the current tokio runtime until the store is dropped.
     pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
         let store = Arc::new(Self {
             ttl,
             limits,
             state: Mutex::new(State::default()),
-            tools: DashMap::new(),
-            events,
+            view: CatalogView::default(),
         });
         tokio::spawn(sweep(Arc::downgrade(&store), sweep_interval(ttl)));
         store
@@ -115,35 +105,15 @@ impl MemoryStore {
         expired.len()
     }
 
-    /// Publishes the new state of `names` to readers and watchers.
+    /// Publishes the new state of `names` to readers and watchers. Called
+    /// with the state lock held, so changes go out in the order they happen.
     fn publish(&self, state: &State, names: BTreeSet<String>) {
         for name in names {
-            let before = self.tools.get(&name).map(|t| t.clone());
-            let after = state.tools.get(&name).map(|record| {
-                Arc::new(ToolState {
-                    descriptor: record.descriptor.clone(),
-                    instances: record.instances.values().cloned().collect(),
-                })
+            let after = state.tools.get(&name).map(|record| ToolState {
+                descriptor: record.descriptor.clone(),
+                instances: record.instances.values().cloned().collect(),
             });
-            let event = match (before, after) {
-                (None, None) => None,
-                (None, Some(after)) => {
-                    self.tools.insert(name, after.clone());
-                    Some((ChangeKind::Added, after))
-                }
-                (Some(before), None) => {
-                    self.tools.remove(&name);
-                    Some((ChangeKind::Removed, before))
-                }
-                (Some(before), Some(after)) => {
-                    self.tools.insert(name, after.clone());
-                    (before != after).then_some((ChangeKind::Updated, after))
-                }
-            };
-            if let Some((kind, tool)) = event {
-                // No receiver is not an error: nobody is watching.
-                let _ = self.events.send(CatalogEvent { kind, tool });
-            }
+            self.view.apply(&name, after);
         }
     }
 }
@@ -303,18 +273,15 @@ impl CatalogStore for MemoryStore {
     }
 
     fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.tools.get(name).map(|t| t.clone())
+        self.view.get(name)
     }
 
     fn list(&self) -> Vec<Arc<ToolState>> {
-        let mut tools: Vec<_> = self.tools.iter().map(|t| t.value().clone()).collect();
-        tools.sort_by(|a, b| a.name().cmp(b.name()));
-        tools
+        self.view.list()
     }
 
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        let _state = self.lock();
-        (self.list(), self.events.subscribe())
+        self.view.watch()
     }
 }
 
@@ -322,6 +289,7 @@ impl CatalogStore for MemoryStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::catalog::ChangeKind;
 
     fn tool(name: &str, version: &str) -> ToolDescriptor {
         ToolDescriptor {

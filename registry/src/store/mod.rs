@@ -2,6 +2,8 @@
 //! [`CatalogStore`] and never knows which one it runs on.
 //!
 //! - [`memory`]: one process, state in memory (the embedded default).
+//! - [`redis`]: the catalog in Redis, shared by every replica.
+//! - [`view`]: the local copy of the catalog every engine serves reads from.
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,6 +15,8 @@ use crate::{
 };
 
 pub mod memory;
+pub mod redis;
+pub mod view;
 
 /// Where descriptors, instances and leases live.
 ///

@@ -3,6 +3,8 @@
 //! through a oneshot (or aborted, to play a crash).
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod redis_server;
+
 use std::{future::Future, net::SocketAddr, sync::Arc, sync::atomic::AtomicUsize, time::Duration};
 
 use schemars::JsonSchema;

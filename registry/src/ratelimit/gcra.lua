@@ -1,0 +1,42 @@
+-- GCRA: one decision, atomically, on Redis's clock.
+--
+-- KEYS[1]  the bucket: its theoretical arrival time (TAT), in microseconds
+--          since the epoch, absent when the bucket is full
+-- ARGV[1]  emission interval T in microseconds (1e6 / rate; may be fractional)
+-- ARGV[2]  burst b (at least 1)
+--
+-- Returns {1, 0} when the call may go ahead (a token was taken), or
+-- {0, retry_after_us}: the time until a token is there, rounded up to the
+-- microsecond so that waiting it is always enough.
+--
+-- Times are Lua numbers (doubles): microseconds since the epoch are about
+-- 2^51, so they and the fractions of T are exact enough (a quarter of a
+-- microsecond). The TAT is stored with 17 significant digits, which reads
+-- back as the same double.
+
+-- Redis < 5 replicates scripts verbatim unless told otherwise; TIME makes
+-- this one non-deterministic. A no-op on Redis >= 5.
+if redis.replicate_commands then
+    redis.replicate_commands()
+end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+
+local tat = tonumber(redis.call('GET', KEYS[1]) or '') or now
+if tat < now then
+    tat = now
+end
+local new_tat = tat + interval
+local wait = new_tat - now - burst * interval
+
+if wait > 0 then
+    return {0, math.ceil(wait)}
+end
+
+-- Expire once the bucket is full again, so idle keys vanish.
+local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.17g', new_tat), 'PX', string.format('%d', ttl_ms))
+return {1, 0}

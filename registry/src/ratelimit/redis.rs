@@ -1,0 +1,294 @@
+//! [`RedisLimiter`]: GCRA shared by every registry replica, exact across
+//! them.
+//!
+//! Each decision is one Lua script (`gcra.lua`, loaded once and called by
+//! its SHA) that reads and writes one key, `{<prefix>:rl:<key>}`, and takes
+//! the time from Redis (`TIME`), so no replica's clock can skew the answer.
+//! The hash tag puts each key in its own Cluster slot. A key expires once its
+//! bucket is full again, so idle tools leave nothing behind.
+//!
+//! When Redis does not answer (including while the pool's breaker is open,
+//! which answers at once), the [`OutagePolicy`] decides: refuse the call, or
+//! decide in this process with this replica's share of the limit.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use ::redis::Script;
+
+use super::{Decision, LimiterError, LocalLimiter, RateLimiter};
+use crate::{
+    descriptor::Limit,
+    redis_pool::{RedisError, RedisPool},
+};
+
+/// Longest emission interval sent to Redis, in microseconds (about 31
+/// years): far beyond any accepted rate, it keeps the script's arithmetic
+/// finite whatever the limit says.
+const MAX_INTERVAL_US: f64 = 1e15;
+
+/// What the limiter does while Redis is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OutagePolicy {
+    /// Refuse rate-limited calls (the registry answers `UNAVAILABLE`): no
+    /// limit is ever exceeded.
+    #[default]
+    #[value(name = "fail-closed")]
+    FailClosed,
+    /// Decide in each replica with its share of the limit (rate and burst
+    /// divided by the live replica count): calls go on, and the sum over the
+    /// replicas stays close to the limit.
+    #[value(name = "degrade")]
+    Degrade,
+}
+
+/// GCRA in Redis, one key per limit key, shared by every replica.
+pub struct RedisLimiter {
+    pool: Arc<RedisPool>,
+    prefix: String,
+    policy: OutagePolicy,
+    replicas: Arc<AtomicUsize>,
+    script: Script,
+    /// Buckets for decisions taken here while Redis is away (`Degrade`).
+    local: LocalLimiter,
+    /// Whether the last decision found Redis unavailable (logs transitions).
+    outage: AtomicBool,
+}
+
+impl RedisLimiter {
+    /// A limiter over `pool`, its keys under `prefix`, applying `policy`
+    /// when Redis is unavailable. `replicas` is the live replica count (as
+    /// the catalog store last saw it) that `Degrade` divides limits by.
+    pub fn new(
+        pool: Arc<RedisPool>,
+        prefix: &str,
+        policy: OutagePolicy,
+        replicas: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            pool,
+            prefix: prefix.to_owned(),
+            policy,
+            replicas,
+            script: Script::new(include_str!("gcra.lua")),
+            local: LocalLimiter::new(),
+            outage: AtomicBool::new(false),
+        }
+    }
+
+    /// The Redis key holding `key`'s bucket: `{<prefix>:rl:<key>}`.
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{{{}:rl:{key}}}", self.prefix)
+    }
+
+    /// Whether the last decision found Redis unavailable.
+    pub fn in_outage(&self) -> bool {
+        self.outage.load(Ordering::Relaxed)
+    }
+
+    /// One decision by the script in Redis.
+    async fn decide_in_redis(&self, key: &str, limit: Limit) -> Result<Decision, RedisError> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(self.redis_key(key))
+            .arg(interval_us(limit))
+            .arg(limit.burst.max(1));
+        let (allowed, retry_after_us): (i64, i64) = self
+            .pool
+            .run(async |conn| invocation.invoke_async(conn).await)
+            .await?;
+        Ok(if allowed == 1 {
+            Decision::Allow
+        } else {
+            Decision::Deny {
+                retry_after: Duration::from_micros(u64::try_from(retry_after_us).unwrap_or(0)),
+            }
+        })
+    }
+
+    /// Notes that Redis failed; logs only the first failure of an outage.
+    fn enter_outage(&self, key: &str, error: &RedisError) {
+        if !self.outage.swap(true, Ordering::Relaxed) {
+            match self.policy {
+                OutagePolicy::FailClosed => tracing::warn!(
+                    %key, %error,
+                    "redis unavailable: refusing rate-limited calls until it answers"
+                ),
+                OutagePolicy::Degrade => tracing::warn!(
+                    %key, %error,
+                    replicas = self.replica_count(),
+                    "redis unavailable: deciding rate limits locally with this replica's share"
+                ),
+            }
+        }
+    }
+
+    /// Notes that Redis answered; logs only the end of an outage.
+    fn leave_outage(&self) {
+        if self.outage.swap(false, Ordering::Relaxed) {
+            tracing::info!("redis available again: rate limits are global again");
+        }
+    }
+
+    fn replica_count(&self) -> usize {
+        self.replicas.load(Ordering::Relaxed).max(1)
+    }
+}
+
+#[async_trait::async_trait]
+impl RateLimiter for RedisLimiter {
+    async fn acquire(&self, key: &str, limit: Limit) -> Result<Decision, LimiterError> {
+        match self.decide_in_redis(key, limit).await {
+            Ok(decision) => {
+                self.leave_outage();
+                Ok(decision)
+            }
+            Err(error) => {
+                self.enter_outage(key, &error);
+                match self.policy {
+                    OutagePolicy::FailClosed => Err(LimiterError::Unavailable(error.to_string())),
+                    OutagePolicy::Degrade => {
+                        Ok(self.local.check(key, share(limit, self.replica_count())))
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        // The Redis key expires by itself once its bucket is full.
+        self.local.forget(key);
+    }
+}
+
+/// One replica's share of `limit` when `replicas` replicas decide apart:
+/// `rate / n`, and `burst / n` rounded up (at least 1), `n` at least 1.
+pub fn share(limit: Limit, replicas: usize) -> Limit {
+    let n = u32::try_from(replicas.max(1)).unwrap_or(u32::MAX);
+    Limit {
+        rate: limit.rate / f64::from(n),
+        burst: limit.burst.div_ceil(n).max(1),
+    }
+}
+
+/// GCRA's emission interval of `limit` in microseconds, as the script's
+/// argument: the shortest decimal that reads back as the same double.
+fn interval_us(limit: Limit) -> String {
+    let interval = 1e6 / limit.rate;
+    let interval = if interval.is_finite() && interval > 0.0 {
+        interval.min(MAX_INTERVAL_US)
+    } else {
+        MAX_INTERVAL_US
+    };
+    interval.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(rate: f64, burst: u32) -> Limit {
+        Limit { rate, burst }
+    }
+
+    #[test]
+    fn share_divides_rate_and_rounds_burst_up() {
+        assert_eq!(share(limit(30.0, 30), 3), limit(10.0, 10));
+        assert_eq!(share(limit(20.0, 10), 3), limit(20.0 / 3.0, 4));
+        assert_eq!(share(limit(1.0, 1), 5), limit(0.2, 1));
+        assert_eq!(share(limit(0.5, 7), 2), limit(0.25, 4));
+    }
+
+    #[test]
+    fn share_treats_zero_replicas_as_one() {
+        assert_eq!(share(limit(20.0, 10), 0), limit(20.0, 10));
+        assert_eq!(share(limit(20.0, 10), 1), limit(20.0, 10));
+    }
+
+    #[test]
+    fn share_never_drops_burst_to_zero() {
+        assert_eq!(share(limit(5.0, 0), 4).burst, 1);
+        assert_eq!(share(limit(5.0, 3), usize::MAX).burst, 1);
+    }
+
+    #[test]
+    fn interval_is_exact_and_always_finite() {
+        assert_eq!(interval_us(limit(20.0, 1)), "50000");
+        assert_eq!(interval_us(limit(3.0, 1)), (1e6 / 3.0).to_string());
+        assert_eq!(interval_us(limit(1e6, 1)), "1");
+        assert_eq!(interval_us(limit(1.0 / 86_400.0, 1)), "86400000000");
+        let huge = MAX_INTERVAL_US.to_string();
+        assert_eq!(interval_us(limit(0.0, 1)), huge);
+        assert_eq!(interval_us(limit(-1.0, 1)), huge);
+        assert_eq!(interval_us(limit(f64::NAN, 1)), huge);
+        assert!(!huge.contains('e'), "Lua reads plain decimals: {huge}");
+    }
+
+    #[test]
+    fn keys_carry_their_own_hash_tag() {
+        let pool = RedisPool::new(crate::redis_pool::RedisSettings::default());
+        let Ok(pool) = pool else {
+            panic!("default settings are valid");
+        };
+        let limiter = RedisLimiter::new(
+            pool,
+            "toolmesh",
+            OutagePolicy::default(),
+            Arc::new(AtomicUsize::new(1)),
+        );
+        assert_eq!(limiter.redis_key("search"), "{toolmesh:rl:search}");
+    }
+
+    /// A port nothing listens on: bound, then released.
+    fn dead_redis(policy: OutagePolicy, replicas: usize) -> RedisLimiter {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(1);
+        let settings = crate::redis_pool::RedisSettings {
+            url: format!("redis://127.0.0.1:{port}"),
+            call_timeout: Duration::from_millis(100),
+            breaker_failures: 1,
+            breaker_cooldown: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let Ok(pool) = RedisPool::new(settings) else {
+            panic!("settings are valid");
+        };
+        RedisLimiter::new(pool, "t", policy, Arc::new(AtomicUsize::new(replicas)))
+    }
+
+    #[tokio::test]
+    async fn fail_closed_refuses_when_redis_is_down() {
+        let limiter = dead_redis(OutagePolicy::FailClosed, 1);
+        for _ in 0..3 {
+            let result = limiter.acquire("k", limit(100.0, 100)).await;
+            assert!(matches!(result, Err(LimiterError::Unavailable(_))));
+        }
+        assert!(limiter.in_outage());
+    }
+
+    #[tokio::test]
+    async fn degrade_admits_this_replicas_share() {
+        let limiter = dead_redis(OutagePolicy::Degrade, 4);
+        let mut admitted = 0;
+        for _ in 0..40 {
+            let decision = limiter.acquire("k", limit(1.0, 40)).await;
+            if matches!(decision, Ok(Decision::Allow)) {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10, "burst 40 over 4 replicas");
+        assert!(limiter.in_outage());
+        limiter.forget("k");
+        assert!(matches!(
+            limiter.acquire("k", limit(1.0, 40)).await,
+            Ok(Decision::Allow)
+        ));
+    }
+}

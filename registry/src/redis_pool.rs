@@ -1,0 +1,337 @@
+//! Connections to Redis shared by the Redis engines: a bounded pool of
+//! multiplexed connections (standalone or Cluster), a deadline on every call,
+//! and a circuit breaker that stops waiting on a Redis that is down.
+
+use std::{
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::{
+    Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value,
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    cluster::ClusterClient,
+    cluster_async::ClusterConnection,
+};
+use tokio::time::Instant;
+
+/// Why a Redis call did not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RedisError {
+    /// The circuit breaker is open: Redis failed recently; not waiting on it.
+    #[error("redis unavailable (circuit open)")]
+    CircuitOpen,
+    /// No answer within the call timeout.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// Redis or the connection failed.
+    #[error("redis: {0}")]
+    Redis(String),
+    /// The settings are unusable (bad URL, unreadable password file).
+    #[error("redis settings: {0}")]
+    Config(String),
+}
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` or `rediss://` for TLS; for Cluster, any
+    /// node (more may follow in `cluster_nodes`).
+    pub url: String,
+    /// Treat the URL as a Redis Cluster seed.
+    pub cluster: bool,
+    /// Password, read from the environment or a file (never a flag).
+    pub password: Option<String>,
+    /// Multiplexed connections per replica.
+    pub pool_size: usize,
+    /// Deadline of each call.
+    pub call_timeout: Duration,
+    /// Consecutive failures that open the breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one call may probe Redis.
+    pub breaker_cooldown: Duration,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
+            password: None,
+            pool_size: 4,
+            call_timeout: Duration::from_millis(250),
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One multiplexed connection, to a standalone server or a cluster.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// Standalone (or a managed Redis endpoint); reconnects by itself.
+    Single(ConnectionManager),
+    /// Redis Cluster; routes each command by its key's slot.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BreakerState {
+    Closed { failures: u32 },
+    Open { until: Instant },
+    HalfOpen,
+}
+
+/// Closed → (n failures) → Open → (cooldown) → HalfOpen: one probe call;
+/// success closes, failure opens again.
+#[derive(Debug)]
+pub struct Breaker {
+    state: Mutex<BreakerState>,
+    failures: u32,
+    cooldown: Duration,
+}
+
+impl Breaker {
+    /// A closed breaker that opens after `failures` in a row.
+    pub fn new(failures: u32, cooldown: Duration) -> Self {
+        Self {
+            state: Mutex::new(BreakerState::Closed { failures: 0 }),
+            failures: failures.max(1),
+            cooldown,
+        }
+    }
+
+    /// Whether a call may go ahead now.
+    pub fn allow(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match *state {
+            BreakerState::Closed { .. } => true,
+            BreakerState::Open { until } if Instant::now() >= until => {
+                *state = BreakerState::HalfOpen;
+                true
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen => false,
+        }
+    }
+
+    /// Records a call's outcome.
+    pub fn record(&self, ok: bool) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        *state = match (*state, ok) {
+            (_, true) => BreakerState::Closed { failures: 0 },
+            (BreakerState::Closed { failures }, false) if failures + 1 < self.failures => {
+                BreakerState::Closed {
+                    failures: failures + 1,
+                }
+            }
+            (_, false) => BreakerState::Open {
+                until: Instant::now() + self.cooldown,
+            },
+        };
+    }
+
+    /// Whether Redis is currently considered down.
+    pub fn is_open(&self) -> bool {
+        matches!(
+            *self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            BreakerState::Open { .. } | BreakerState::HalfOpen
+        )
+    }
+}
+
+#[allow(clippy::large_enum_variant)] // one per pool, never moved around
+enum Connector {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A bounded set of multiplexed connections, opened lazily (a Redis that is
+/// down at start is not an error), used round robin, behind one breaker.
+pub struct RedisPool {
+    connector: Connector,
+    slots: Vec<tokio::sync::Mutex<Option<RedisConn>>>,
+    next: AtomicUsize,
+    settings: RedisSettings,
+    breaker: Breaker,
+}
+
+impl RedisPool {
+    /// A pool for `settings`; connects on first use.
+    pub fn new(settings: RedisSettings) -> Result<Arc<Self>, RedisError> {
+        let mut info = settings
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| RedisError::Config(format!("{}: {e}", settings.url)))?;
+        if let Some(password) = &settings.password {
+            let redis = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(redis);
+        }
+        let connector = if settings.cluster {
+            let client = ClusterClient::builder([info])
+                .connection_timeout(settings.call_timeout * 4)
+                .response_timeout(settings.call_timeout)
+                .build()
+                .map_err(|e| RedisError::Config(e.to_string()))?;
+            Connector::Cluster(client)
+        } else {
+            Connector::Single(
+                redis::Client::open(info).map_err(|e| RedisError::Config(e.to_string()))?,
+            )
+        };
+        let slots = (0..settings.pool_size.max(1))
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
+        Ok(Arc::new(Self {
+            connector,
+            slots,
+            next: AtomicUsize::new(0),
+            breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
+            settings,
+        }))
+    }
+
+    /// The client, for connections the pool does not manage (pub/sub).
+    pub fn client(&self) -> Option<&redis::Client> {
+        match &self.connector {
+            Connector::Single(client) => Some(client),
+            Connector::Cluster(_) => None,
+        }
+    }
+
+    /// The settings the pool was made with.
+    pub fn settings(&self) -> &RedisSettings {
+        &self.settings
+    }
+
+    /// The breaker in front of Redis.
+    pub fn breaker(&self) -> &Breaker {
+        &self.breaker
+    }
+
+    /// Runs `call` on a pooled connection, within the call timeout and
+    /// behind the breaker.
+    pub async fn run<T, F>(&self, call: F) -> Result<T, RedisError>
+    where
+        F: AsyncFnOnce(&mut RedisConn) -> redis::RedisResult<T>,
+    {
+        if !self.breaker.allow() {
+            return Err(RedisError::CircuitOpen);
+        }
+        let timeout = self.settings.call_timeout;
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut broken = false;
+        let result = tokio::time::timeout(timeout, async {
+            let mut conn = self.connection(index).await?;
+            call(&mut conn).await.map_err(|e| {
+                broken = e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout();
+                RedisError::Redis(e.to_string())
+            })
+        })
+        .await
+        .unwrap_or(Err(RedisError::Timeout(timeout)));
+        if broken || matches!(result, Err(RedisError::Timeout(_))) {
+            // Connect afresh next time rather than wait out the connection's
+            // own reconnect backoff.
+            if let Ok(mut slot) = self.slots[index].try_lock() {
+                *slot = None;
+            }
+        }
+        self.breaker.record(result.is_ok());
+        result
+    }
+
+    async fn connection(&self, index: usize) -> Result<RedisConn, RedisError> {
+        let mut slot = self.slots[index].lock().await;
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = match &self.connector {
+            Connector::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.settings.call_timeout * 4))
+                    .set_response_timeout(Some(self.settings.call_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                RedisConn::Single(
+                    client
+                        .get_connection_manager_with_config(config)
+                        .await
+                        .map_err(|e| RedisError::Redis(e.to_string()))?,
+                )
+            }
+            Connector::Cluster(client) => RedisConn::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| RedisError::Redis(e.to_string()))?,
+            ),
+        };
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn breaker_opens_after_failures_and_probes_after_cooldown() {
+        let breaker = Breaker::new(3, Duration::from_secs(1));
+        for _ in 0..2 {
+            assert!(breaker.allow());
+            breaker.record(false);
+        }
+        assert!(!breaker.is_open());
+        breaker.record(false);
+        assert!(breaker.is_open());
+        assert!(!breaker.allow());
+
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        assert!(breaker.allow(), "one probe after the cooldown");
+        assert!(!breaker.allow(), "only one");
+        breaker.record(false);
+        assert!(!breaker.allow());
+
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        assert!(breaker.allow());
+        breaker.record(true);
+        assert!(!breaker.is_open());
+        assert!(breaker.allow() && breaker.allow());
+    }
+}

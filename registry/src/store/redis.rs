@@ -1,0 +1,599 @@
+//! The distributed engine: the catalog in Redis, shared by every registry
+//! replica.
+//!
+//! Every write is one Lua script (`redis/*.lua`) touching keys under one
+//! hash tag, so it is atomic on standalone Redis and on Cluster alike, and
+//! lease times come from Redis's clock. Each script publishes the names of
+//! the tools it changed; every replica reloads those tools into its
+//! [`CatalogView`], so reads (and `Invoke`) never wait on Redis. A full
+//! resync runs on (re)subscribe and every few seconds, healing any lost
+//! message.
+//!
+//! While Redis is away the view keeps serving; heartbeats are accepted and
+//! remembered, then written back (re-creating leases Redis lost) when it
+//! returns. Leases are swept by whichever replica gets there first, but not
+//! until one TTL after Redis returns, so every replica has written back.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc, Mutex, PoisonError, Weak,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt as _;
+use prost::Message as _;
+use redis::Script;
+use tokio::{sync::broadcast, time::Instant};
+use toolmesh_proto::pb::ToolDescriptor;
+
+use crate::{
+    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState},
+    descriptor,
+    error::RegistryError,
+    redis_pool::{RedisError, RedisPool},
+    store::{CatalogStore, memory::Limits, view::CatalogView},
+};
+
+const COMMON: &str = include_str!("redis/common.lua");
+
+/// Most leases one sweep drops.
+const SWEEP_BATCH: usize = 256;
+/// How often the whole catalog is reloaded, to heal lost pub/sub messages.
+const RESYNC_EVERY: Duration = Duration::from_secs(5);
+/// Longest pause between pub/sub reconnect attempts.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+struct Scripts {
+    announce: Script,
+    heartbeat: Script,
+    withdraw: Script,
+    sweep: Script,
+    restore: Script,
+    presence: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let script = |body: &str| Script::new(&format!("{COMMON}\n{body}"));
+        Self {
+            announce: script(include_str!("redis/announce.lua")),
+            heartbeat: script(include_str!("redis/heartbeat.lua")),
+            withdraw: script(include_str!("redis/withdraw.lua")),
+            sweep: script(include_str!("redis/sweep.lua")),
+            restore: script(include_str!("redis/restore.lua")),
+            presence: script(include_str!("redis/presence.lua")),
+        }
+    }
+}
+
+/// What a replica knows of a lease, to write it back if Redis loses it.
+#[derive(Debug, Clone)]
+struct LeaseRecord {
+    instance: String,
+    endpoint: String,
+    tools: Vec<String>,
+}
+
+#[derive(Default)]
+struct Local {
+    /// Every lease in Redis at the last resync, plus those announced here.
+    leases: HashMap<String, LeaseRecord>,
+    /// Leases heartbeated while Redis was away, to write back.
+    pending: HashSet<String>,
+    /// When Redis answered again after an outage; no sweeping for a TTL.
+    recovered_at: Option<Instant>,
+}
+
+/// Settings of the Redis catalog.
+#[derive(Debug, Clone)]
+pub struct RedisStoreSettings {
+    /// Hash tag all catalog keys live under, e.g. `toolmesh` → `{toolmesh}:…`.
+    pub prefix: String,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// Bounds on the catalog.
+    pub limits: Limits,
+    /// This replica's id (for the replica count).
+    pub replica_id: String,
+}
+
+/// The Redis [`CatalogStore`].
+pub struct RedisStore {
+    pool: Arc<RedisPool>,
+    tag: String,
+    settings: RedisStoreSettings,
+    scripts: Scripts,
+    view: CatalogView,
+    local: Mutex<Local>,
+    replicas: Arc<AtomicUsize>,
+}
+
+impl RedisStore {
+    /// A store over `pool`, with its subscriber and maintenance tasks running
+    /// on the current runtime until the store is dropped.
+    pub fn new(pool: Arc<RedisPool>, settings: RedisStoreSettings) -> Arc<Self> {
+        let store = Arc::new(Self {
+            pool,
+            tag: format!("{{{}}}", settings.prefix),
+            settings,
+            scripts: Scripts::new(),
+            view: CatalogView::default(),
+            local: Mutex::new(Local::default()),
+            replicas: Arc::new(AtomicUsize::new(1)),
+        });
+        tokio::spawn(subscribe(Arc::downgrade(&store)));
+        tokio::spawn(maintain(Arc::downgrade(&store)));
+        store
+    }
+
+    /// Live replicas as last seen in Redis (at least 1), for limiters that
+    /// split a limit between replicas while Redis is away.
+    pub fn replica_count(&self) -> Arc<AtomicUsize> {
+        self.replicas.clone()
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tag)
+    }
+
+    /// Reloads one tool from Redis into the view.
+    async fn reload(&self, name: &str) -> Result<(), RedisError> {
+        let (descriptor_key, instances_key) = (
+            self.key(&format!("tool:{name}")),
+            self.key(&format!("tool:{name}:inst")),
+        );
+        let (descriptor, instances): (Option<Vec<u8>>, HashMap<String, String>) = self
+            .pool
+            .run(async |conn| {
+                redis::pipe()
+                    .get(&descriptor_key)
+                    .hgetall(&instances_key)
+                    .query_async(conn)
+                    .await
+            })
+            .await?;
+        self.view
+            .apply(name, tool_state(descriptor.as_deref(), instances));
+        Ok(())
+    }
+
+    /// Reloads the whole catalog and every lease.
+    async fn resync(&self) -> Result<(), RedisError> {
+        let (tools_key, expiry_key) = (self.key("tools"), self.key("expiry"));
+        let (names, leases): (Vec<String>, Vec<String>) = self
+            .pool
+            .run(async |conn| {
+                redis::pipe()
+                    .smembers(&tools_key)
+                    .zrange(&expiry_key, 0, -1)
+                    .query_async(conn)
+                    .await
+            })
+            .await?;
+        let mut tools = Vec::with_capacity(names.len());
+        for name in &names {
+            let (d, i) = (
+                self.key(&format!("tool:{name}")),
+                self.key(&format!("tool:{name}:inst")),
+            );
+            let state: (Option<Vec<u8>>, HashMap<String, String>) = self
+                .pool
+                .run(async |conn| redis::pipe().get(&d).hgetall(&i).query_async(conn).await)
+                .await?;
+            tools.push((name.clone(), state));
+        }
+        let mut records = HashMap::with_capacity(leases.len());
+        for lease in leases {
+            let key = self.key(&format!("lease:{lease}"));
+            let fields: HashMap<String, String> = self
+                .pool
+                .run(async |conn| redis::cmd("HGETALL").arg(&key).query_async(conn).await)
+                .await?;
+            if let (Some(instance), Some(endpoint)) =
+                (fields.get("instance"), fields.get("endpoint"))
+            {
+                let tools = fields
+                    .get("tools")
+                    .map(|t| t.lines().map(str::to_owned).collect())
+                    .unwrap_or_default();
+                records.insert(
+                    lease,
+                    LeaseRecord {
+                        instance: instance.clone(),
+                        endpoint: endpoint.clone(),
+                        tools,
+                    },
+                );
+            }
+        }
+        let present: HashSet<&String> = names.iter().collect();
+        for (name, (descriptor, instances)) in tools {
+            self.view
+                .apply(&name, tool_state(descriptor.as_deref(), instances));
+        }
+        for name in self.view.names() {
+            if !present.contains(&name) {
+                self.view.apply(&name, None);
+            }
+        }
+        self.local().leases = records;
+        Ok(())
+    }
+
+    /// Writes back leases kept alive while Redis was away: those
+    /// heartbeated here, and, right after an outage, every lease this replica
+    /// knew of (Redis may have come back empty). The script only extends a
+    /// lease Redis still has, and re-creates one it lost.
+    async fn write_back(&self, everything: bool) -> Result<(), RedisError> {
+        let todo: Vec<(String, Option<LeaseRecord>)> = {
+            let local = self.local();
+            let mut leases: HashSet<&String> = local.pending.iter().collect();
+            if everything {
+                leases.extend(local.leases.keys());
+            }
+            leases
+                .into_iter()
+                .map(|l| (l.clone(), local.leases.get(l).cloned()))
+                .collect()
+        };
+        for (lease, record) in todo {
+            let mut invocation = self.scripts.restore.prepare_invoke();
+            invocation
+                .key(self.key("tools"))
+                .arg(&self.tag)
+                .arg(&lease)
+                .arg(self.ttl_ms());
+            match &record {
+                Some(record) => {
+                    let entries: Vec<(String, Vec<u8>)> = record
+                        .tools
+                        .iter()
+                        .filter_map(|name| {
+                            self.view
+                                .get(name)
+                                .map(|t| (name.clone(), t.descriptor.encode_to_vec()))
+                        })
+                        .collect();
+                    invocation
+                        .arg(&record.instance)
+                        .arg(&record.endpoint)
+                        .arg(entries.len());
+                    for (name, bytes) in entries {
+                        invocation.arg(name).arg(bytes);
+                    }
+                }
+                None => {
+                    invocation.arg("").arg("").arg(0);
+                }
+            }
+            let outcome: String = self
+                .pool
+                .run(async |conn| invocation.invoke_async(conn).await)
+                .await?;
+            if outcome != "extended" {
+                tracing::info!(%lease, %outcome, "lease written back after a redis outage");
+            }
+            self.local().pending.remove(&lease);
+        }
+        Ok(())
+    }
+
+    async fn sweep(&self) -> Result<usize, RedisError> {
+        let invocation = {
+            let mut i = self.scripts.sweep.prepare_invoke();
+            i.key(self.key("tools")).arg(&self.tag).arg(SWEEP_BATCH);
+            i
+        };
+        self.pool
+            .run(async |conn| invocation.invoke_async(conn).await)
+            .await
+    }
+
+    async fn presence(&self) -> Result<usize, RedisError> {
+        let window = self.ttl_ms();
+        let invocation = {
+            let mut i = self.scripts.presence.prepare_invoke();
+            i.key(self.key("tools"))
+                .arg(&self.tag)
+                .arg(&self.settings.replica_id)
+                .arg(window);
+            i
+        };
+        self.pool
+            .run(async |conn| invocation.invoke_async(conn).await)
+            .await
+    }
+
+    async fn announce_once(
+        &self,
+        a: &Announcement,
+        lease_id: &str,
+    ) -> Result<AnnounceReply, RegistryError> {
+        let mut invocation = self.scripts.announce.prepare_invoke();
+        invocation
+            .key(self.key("tools"))
+            .arg(&self.tag)
+            .arg(&a.instance_id)
+            .arg(&a.endpoint)
+            .arg(lease_id)
+            .arg(self.ttl_ms())
+            .arg(self.settings.limits.max_instances)
+            .arg(self.settings.limits.max_tools)
+            .arg(a.tools.len());
+        for tool in &a.tools {
+            invocation.arg(&tool.name).arg(tool.encode_to_vec());
+        }
+        let reply: Vec<Vec<u8>> = self
+            .pool
+            .run(async |conn| invocation.invoke_async(conn).await)
+            .await
+            .map_err(unavailable)?;
+        let text = |i: usize| {
+            reply
+                .get(i)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        match text(0).as_str() {
+            "ok" => Ok(AnnounceReply::Ok((1..reply.len()).map(text).collect())),
+            "conflict" => {
+                let live = reply
+                    .get(2)
+                    .and_then(|b| ToolDescriptor::decode(b.as_slice()).ok())
+                    .unwrap_or_default();
+                Ok(AnnounceReply::Conflict(text(1), live))
+            }
+            "full" => Err(RegistryError::CatalogFull(format!(
+                "the {} limit is reached",
+                text(1)
+            ))),
+            other => Err(unavailable(RedisError::Redis(format!(
+                "unexpected announce reply {other:?}"
+            )))),
+        }
+    }
+}
+
+enum AnnounceReply {
+    Ok(Vec<String>),
+    Conflict(String, ToolDescriptor),
+}
+
+fn unavailable(error: RedisError) -> RegistryError {
+    RegistryError::StoreUnavailable {
+        reason: error.to_string(),
+    }
+}
+
+fn tool_state(descriptor: Option<&[u8]>, instances: HashMap<String, String>) -> Option<ToolState> {
+    let descriptor = ToolDescriptor::decode(descriptor?).ok()?;
+    let mut instances: Vec<Arc<Instance>> = instances
+        .into_iter()
+        .map(|(id, endpoint)| Arc::new(Instance { id, endpoint }))
+        .collect();
+    instances.sort_by(|a, b| a.id.cmp(&b.id));
+    Some(ToolState {
+        descriptor: Arc::new(descriptor),
+        instances,
+    })
+}
+
+#[async_trait::async_trait]
+impl CatalogStore for RedisStore {
+    async fn announce(&self, mut a: Announcement) -> Result<Lease, RegistryError> {
+        let lease_id = uuid::Uuid::new_v4().to_string();
+        // A conflict whose only difference is formatting is no conflict:
+        // adopt the live descriptor and try again (bounded by the tool count).
+        for _ in 0..=a.tools.len() {
+            match self.announce_once(&a, &lease_id).await? {
+                AnnounceReply::Ok(touched) => {
+                    self.local().leases.insert(
+                        lease_id.clone(),
+                        LeaseRecord {
+                            instance: a.instance_id.clone(),
+                            endpoint: a.endpoint.clone(),
+                            tools: a.tools.iter().map(|t| t.name.clone()).collect(),
+                        },
+                    );
+                    for name in touched {
+                        // Read your own writes; the pub/sub echo is then a no-op.
+                        let _ = self.reload(&name).await;
+                    }
+                    return Ok(Lease {
+                        id: lease_id,
+                        ttl: self.settings.ttl,
+                    });
+                }
+                AnnounceReply::Conflict(name, live) => {
+                    let Some(tool) = a.tools.iter_mut().find(|t| t.name == name) else {
+                        break;
+                    };
+                    let differences = descriptor::differences(&live, tool);
+                    if !differences.is_empty() {
+                        return Err(RegistryError::DescriptorConflict {
+                            tool: name,
+                            differences,
+                        });
+                    }
+                    *tool = live;
+                }
+            }
+        }
+        Err(unavailable(RedisError::Redis(
+            "announce did not settle".into(),
+        )))
+    }
+
+    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
+        let invocation = {
+            let mut i = self.scripts.heartbeat.prepare_invoke();
+            i.key(self.key("tools"))
+                .arg(&self.tag)
+                .arg(lease_id)
+                .arg(self.ttl_ms());
+            i
+        };
+        match self
+            .pool
+            .run(async |conn| invocation.invoke_async::<i64>(conn).await)
+            .await
+        {
+            Ok(1) => Ok(self.settings.ttl),
+            Ok(_) => Err(RegistryError::LeaseNotFound {
+                lease: lease_id.to_owned(),
+            }),
+            Err(error) => {
+                // Redis is away: keep the sidecar's lease alive here and
+                // write it back when Redis returns.
+                let mut local = self.local();
+                if local.pending.len() < self.settings.limits.max_instances {
+                    local.pending.insert(lease_id.to_owned());
+                }
+                tracing::debug!(lease = lease_id, %error, "heartbeat kept locally while redis is away");
+                Ok(self.settings.ttl)
+            }
+        }
+    }
+
+    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
+        let invocation = {
+            let mut i = self.scripts.withdraw.prepare_invoke();
+            i.key(self.key("tools")).arg(&self.tag).arg(lease_id);
+            i
+        };
+        let touched: Vec<String> = self
+            .pool
+            .run(async |conn| invocation.invoke_async(conn).await)
+            .await
+            .map_err(unavailable)?;
+        {
+            let mut local = self.local();
+            local.leases.remove(lease_id);
+            local.pending.remove(lease_id);
+        }
+        for name in touched {
+            let _ = self.reload(&name).await;
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
+        self.view.get(name)
+    }
+
+    fn list(&self) -> Vec<Arc<ToolState>> {
+        self.view.list()
+    }
+
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.view.watch()
+    }
+}
+
+/// Follows the change channel, reloading each changed tool; resyncs on every
+/// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
+async fn subscribe(store: Weak<RedisStore>) {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let (client, channel, timeout) = {
+            let Some(store) = store.upgrade() else { return };
+            let settings = store.pool.settings();
+            let client = redis::Client::open(settings.url.as_str()).ok();
+            (client, store.key("events"), settings.call_timeout * 4)
+        };
+        let connected = match client {
+            Some(client) => tokio::time::timeout(timeout, client.get_async_pubsub())
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
+        };
+        let Some(mut pubsub) = connected else {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            continue;
+        };
+        if pubsub.subscribe(&channel).await.is_err() {
+            continue;
+        }
+        delay = Duration::from_millis(50);
+        if let Some(store) = store.upgrade()
+            && let Err(error) = store.resync().await
+        {
+            tracing::warn!(%error, "catalog resync failed");
+        }
+        let mut messages = pubsub.on_message();
+        while let Some(message) = messages.next().await {
+            let Some(store) = store.upgrade() else { return };
+            if let Ok(name) = message.get_payload::<String>()
+                && let Err(error) = store.reload(&name).await
+            {
+                tracing::debug!(%error, tool = %name, "reload failed; the next resync heals it");
+            }
+        }
+        tracing::warn!("redis change channel lost; resubscribing");
+    }
+}
+
+/// Sweeps expired leases, writes back what was kept during an outage, counts
+/// replicas, and resyncs periodically.
+async fn maintain(store: Weak<RedisStore>) {
+    let interval = {
+        let Some(store) = store.upgrade() else { return };
+        (store.settings.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    };
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_resync = Instant::now();
+    let mut was_down = false;
+    loop {
+        ticker.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        match store.presence().await {
+            Ok(count) => store.replicas.store(count.max(1), Ordering::Relaxed),
+            Err(_) => {
+                was_down = true;
+                continue;
+            }
+        }
+        if was_down {
+            was_down = false;
+            store.local().recovered_at = Some(Instant::now());
+            tracing::info!("redis is back; writing back leases and resyncing");
+            if let Err(error) = store.write_back(true).await {
+                tracing::warn!(%error, "write-back after the outage failed; retrying");
+                was_down = true;
+                continue;
+            }
+            let _ = store.resync().await;
+            last_resync = Instant::now();
+        }
+        if !store.local().pending.is_empty() {
+            let _ = store.write_back(false).await;
+        }
+        let recovering = store
+            .local()
+            .recovered_at
+            .is_some_and(|at| at.elapsed() < store.settings.ttl);
+        if !recovering && let Err(error) = store.sweep().await {
+            tracing::debug!(%error, "sweep failed");
+        }
+        if last_resync.elapsed() >= RESYNC_EVERY {
+            last_resync = Instant::now();
+            if let Err(error) = store.resync().await {
+                tracing::debug!(%error, "periodic resync failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+-- Shared by every catalog script. All keys live under the hash tag in
+-- ARGV[1] (e.g. "{toolmesh}"), so on Redis Cluster every script touches one
+-- slot. Times come from Redis's own clock.
+local p = ARGV[1]
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Removes a lease and detaches its instance from its tools, appending the
+-- names of the tools it touched to `touched`.
+local function drop_lease(lease, touched)
+  local key = p .. ':lease:' .. lease
+  local inst = redis.call('HGET', key, 'instance')
+  local tools = redis.call('HGET', key, 'tools')
+  redis.call('DEL', key)
+  redis.call('ZREM', p .. ':expiry', lease)
+  if not inst then return end
+  if redis.call('GET', p .. ':inst:' .. inst) == lease then
+    redis.call('DEL', p .. ':inst:' .. inst)
+  end
+  if tools and tools ~= '' then
+    for name in string.gmatch(tools, '[^\n]+') do
+      local ikey = p .. ':tool:' .. name .. ':inst'
+      redis.call('HDEL', ikey, inst)
+      if redis.call('HLEN', ikey) == 0 then
+        redis.call('DEL', p .. ':tool:' .. name, ikey)
+        redis.call('SREM', p .. ':tools', name)
+      end
+      touched[#touched + 1] = name
+    end
+  end
+end
+
+-- Whether `desc` may be announced for `name` by `inst`: no live descriptor,
+-- the same one, or only `inst` serves it.
+local function compatible(name, desc, inst)
+  local live = redis.call('GET', p .. ':tool:' .. name)
+  if not live or live == desc then return true, live end
+  for _, id in ipairs(redis.call('HKEYS', p .. ':tool:' .. name .. ':inst')) do
+    if id ~= inst then return false, live end
+  end
+  return true, live
+end
+
+-- Creates `lease` for `inst` serving the tools in `entries` (name, descriptor).
+local function add_lease(lease, inst, endpoint, ttl, entries, touched)
+  local names = {}
+  for _, pair in ipairs(entries) do
+    local name, desc = pair[1], pair[2]
+    redis.call('SET', p .. ':tool:' .. name, desc)
+    redis.call('HSET', p .. ':tool:' .. name .. ':inst', inst, endpoint)
+    redis.call('SADD', p .. ':tools', name)
+    names[#names + 1] = name
+    touched[#touched + 1] = name
+  end
+  redis.call('HSET', p .. ':lease:' .. lease, 'instance', inst, 'endpoint', endpoint,
+    'tools', table.concat(names, '\n'))
+  redis.call('SET', p .. ':inst:' .. inst, lease)
+  redis.call('ZADD', p .. ':expiry', now_ms() + ttl, lease)
+end
+
+local function publish(touched)
+  for _, name in ipairs(touched) do
+    redis.call('PUBLISH', p .. ':events', name)
+  end
+end
+
+local function read_pairs(first, n)
+  local entries = {}
+  for i = 0, n - 1 do
+    entries[#entries + 1] = { ARGV[first + 2 * i], ARGV[first + 1 + 2 * i] }
+  end
+  return entries
+end

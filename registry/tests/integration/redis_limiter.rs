@@ -1,0 +1,427 @@
+//! `RedisLimiter` against a real `redis-server` on loopback: exact across
+//! replicas, exact retry delays, both outage policies, and Cluster.
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, atomic::AtomicUsize},
+    time::{Duration, Instant},
+};
+
+use toolmesh_registry::{
+    descriptor::Limit,
+    ratelimit::{
+        Decision, LimiterError, RateLimiter,
+        redis::{OutagePolicy, RedisLimiter},
+    },
+    redis_pool::{RedisPool, RedisSettings},
+};
+
+use crate::common::{
+    eventually,
+    redis_server::{RedisServer, start_cluster},
+};
+
+const PREFIX: &str = "t";
+
+fn pool(url: &str, call_timeout: Duration, breaker_cooldown: Duration) -> Arc<RedisPool> {
+    RedisPool::new(RedisSettings {
+        url: url.to_owned(),
+        call_timeout,
+        breaker_cooldown,
+        ..RedisSettings::default()
+    })
+    .unwrap()
+}
+
+fn limiter(pool: Arc<RedisPool>, policy: OutagePolicy, replicas: usize) -> RedisLimiter {
+    RedisLimiter::new(pool, PREFIX, policy, Arc::new(AtomicUsize::new(replicas)))
+}
+
+/// A plain connection to one server, to look at what the limiter wrote.
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn exists(url: &str, key: &str) -> bool {
+    let mut conn = raw(url).await;
+    // On a Cluster node that does not own the key this is a MOVED error.
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(&mut conn)
+        .await
+        .is_ok_and(|n| n == 1)
+}
+
+async fn pttl_ms(url: &str, key: &str) -> i64 {
+    let mut conn = raw(url).await;
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async::<i64>(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Three replicas (three limiters, each with its own pool) hammer one key
+/// on one Redis for three seconds.
+///
+/// GCRA admits at most `b + floor(r * s)` calls, where `s` is the time on
+/// Redis's clock between the first and the last decision; `s` is shorter
+/// than the wall time `e` measured around the whole run, so
+/// `admitted <= b + floor(r * e) + 1` (the 1 covers rounding of the two
+/// clocks). With callers always waiting, a token is never lost (the TAT
+/// stays ahead of Redis's clock), so the run falls short of `b + r * e`
+/// only by the time before the first decision and after the last one:
+/// `admitted >= floor(0.99 * (b + r * (e - 0.25 s)))`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_together_admit_exactly_the_limit() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let limit = Limit {
+        rate: 20.0,
+        burst: 10,
+    };
+    let replicas: Vec<Arc<RedisLimiter>> = (0..3)
+        .map(|_| {
+            let pool = pool(
+                &server.url(),
+                Duration::from_secs(5),
+                Duration::from_secs(1),
+            );
+            Arc::new(limiter(pool, OutagePolicy::FailClosed, 3))
+        })
+        .collect();
+    // Connect and load the script first, so the run measures decisions only.
+    for replica in &replicas {
+        assert_eq!(
+            replica.acquire("warm-up", limit).await.unwrap(),
+            Decision::Allow
+        );
+    }
+
+    let run_for = Duration::from_secs(3);
+    let start = Instant::now();
+    let tasks: Vec<_> = replicas
+        .iter()
+        .map(|replica| {
+            let replica = replica.clone();
+            tokio::spawn(async move {
+                let (mut admitted, mut denied, mut failed) = (0u64, 0u64, 0u64);
+                while start.elapsed() < run_for {
+                    match replica.acquire("shared", limit).await {
+                        Ok(Decision::Allow) => admitted += 1,
+                        Ok(Decision::Deny { .. }) => denied += 1,
+                        Err(_) => failed += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (admitted, denied, failed)
+            })
+        })
+        .collect();
+    let mut per_replica = Vec::new();
+    for task in tasks {
+        per_replica.push(task.await.unwrap());
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+
+    let admitted: u64 = per_replica.iter().map(|r| r.0).sum();
+    let denied: u64 = per_replica.iter().map(|r| r.1).sum();
+    let failed: u64 = per_replica.iter().map(|r| r.2).sum();
+    let (rate, burst) = (limit.rate, f64::from(limit.burst));
+    let expected = burst + rate * elapsed;
+    let most = burst + (rate * elapsed).floor() + 1.0;
+    let least = (0.99 * (burst + rate * (elapsed - 0.25))).floor();
+    eprintln!(
+        "redis limiter, 3 replicas, rate {rate}/s burst {burst}: admitted {admitted} \
+         (per replica {:?}), denied {denied}, failed {failed} in {elapsed:.3} s; \
+         b + r*e = {expected:.2}, bound [{least}, {most}]",
+        per_replica.iter().map(|r| r.0).collect::<Vec<_>>(),
+    );
+    assert_eq!(failed, 0, "no call may fail while Redis is up");
+    #[allow(clippy::cast_precision_loss)]
+    let admitted = admitted as f64;
+    assert!(
+        admitted <= most && admitted >= least,
+        "admitted {admitted}, expected between {least} and {most}"
+    );
+}
+
+/// After the burst, a denial says exactly how long until the next token,
+/// and waiting that long is enough. The key expires once the bucket is full.
+#[tokio::test]
+async fn retry_after_is_exact() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let limiter = limiter(
+        pool(
+            &server.url(),
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+        ),
+        OutagePolicy::FailClosed,
+        1,
+    );
+
+    // rate 20, burst 10: the burst, then one token every 50 ms.
+    let limit = Limit {
+        rate: 20.0,
+        burst: 10,
+    };
+    let start = Instant::now();
+    let mut admitted = 0u32;
+    let retry_after = loop {
+        match limiter.acquire("burst", limit).await.unwrap() {
+            Decision::Allow => admitted += 1,
+            Decision::Deny { retry_after } => break retry_after,
+        }
+        assert!(admitted < 100, "never denied");
+    };
+    let took = start.elapsed().as_secs_f64();
+    assert!(
+        f64::from(admitted) >= 10.0 && f64::from(admitted) <= 11.0 + 20.0 * took,
+        "admitted {admitted} in {took:.3} s"
+    );
+    assert!(
+        retry_after > Duration::ZERO && retry_after <= limit.period(),
+        "{retry_after:?}"
+    );
+    tokio::time::sleep(retry_after).await;
+    assert_eq!(
+        limiter.acquire("burst", limit).await.unwrap(),
+        Decision::Allow
+    );
+
+    // rate 1, burst 1: the delay is one second less the time since the
+    // admitted call, to the microsecond.
+    let limit = Limit {
+        rate: 1.0,
+        burst: 1,
+    };
+    let before = Instant::now();
+    assert_eq!(
+        limiter.acquire("slow", limit).await.unwrap(),
+        Decision::Allow
+    );
+    let key = limiter.redis_key("slow");
+    assert_eq!(key, "{t:rl:slow}");
+    let ttl = pttl_ms(&server.url(), &key).await;
+    assert!(ttl > 0 && ttl <= 1001, "PTTL {ttl}");
+    let Decision::Deny { retry_after } = limiter.acquire("slow", limit).await.unwrap() else {
+        panic!("the second call within a second must be denied");
+    };
+    let since = before.elapsed();
+    assert!(
+        retry_after <= Duration::from_secs(1)
+            && retry_after >= Duration::from_secs(1).saturating_sub(since),
+        "retry_after {retry_after:?}, {since:?} after the admitted call"
+    );
+    // Half way, the delay has shrunk by (at least) the time waited.
+    tokio::time::sleep(retry_after / 2).await;
+    let Decision::Deny { retry_after: rest } = limiter.acquire("slow", limit).await.unwrap() else {
+        panic!("still within the second");
+    };
+    assert!(
+        rest <= retry_after - retry_after / 2,
+        "{rest:?} of {retry_after:?}"
+    );
+    tokio::time::sleep(rest).await;
+    assert_eq!(
+        limiter.acquire("slow", limit).await.unwrap(),
+        Decision::Allow
+    );
+
+    // Idle, the bucket fills up and its key vanishes.
+    let url = server.url();
+    eventually(Duration::from_secs(5), "the idle key to expire", || {
+        let (url, key) = (url.clone(), key.clone());
+        async move { !exists(&url, &key).await }
+    })
+    .await;
+}
+
+/// Fail-closed: with Redis gone every call is refused, quickly, and at once
+/// when the breaker is open; Redis decides again soon after it returns.
+#[tokio::test]
+async fn fail_closed_refuses_while_redis_is_down() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let call_timeout = Duration::from_millis(250);
+    let pool = pool(&server.url(), call_timeout, Duration::from_secs(1));
+    let limiter = limiter(pool.clone(), OutagePolicy::FailClosed, 1);
+    let limit = Limit {
+        rate: 100.0,
+        burst: 100,
+    };
+    assert_eq!(limiter.acquire("k", limit).await.unwrap(), Decision::Allow);
+
+    server.kill();
+    for call in 1..=10 {
+        let start = Instant::now();
+        let result = limiter.acquire("k", limit).await;
+        let took = start.elapsed();
+        assert!(
+            matches!(result, Err(LimiterError::Unavailable(_))),
+            "call {call}: {result:?}"
+        );
+        // Generous: the timeout itself, plus a busy scheduler.
+        assert!(
+            took < call_timeout + Duration::from_secs(1),
+            "call {call} took {took:?}"
+        );
+        if call == 10 {
+            assert!(
+                took < Duration::from_millis(50),
+                "breaker open, yet call 10 took {took:?}"
+            );
+        }
+    }
+    assert!(pool.breaker().is_open());
+    assert!(limiter.in_outage());
+
+    server.restart();
+    eventually(Duration::from_secs(15), "redis to decide again", || async {
+        limiter.acquire("k", limit).await.is_ok()
+    })
+    .await;
+    assert!(!limiter.in_outage());
+    assert!(exists(&server.url(), &limiter.redis_key("k")).await);
+}
+
+/// Degrade: with Redis gone one of three replicas admits its share (a
+/// third of the burst), not the whole limit; Redis decides again after it
+/// returns.
+#[tokio::test]
+async fn degrade_admits_this_replicas_share_while_redis_is_down() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let pool = pool(
+        &server.url(),
+        Duration::from_millis(250),
+        Duration::from_secs(2),
+    );
+    let limiter = limiter(pool.clone(), OutagePolicy::Degrade, 3);
+    let limit = Limit {
+        rate: 30.0,
+        burst: 30,
+    };
+    assert_eq!(
+        limiter.acquire("warm-up", limit).await.unwrap(),
+        Decision::Allow
+    );
+
+    server.kill();
+    // Open the breaker on another key, so the count below is not spread
+    // over the call timeouts.
+    for _ in 0..20 {
+        if pool.breaker().is_open() {
+            break;
+        }
+        limiter.acquire("trip", limit).await.unwrap();
+    }
+    assert!(pool.breaker().is_open());
+    assert!(limiter.in_outage());
+
+    let start = Instant::now();
+    let mut admitted = 0u32;
+    let mut first_delay = None;
+    for _ in 0..30 {
+        match limiter.acquire("k", limit).await.unwrap() {
+            Decision::Allow => admitted += 1,
+            Decision::Deny { retry_after } => {
+                first_delay.get_or_insert(retry_after);
+            }
+        }
+    }
+    let took = start.elapsed().as_secs_f64();
+    eprintln!(
+        "degraded, 3 replicas, limit 30/s burst 30: admitted {admitted} of 30 in {took:.3} s"
+    );
+    // The share is rate 10, burst 10.
+    assert!(
+        f64::from(admitted) >= 10.0 && f64::from(admitted) <= 11.0 + 10.0 * took,
+        "admitted {admitted} in {took:.3} s"
+    );
+    let first_delay = first_delay.unwrap();
+    assert!(
+        first_delay <= Duration::from_millis(100),
+        "the share's period is 100 ms: {first_delay:?}"
+    );
+
+    server.restart();
+    eventually(Duration::from_secs(15), "redis to decide again", || async {
+        limiter.acquire("probe", limit).await.is_ok() && !limiter.in_outage()
+    })
+    .await;
+    // The whole burst again, from Redis.
+    for call in 1..=30 {
+        assert_eq!(
+            limiter.acquire("after", limit).await.unwrap(),
+            Decision::Allow,
+            "call {call}"
+        );
+    }
+    assert!(!limiter.in_outage());
+    assert!(exists(&server.url(), &limiter.redis_key("after")).await);
+}
+
+/// Cluster: keys in different slots, on different masters, each decided
+/// exactly.
+#[tokio::test]
+async fn cluster_decides_each_key_on_its_own_slot() {
+    let Some(nodes) = start_cluster() else {
+        return;
+    };
+    let pool = RedisPool::new(RedisSettings {
+        url: nodes[0].url(),
+        cluster: true,
+        call_timeout: Duration::from_secs(2),
+        ..RedisSettings::default()
+    })
+    .unwrap();
+    let limiter = limiter(pool, OutagePolicy::FailClosed, 1);
+    let limit = Limit {
+        rate: 1.0,
+        burst: 3,
+    };
+    let keys = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
+    for key in keys {
+        for call in 1..=3 {
+            assert_eq!(
+                limiter.acquire(key, limit).await.unwrap(),
+                Decision::Allow,
+                "{key}, call {call}"
+            );
+        }
+        let Decision::Deny { retry_after } = limiter.acquire(key, limit).await.unwrap() else {
+            panic!("{key}: the fourth call within a second must be denied");
+        };
+        assert!(
+            retry_after > Duration::ZERO && retry_after <= Duration::from_secs(1),
+            "{key}: {retry_after:?}"
+        );
+    }
+
+    // Each key lives on exactly one master, and they are not all on one.
+    let mut owners = HashSet::new();
+    for key in keys {
+        let redis_key = limiter.redis_key(key);
+        let mut on = Vec::new();
+        for node in &nodes {
+            if exists(&node.url(), &redis_key).await {
+                on.push(node.port);
+            }
+        }
+        assert_eq!(on.len(), 1, "{redis_key} is on {on:?}");
+        owners.extend(on);
+    }
+    eprintln!("cluster: {} keys on {} masters", keys.len(), owners.len());
+    assert!(owners.len() >= 2, "all keys on one master: {owners:?}");
+}
