@@ -75,13 +75,14 @@ async fn main() {
     let registry_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let registry_addr = registry_listener.local_addr().unwrap();
     let (stop_registry, registry_stopped) = oneshot::channel::<()>();
-    let registry = tokio::spawn(toolmesh_registry::run(
-        registry_listener,
-        Config::default(),
-        async {
-            let _ = registry_stopped.await;
-        },
-    ));
+    let config = Config {
+        redis: options.redis.clone(),
+        redis_prefix: format!("bench{}", std::process::id()),
+        ..Config::default()
+    };
+    let registry = tokio::spawn(toolmesh_registry::run(registry_listener, config, async {
+        let _ = registry_stopped.await;
+    }));
 
     let mut tool = sdk::tool("word_count", "Count words", |args: Args| async move {
         Ok(Words {

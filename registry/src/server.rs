@@ -4,7 +4,6 @@
 use std::{collections::HashSet, future::Future, sync::Arc, time::Duration};
 
 use tokio::{net::TcpListener, sync::broadcast::error::RecvError};
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
@@ -194,16 +193,12 @@ impl Registry {
             // Find dead agents and sidecars on idle connections.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .tcp_nodelay(true)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_alpha)
             .add_service(registry)
             .add_service(registration)
-            .serve_with_incoming_shutdown(
-                TcpListenerStream::new(listener),
-                stop.clone().cancelled_owned(),
-            );
+            .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
         tokio::pin!(server);
 
         tokio::select! {
@@ -296,4 +291,12 @@ async fn janitor(
         }
         live = now;
     }
+}
+
+/// Accepted connections with `TCP_NODELAY` and keepalive set: a custom
+/// incoming stream does not get the server builder's socket options.
+fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(std::time::Duration::from_secs(60)))
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
 
@@ -91,8 +90,10 @@ pub async fn serve(
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(ToolRuntimeServer::new(RuntimeService::new(runtime)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+        .serve_with_incoming_shutdown(incoming(listener), async {
             let _ = drain_rx.await;
         });
     let control = announcer.run_until(shutdown);
@@ -114,4 +115,12 @@ pub async fn serve(
     }
     tracing::info!("sidecar stopped");
     Ok(())
+}
+
+/// Accepted connections with `TCP_NODELAY` and keepalive set: a custom
+/// incoming stream does not get the server builder's socket options.
+fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(std::time::Duration::from_secs(60)))
 }
