@@ -179,6 +179,7 @@ enum Connector {
 /// A bounded set of multiplexed connections, opened lazily (a Redis that is
 /// down at start is not an error), used round robin, behind one breaker.
 pub struct RedisPool {
+    info: redis::ConnectionInfo,
     connector: Connector,
     slots: Vec<tokio::sync::Mutex<Option<RedisConn>>>,
     next: AtomicUsize,
@@ -199,7 +200,7 @@ impl RedisPool {
             info = info.set_redis_settings(redis);
         }
         let connector = if settings.cluster {
-            let client = ClusterClient::builder([info])
+            let client = ClusterClient::builder([info.clone()])
                 .connection_timeout(settings.call_timeout * 4)
                 .response_timeout(settings.call_timeout)
                 .build()
@@ -207,13 +208,14 @@ impl RedisPool {
             Connector::Cluster(client)
         } else {
             Connector::Single(
-                redis::Client::open(info).map_err(|e| RedisError::Config(e.to_string()))?,
+                redis::Client::open(info.clone()).map_err(|e| RedisError::Config(e.to_string()))?,
             )
         };
         let slots = (0..settings.pool_size.max(1))
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         Ok(Arc::new(Self {
+            info,
             connector,
             slots,
             next: AtomicUsize::new(0),
@@ -222,12 +224,11 @@ impl RedisPool {
         }))
     }
 
-    /// The client, for connections the pool does not manage (pub/sub).
-    pub fn client(&self) -> Option<&redis::Client> {
-        match &self.connector {
-            Connector::Single(client) => Some(client),
-            Connector::Cluster(_) => None,
-        }
+    /// A client for connections the pool does not manage (pub/sub), with
+    /// the same address, TLS and credentials. On Cluster it reaches the seed
+    /// node, which is enough for pub/sub: messages reach every node.
+    pub fn standalone_client(&self) -> Result<redis::Client, RedisError> {
+        redis::Client::open(self.info.clone()).map_err(|e| RedisError::Config(e.to_string()))
     }
 
     /// The settings the pool was made with.

@@ -509,7 +509,7 @@ async fn subscribe(store: Weak<RedisStore>) {
         let (client, channel, timeout) = {
             let Some(store) = store.upgrade() else { return };
             let settings = store.pool.settings();
-            let client = redis::Client::open(settings.url.as_str()).ok();
+            let client = store.pool.standalone_client().ok();
             (client, store.key("events"), settings.call_timeout * 4)
         };
         let connected = match client {

@@ -109,7 +109,7 @@ impl RedisServer {
                 if stream.write_all(b"PING\r\n").is_ok() {
                     let mut reply = [0u8; 16];
                     if let Ok(n) = stream.read(&mut reply)
-                        && reply[..n].starts_with(b"+PONG")
+                        && (reply[..n].starts_with(b"+PONG") || reply[..n].starts_with(b"-NOAUTH"))
                     {
                         return;
                     }

@@ -338,3 +338,36 @@ async fn replicas_work_on_a_redis_cluster() {
         .expect_err("over the limit");
     assert_eq!(status.code(), Code::ResourceExhausted);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_comes_from_a_file() {
+    let Some(redis) = RedisServer::start_with(
+        crate::common::redis_server::free_port(),
+        vec!["--requirepass".into(), "s3cret-pw".into()],
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("redis-password");
+    std::fs::write(&file, "s3cret-pw\n").expect("write");
+    let mut config = replica_config(&redis.url(), "auth", Duration::from_secs(3));
+    config.redis_password_file = Some(file);
+    let registry = TestRegistry::start(config).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = TestSidecar::start(&registry.url(), "s", vec![add_tool(calls)]).await;
+    wait_for_instances(&registry, "add", 1).await;
+
+    // The catalog really is in that Redis: a second replica sees it.
+    let mut config = replica_config(&redis.url(), "auth", Duration::from_secs(3));
+    config.redis_password_file = Some(dir.path().join("redis-password"));
+    let started = Instant::now();
+    let second = TestRegistry::start(config).await;
+    wait_for_instances(&second, "add", 1).await;
+    // Through its authenticated subscription's first resync, not the
+    // periodic one 5 s later.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}
