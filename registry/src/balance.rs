@@ -1,20 +1,69 @@
-//! Instance choice: the less loaded of two random live instances ("power of
-//! two choices"), load being calls in flight from this registry.
+//! Instance choice: the less loaded of two random healthy instances ("power
+//! of two choices"), load being calls in flight from this registry; and
+//! outlier ejection: an instance whose calls fail at transport level several
+//! times in a row leaves rotation for a while, its lease untouched.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
 use dashmap::DashMap;
 use rand::seq::IndexedRandom;
+use tokio::time::Instant;
 
 use crate::catalog::Instance;
 
-/// Counts calls in flight per instance and picks where the next one goes.
+/// When an instance is taken out of rotation, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct OutlierPolicy {
+    /// Transport failures in a row that eject an instance.
+    pub consecutive_failures: u32,
+    /// First ejection; each further one in a row doubles it.
+    pub base_ejection: Duration,
+    /// Longest ejection.
+    pub max_ejection: Duration,
+}
+
+impl Default for OutlierPolicy {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 3,
+            base_ejection: Duration::from_secs(5),
+            max_ejection: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Ejection {
+    failures: u32,
+    ejections: u32,
+    until: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    in_flight: Arc<AtomicUsize>,
+    ejection: Mutex<Ejection>,
+}
+
+impl Health {
+    fn ejected(&self, now: Instant) -> bool {
+        let ejection = self.ejection.lock().unwrap_or_else(PoisonError::into_inner);
+        ejection.until.is_some_and(|until| now < until)
+    }
+}
+
+/// Counts calls in flight per instance, tracks transport failures, and picks
+/// where the next call goes.
 #[derive(Default)]
 pub struct Balancer {
-    in_flight: DashMap<String, Arc<AtomicUsize>>,
+    health: DashMap<String, Arc<Health>>,
+    policy: OutlierPolicy,
 }
 
 /// Marks one call in flight on an instance until dropped.
@@ -30,46 +79,115 @@ impl Drop for InFlight {
 }
 
 impl Balancer {
-    /// Picks one of `instances` not in `exclude`, and marks a call in flight
-    /// on it. `None` if every instance is excluded.
+    /// A balancer ejecting outliers by `policy`.
+    pub fn new(policy: OutlierPolicy) -> Self {
+        Self {
+            health: DashMap::new(),
+            policy,
+        }
+    }
+
+    /// Picks one of `instances` not in `exclude`, preferring instances not
+    /// ejected (if every candidate is ejected, ejection is ignored rather
+    /// than failing the call), and marks a call in flight on it. `None` if
+    /// every instance is excluded.
     pub fn pick(
         &self,
         instances: &[Arc<Instance>],
         exclude: &[String],
     ) -> Option<(Arc<Instance>, InFlight)> {
+        let now = Instant::now();
         let candidates: Vec<&Arc<Instance>> = instances
             .iter()
             .filter(|i| !exclude.contains(&i.id))
             .collect();
-        let chosen = match candidates.as_slice() {
+        let healthy: Vec<&Arc<Instance>> = candidates
+            .iter()
+            .copied()
+            .filter(|i| !self.health(&i.id).ejected(now))
+            .collect();
+        let pool = if healthy.is_empty() {
+            candidates
+        } else {
+            healthy
+        };
+        let chosen = match pool.as_slice() {
             [] => return None,
             [only] => *only,
             _ => {
                 let mut rng = rand::rng();
-                let two: Vec<&&Arc<Instance>> = candidates.choose_multiple(&mut rng, 2).collect();
+                let two: Vec<&&Arc<Instance>> = pool.choose_multiple(&mut rng, 2).collect();
                 let (a, b) = (two[0], two[1]);
                 if self.load(b) < self.load(a) { *b } else { *a }
             }
         };
-        let counter = self.counter(&chosen.id);
+        let counter = self.health(&chosen.id).in_flight.clone();
         counter.fetch_add(1, Ordering::Relaxed);
         Some((chosen.clone(), InFlight { counter }))
     }
 
+    /// Records that a call reached `instance` and got an answer.
+    pub fn record_success(&self, instance: &str) {
+        let health = self.health(instance);
+        let mut ejection = health
+            .ejection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *ejection = Ejection::default();
+    }
+
+    /// Records a transport failure on `instance`; returns `true` if this
+    /// ejected it.
+    pub fn record_failure(&self, instance: &str) -> bool {
+        let health = self.health(instance);
+        let mut ejection = health
+            .ejection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if ejection.until.is_some_and(|until| now < until) {
+            return false;
+        }
+        ejection.failures += 1;
+        if ejection.failures < self.policy.consecutive_failures {
+            return false;
+        }
+        let factor = 2u32.saturating_pow(ejection.ejections.min(16));
+        let duration = self
+            .policy
+            .base_ejection
+            .saturating_mul(factor)
+            .min(self.policy.max_ejection);
+        ejection.ejections += 1;
+        ejection.failures = 0;
+        ejection.until = Some(now + duration);
+        tracing::warn!(
+            instance,
+            ?duration,
+            "instance ejected after repeated transport failures"
+        );
+        true
+    }
+
+    /// Whether `instance` is out of rotation now.
+    pub fn is_ejected(&self, instance: &str) -> bool {
+        self.health(instance).ejected(Instant::now())
+    }
+
     /// Calls in flight on `instance`.
     pub fn load(&self, instance: &Instance) -> usize {
-        self.in_flight
+        self.health
             .get(&instance.id)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+            .map_or(0, |h| h.in_flight.load(Ordering::Relaxed))
     }
 
-    /// Drops the counter of an instance that left.
+    /// Drops what is kept for an instance that left.
     pub fn forget(&self, instance_id: &str) {
-        self.in_flight.remove(instance_id);
+        self.health.remove(instance_id);
     }
 
-    fn counter(&self, id: &str) -> Arc<AtomicUsize> {
-        self.in_flight.entry(id.to_owned()).or_default().clone()
+    fn health(&self, id: &str) -> Arc<Health> {
+        self.health.entry(id.to_owned()).or_default().clone()
     }
 }
 
@@ -125,5 +243,50 @@ mod tests {
             seen.insert(b.pick(&all, &[]).unwrap().0.id.clone());
         }
         assert_eq!(seen.len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_instance_is_ejected_then_tried_again() {
+        let b = Balancer::new(OutlierPolicy {
+            consecutive_failures: 3,
+            base_ejection: Duration::from_secs(5),
+            max_ejection: Duration::from_secs(60),
+        });
+        let all = instances(2);
+        assert!(!b.record_failure("i0"));
+        assert!(!b.record_failure("i0"));
+        assert!(b.record_failure("i0"));
+        for _ in 0..50 {
+            assert_eq!(b.pick(&all, &[]).unwrap().0.id, "i1");
+        }
+        // Only ejected instances left: use them rather than fail.
+        assert_eq!(b.pick(&all, &["i1".into()]).unwrap().0.id, "i0");
+
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!b.is_ejected("i0"));
+        // Failing again right away ejects for twice as long.
+        for _ in 0..3 {
+            b.record_failure("i0");
+        }
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(b.is_ejected("i0"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!b.is_ejected("i0"));
+        b.record_success("i0");
+        for _ in 0..3 {
+            b.record_failure("i0");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!b.is_ejected("i0"), "a success resets the backoff");
+    }
+
+    #[test]
+    fn a_success_resets_the_failure_count() {
+        let b = Balancer::default();
+        b.record_failure("i0");
+        b.record_failure("i0");
+        b.record_success("i0");
+        assert!(!b.record_failure("i0"));
+        assert!(!b.is_ejected("i0"));
     }
 }

@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::time::Instant;
 use tonic::Code;
 use toolmesh_proto::pb::{ExecuteRequest, InvokeRequest, InvokeResponse};
+use tower::retry::budget::{Budget as _, TpsBudget};
 
 use crate::{
     balance::Balancer,
@@ -44,6 +45,7 @@ impl Default for InvokeSettings {
 
 /// Runs agents' calls.
 pub struct Invoker {
+    retries: TpsBudget,
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
     balancer: Arc<Balancer>,
@@ -61,6 +63,9 @@ impl Invoker {
         settings: InvokeSettings,
     ) -> Self {
         Self {
+            // Retries may add at most 20% to the calls of the last 10 s, plus
+            // 10 a second, so a failing fleet does not see a retry storm.
+            retries: TpsBudget::new(Duration::from_secs(10), 10, 0.2),
             catalog,
             limiter,
             balancer,
@@ -137,7 +142,7 @@ impl Invoker {
     }
 
     /// Tries instances until one answers, the deadline passes, or retrying
-    /// would not be safe.
+    /// would not be safe (or the retry budget is spent).
     async fn execute(
         &self,
         tool: &ToolState,
@@ -149,9 +154,17 @@ impl Invoker {
             tool: tool.name().to_owned(),
             deadline: budget,
         };
+        self.retries.deposit();
         let mut tried: Vec<String> = Vec::new();
-        let mut last_failure = String::from("no live instance");
+        let mut failure = RegistryError::NoHealthyInstance {
+            tool: tool.name().to_owned(),
+            detail: "no live instance".into(),
+        };
         while tried.len() < MAX_ATTEMPTS {
+            if !tried.is_empty() && !self.retries.withdraw() {
+                tracing::warn!(tool = tool.name(), "retry budget spent; not retrying");
+                break;
+            }
             let Some((instance, _in_flight)) = self.balancer.pick(&tool.instances, &tried) else {
                 break;
             };
@@ -164,49 +177,73 @@ impl Invoker {
                 .proxy
                 .execute(&instance.endpoint, request.clone(), remaining)
                 .await;
-            let status = match outcome {
+            let attempts = u32::try_from(tried.len()).unwrap_or(u32::MAX);
+            let retry = match outcome {
                 Ok(response) => {
+                    self.balancer.record_success(&instance.id);
                     return Ok(InvokeResponse {
                         result_json: response.result_json,
                         is_error: response.is_error,
                         instance_id: instance.id.clone(),
-                        attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
+                        attempts,
                     });
                 }
                 Err(ProxyError::Timeout) => return Err(deadline_exceeded()),
-                Err(error @ ProxyError::Connect { .. }) => {
-                    tracing::warn!(tool = tool.name(), instance = %instance.id, %error, "instance unreachable; trying another");
-                    last_failure = error.to_string();
-                    continue;
+                Err(error @ ProxyError::NotSent { .. }) => {
+                    // Never reached the sidecar: safe to retry any tool.
+                    self.balancer.record_failure(&instance.id);
+                    tracing::warn!(tool = tool.name(), instance = %instance.id, %error, attempts, "instance unreachable");
+                    failure = no_instance(tool, &error.to_string());
+                    true
                 }
-                Err(ProxyError::Status(status)) => status,
+                Err(ProxyError::Transport(status)) => {
+                    // The sidecar may have run the tool: only an idempotent
+                    // one may run again.
+                    self.balancer.record_failure(&instance.id);
+                    tracing::warn!(tool = tool.name(), instance = %instance.id, message = status.message(), attempts, "transport failure mid-call");
+                    failure = no_instance(tool, status.message());
+                    tool.descriptor.idempotent
+                }
+                Err(ProxyError::Status(status)) => {
+                    self.balancer.record_success(&instance.id);
+                    match status.code() {
+                        Code::DeadlineExceeded => return Err(deadline_exceeded()),
+                        Code::Cancelled
+                            if Instant::now() + Duration::from_millis(50) >= deadline =>
+                        {
+                            return Err(deadline_exceeded());
+                        }
+                        // The sidecar does not serve the tool (any more): it never ran.
+                        Code::NotFound => {
+                            failure = no_instance(
+                                tool,
+                                &format!("instance {} does not serve the tool", instance.id),
+                            );
+                            true
+                        }
+                        code => {
+                            failure = RegistryError::Upstream {
+                                tool: tool.name().to_owned(),
+                                instance: instance.id.clone(),
+                                code,
+                                message: status.message().to_owned(),
+                            };
+                            code == Code::Unavailable && tool.descriptor.idempotent
+                        }
+                    }
+                }
             };
-            match status.code() {
-                Code::DeadlineExceeded => return Err(deadline_exceeded()),
-                Code::Cancelled if Instant::now() + Duration::from_millis(50) >= deadline => {
-                    return Err(deadline_exceeded());
-                }
-                // The sidecar does not serve the tool (any more): it never ran.
-                Code::NotFound => {
-                    last_failure = format!("instance {} does not serve the tool", instance.id);
-                }
-                Code::Unavailable if tool.descriptor.idempotent => {
-                    tracing::warn!(tool = tool.name(), instance = %instance.id, message = status.message(), "unavailable; retrying an idempotent tool");
-                    last_failure = status.message().to_owned();
-                }
-                code => {
-                    return Err(RegistryError::Upstream {
-                        tool: tool.name().to_owned(),
-                        instance: instance.id.clone(),
-                        code,
-                        message: status.message().to_owned(),
-                    });
-                }
+            if !retry {
+                break;
             }
         }
-        Err(RegistryError::NoHealthyInstance {
-            tool: tool.name().to_owned(),
-            detail: last_failure,
-        })
+        Err(failure)
+    }
+}
+
+fn no_instance(tool: &ToolState, detail: &str) -> RegistryError {
+    RegistryError::NoHealthyInstance {
+        tool: tool.name().to_owned(),
+        detail: detail.to_owned(),
     }
 }

@@ -13,18 +13,45 @@ pub enum ProxyError {
     /// No connection could be made: the request never left the registry, so
     /// any tool may be retried elsewhere.
     #[error("cannot connect to {endpoint}: {reason}")]
-    Connect {
+    NotSent {
         /// The sidecar's endpoint.
         endpoint: String,
         /// Why.
         reason: String,
     },
+    /// The connection failed mid-call: the sidecar may have run the tool.
+    #[error("transport failure mid-call: {0}")]
+    Transport(tonic::Status),
     /// The deadline passed before the sidecar answered.
     #[error("no answer within the deadline")]
     Timeout,
-    /// The sidecar (or the transport, mid-call) answered with a status.
+    /// The sidecar answered with a status.
     #[error("{0}")]
     Status(tonic::Status),
+}
+
+impl ProxyError {
+    /// Sorts a failed call's status: a status tonic made from a local
+    /// transport error carries that error as its source; one the sidecar
+    /// sent does not.
+    fn classify(endpoint: &str, status: tonic::Status) -> Self {
+        let mut source = std::error::Error::source(&status);
+        let transport = source.is_some();
+        while let Some(error) = source {
+            if error.is::<tonic::ConnectError>() {
+                return Self::NotSent {
+                    endpoint: endpoint.to_owned(),
+                    reason: status.message().to_owned(),
+                };
+            }
+            source = error.source();
+        }
+        if transport {
+            Self::Transport(status)
+        } else {
+            Self::Status(status)
+        }
+    }
 }
 
 /// Sidecar connections, keyed by endpoint.
@@ -67,7 +94,7 @@ impl Proxy {
         request.set_timeout(remaining);
         match tokio::time::timeout(remaining, client.execute(request)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(ProxyError::Status(status)),
+            Ok(Err(status)) => Err(ProxyError::classify(endpoint, status)),
             Err(_) => Err(ProxyError::Timeout),
         }
     }
@@ -81,7 +108,7 @@ impl Proxy {
         if let Some(channel) = self.channels.get(endpoint) {
             return Ok(channel.clone());
         }
-        let connect_error = |reason: String| ProxyError::Connect {
+        let connect_error = |reason: String| ProxyError::NotSent {
             endpoint: endpoint.to_owned(),
             reason,
         };
