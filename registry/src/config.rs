@@ -45,6 +45,12 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_MAX_TOOLS", default_value_t = 10_000)]
     pub max_tools: usize,
 
+    /// On shutdown, how long health reports NOT_SERVING while calls are
+    /// still taken, so load balancers stop sending new ones first (a few
+    /// seconds on Kubernetes).
+    #[arg(long, env = "TOOLMESH_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: Duration,
+
     /// On shutdown, how long in-flight calls may take to finish.
     #[arg(long, env = "TOOLMESH_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -100,6 +106,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(2),
             max_instances: 10_000,
             max_tools: 10_000,
+            shutdown_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             redis: None,
             redis_cluster: false,

@@ -15,9 +15,11 @@
 //! - [`descriptor`]: rules for tool descriptors, and how two differ.
 //! - [`validate`]: JSON Schema compilation and argument validation.
 //! - [`ratelimit`]: GCRA per tool behind the [`ratelimit::RateLimiter`] trait.
+//! - [`idempotency`]: idempotency keys, in memory or shared through Redis.
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
 pub mod api;
@@ -26,10 +28,12 @@ pub mod catalog;
 pub mod config;
 pub mod descriptor;
 pub mod error;
+pub mod idempotency;
 pub mod invoke;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis_pool;
+pub mod retry;
 pub mod server;
 pub mod store;
 pub mod validate;

@@ -150,9 +150,10 @@ impl Registry {
         &self.catalog
     }
 
-    /// Serves on `listener` until `shutdown` completes, then reports
-    /// NOT_SERVING, ends watch streams, and lets in-flight calls finish for
-    /// up to the configured grace period.
+    /// Serves on `listener` until `shutdown` completes; then reports
+    /// NOT_SERVING, keeps serving for the shutdown delay, ends watch streams,
+    /// stops accepting, and lets in-flight calls finish for up to the grace
+    /// period.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -212,6 +213,10 @@ impl Registry {
         health
             .set_not_serving::<RegistrationServer<RegistrationApi>>()
             .await;
+        health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        tokio::time::sleep(self.config.shutdown_delay).await;
         watchers.cancel();
         stop.cancel();
         match tokio::time::timeout(self.config.shutdown_grace, server).await {

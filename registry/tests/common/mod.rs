@@ -3,6 +3,7 @@
 //! through a oneshot (or aborted, to play a crash).
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod processes;
 pub mod redis_server;
 
 use std::{future::Future, net::SocketAddr, sync::Arc, sync::atomic::AtomicUsize, time::Duration};

@@ -1,0 +1,266 @@
+//! Running one call on the tool's instances: retries where they are safe,
+//! hedging for idempotent tools, all within the call's deadline and a retry
+//! budget.
+//!
+//! - A call that never reached a sidecar (no connection) is retried on
+//!   another instance, whatever the tool.
+//! - A transport failure mid-call, or `UNAVAILABLE` from the sidecar, is
+//!   retried only for idempotent tools: the sidecar may have run it.
+//! - An idempotent call with no answer after half its deadline is hedged: a
+//!   second attempt starts on another instance and the first answer wins, so
+//!   a hung instance (SIGSTOP, a stuck pod) costs half a deadline, not the
+//!   call. The attempt that lost the race counts as a failure for outlier
+//!   ejection.
+//! - Retries and hedges draw on a budget (20% of recent calls plus 10/s), so
+//!   a failing fleet does not see a retry storm.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::{StreamExt as _, stream::FuturesUnordered};
+use tokio::time::Instant;
+use tonic::Code;
+use toolmesh_proto::pb::{ExecuteRequest, InvokeResponse};
+use tower::retry::budget::{Budget as _, TpsBudget};
+
+use crate::{
+    balance::Balancer,
+    catalog::{Instance, ToolState},
+    error::RegistryError,
+    proxy::{Proxy, ProxyError},
+};
+
+/// Most attempts (retries and hedges included) for one call.
+pub const MAX_ATTEMPTS: usize = 3;
+
+/// What happened to one attempt, and whether another may follow.
+enum Verdict {
+    Answer(InvokeResponse),
+    Fail { error: RegistryError, retry: bool },
+}
+
+/// Runs calls on instances with retries and hedging.
+pub struct Attempts {
+    balancer: Arc<Balancer>,
+    proxy: Arc<Proxy>,
+    budget: TpsBudget,
+}
+
+impl Attempts {
+    /// Attempts over `balancer` and `proxy`, with the default retry budget.
+    pub fn new(balancer: Arc<Balancer>, proxy: Arc<Proxy>) -> Self {
+        Self {
+            balancer,
+            proxy,
+            budget: TpsBudget::new(Duration::from_secs(10), 10, 0.2),
+        }
+    }
+
+    /// Runs `request` on `tool`'s instances until one answers, the deadline
+    /// passes, or another attempt would not be safe (or affordable).
+    pub async fn run(
+        &self,
+        tool: &ToolState,
+        request: ExecuteRequest,
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<InvokeResponse, RegistryError> {
+        let deadline_exceeded = || RegistryError::DeadlineExceeded {
+            tool: tool.name().to_owned(),
+            deadline: budget,
+        };
+        self.budget.deposit();
+        let idempotent = tool.descriptor.idempotent;
+        let mut tried: Vec<String> = Vec::new();
+        let mut running = FuturesUnordered::new();
+        let mut failure = no_instance(tool, "no live instance");
+        let hedge_at = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+        let mut hedged = false;
+        let mut finished: Vec<String> = Vec::new();
+
+        let Some(first) = self.launch(tool, &request, deadline, &mut tried) else {
+            return Err(failure);
+        };
+        running.push(first);
+        loop {
+            let may_hedge = idempotent
+                && !hedged
+                && tried.len() < MAX_ATTEMPTS
+                && tried.len() < tool.instances.len();
+            let hedge_timer = async {
+                if may_hedge {
+                    tokio::time::sleep_until(hedge_at).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                done = running.next() => {
+                    let Some((instance, outcome)) = done else {
+                        return Err(failure);
+                    };
+                    finished.push(instance.id.clone());
+                    match self.judge(tool, &instance, outcome, tried.len(), deadline) {
+                        Verdict::Answer(response) => {
+                            // An attempt still running lost a hedged race:
+                            // that instance was too slow to answer.
+                            drop(running);
+                            for loser in tried.iter().filter(|id| !finished.contains(id)) {
+                                self.balancer.record_failure(loser);
+                            }
+                            return Ok(response);
+                        }
+                        Verdict::Fail { error, retry } => {
+                            if matches!(error, RegistryError::DeadlineExceeded { .. }) {
+                                return Err(deadline_exceeded());
+                            }
+                            failure = error;
+                            if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
+                                && let Some(next) = self.launch(tool, &request, deadline, &mut tried) {
+                                    running.push(next);
+                                }
+                            if running.is_empty() {
+                                return Err(failure);
+                            }
+                        }
+                    }
+                }
+                () = hedge_timer => {
+                    hedged = true;
+                    if self.budget.withdraw()
+                        && let Some(next) = self.launch(tool, &request, deadline, &mut tried) {
+                            tracing::info!(tool = tool.name(), instance = %next_id(&tried), "no answer after half the deadline; hedging");
+                            running.push(next);
+                        }
+                }
+                () = tokio::time::sleep_until(deadline) => return Err(deadline_exceeded()),
+            }
+        }
+    }
+
+    /// Starts an attempt on an instance not yet tried.
+    fn launch(
+        &self,
+        tool: &ToolState,
+        request: &ExecuteRequest,
+        deadline: Instant,
+        tried: &mut Vec<String>,
+    ) -> Option<
+        impl Future<
+            Output = (
+                Arc<Instance>,
+                Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
+            ),
+        > + use<>,
+    > {
+        let (instance, in_flight) = self.balancer.pick(&tool.instances, tried)?;
+        tried.push(instance.id.clone());
+        let proxy = self.proxy.clone();
+        let request = request.clone();
+        Some(async move {
+            let _in_flight = in_flight;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let outcome = if remaining.is_zero() {
+                Err(ProxyError::Timeout)
+            } else {
+                proxy.execute(&instance.endpoint, request, remaining).await
+            };
+            (instance, outcome)
+        })
+    }
+
+    /// Sorts one attempt's outcome into an answer or a failure, recording
+    /// the instance's health.
+    fn judge(
+        &self,
+        tool: &ToolState,
+        instance: &Instance,
+        outcome: Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
+        attempts: usize,
+        deadline: Instant,
+    ) -> Verdict {
+        let idempotent = tool.descriptor.idempotent;
+        match outcome {
+            Ok(response) => {
+                self.balancer.record_success(&instance.id);
+                Verdict::Answer(InvokeResponse {
+                    result_json: response.result_json,
+                    is_error: response.is_error,
+                    instance_id: instance.id.clone(),
+                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                })
+            }
+            Err(ProxyError::Timeout) => Verdict::Fail {
+                error: RegistryError::DeadlineExceeded {
+                    tool: tool.name().to_owned(),
+                    deadline: Duration::ZERO,
+                },
+                retry: false,
+            },
+            Err(error @ ProxyError::NotSent { .. }) => {
+                self.balancer.record_failure(&instance.id);
+                tracing::warn!(tool = tool.name(), instance = %instance.id, %error, "instance unreachable");
+                Verdict::Fail {
+                    error: no_instance(tool, &error.to_string()),
+                    retry: true,
+                }
+            }
+            Err(ProxyError::Transport(status)) => {
+                self.balancer.record_failure(&instance.id);
+                tracing::warn!(tool = tool.name(), instance = %instance.id, message = status.message(), "transport failure mid-call");
+                Verdict::Fail {
+                    error: no_instance(tool, status.message()),
+                    retry: idempotent,
+                }
+            }
+            Err(ProxyError::Status(status)) => {
+                self.balancer.record_success(&instance.id);
+                match status.code() {
+                    Code::DeadlineExceeded => Verdict::Fail {
+                        error: RegistryError::DeadlineExceeded {
+                            tool: tool.name().to_owned(),
+                            deadline: Duration::ZERO,
+                        },
+                        retry: false,
+                    },
+                    Code::Cancelled if Instant::now() + Duration::from_millis(50) >= deadline => {
+                        Verdict::Fail {
+                            error: RegistryError::DeadlineExceeded {
+                                tool: tool.name().to_owned(),
+                                deadline: Duration::ZERO,
+                            },
+                            retry: false,
+                        }
+                    }
+                    // The sidecar does not serve the tool (any more): it never ran.
+                    Code::NotFound => Verdict::Fail {
+                        error: no_instance(
+                            tool,
+                            &format!("instance {} does not serve the tool", instance.id),
+                        ),
+                        retry: true,
+                    },
+                    code => Verdict::Fail {
+                        error: RegistryError::Upstream {
+                            tool: tool.name().to_owned(),
+                            instance: instance.id.clone(),
+                            code,
+                            message: status.message().to_owned(),
+                        },
+                        retry: code == Code::Unavailable && idempotent,
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn next_id(tried: &[String]) -> &str {
+    tried.last().map_or("", String::as_str)
+}
+
+fn no_instance(tool: &ToolState, detail: &str) -> RegistryError {
+    RegistryError::NoHealthyInstance {
+        tool: tool.name().to_owned(),
+        detail: detail.to_owned(),
+    }
+}
