@@ -45,6 +45,16 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_MAX_TOOLS", default_value_t = 10_000)]
     pub max_tools: usize,
 
+    /// How long the outcome of a call with an idempotency key is kept for
+    /// repeats.
+    #[arg(long, env = "TOOLMESH_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub idempotency_retention: Duration,
+
+    /// Most idempotency records kept in memory (embedded mode); the oldest
+    /// completed ones are evicted first.
+    #[arg(long, env = "TOOLMESH_IDEMPOTENCY_CAPACITY", default_value_t = 100_000)]
+    pub idempotency_capacity: usize,
+
     /// On shutdown, how long health reports NOT_SERVING while calls are
     /// still taken, so load balancers stop sending new ones first (a few
     /// seconds on Kubernetes).
@@ -106,6 +116,8 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(2),
             max_instances: 10_000,
             max_tools: 10_000,
+            idempotency_retention: Duration::from_secs(24 * 3600),
+            idempotency_capacity: 100_000,
             shutdown_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             redis: None,

@@ -152,6 +152,25 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+    /// An idempotency key was used again with different arguments.
+    #[error("idempotency key {key:?} was used for {tool:?} with other arguments")]
+    IdempotencyKeyReused {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: String,
+    },
+    /// The idempotency store holds as many calls in progress as it may.
+    #[error("too many calls with idempotency keys in progress")]
+    IdempotencyFull,
+    /// A repeat of a call whose first run ended with this status.
+    #[error("{message}")]
+    Replayed {
+        /// The first run's status code.
+        code: Code,
+        /// The first run's status message.
+        message: String,
+    },
     /// The rate limiter could not decide, and the outage policy is to refuse
     /// calls to rate-limited tools.
     #[error("rate limiter unavailable for {tool:?}: {reason}")]
@@ -270,6 +289,17 @@ impl RegistryError {
             Self::StoreUnavailable { .. } | Self::LimiterUnavailable { .. } => {
                 Status::unavailable(message)
             }
+            Self::IdempotencyKeyReused { tool, key } => Status::with_error_details(
+                Code::FailedPrecondition,
+                message.clone(),
+                ErrorDetails::with_precondition_failure_violation(
+                    "IDEMPOTENCY_KEY_REUSED",
+                    format!("tool:{tool}/idempotency_key:{key}"),
+                    "a repeat must carry the same arguments as the first call",
+                ),
+            ),
+            Self::IdempotencyFull => Status::resource_exhausted(message),
+            Self::Replayed { code, .. } => Status::new(*code, message),
         }
     }
 
@@ -292,7 +322,10 @@ impl RegistryError {
             | Self::DescriptorConflict { .. }
             | Self::InvalidRequest { .. }
             | Self::LeaseNotFound { .. }
-            | Self::CatalogFull(_) => false,
+            | Self::CatalogFull(_)
+            | Self::IdempotencyKeyReused { .. }
+            | Self::IdempotencyFull
+            | Self::Replayed { .. } => false,
         }
     }
 }

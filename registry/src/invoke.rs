@@ -11,6 +11,9 @@ use crate::{
     catalog::{Catalog, ToolState},
     descriptor::{self, Limit},
     error::RegistryError,
+    idempotency::{
+        Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, fingerprint,
+    },
     proxy::Proxy,
     ratelimit::{Decision, RateLimiter},
     retry::Attempts,
@@ -42,6 +45,7 @@ impl Default for InvokeSettings {
 /// Runs agents' calls.
 pub struct Invoker {
     attempts: Attempts,
+    idempotency: Arc<dyn IdempotencyStore>,
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
     settings: InvokeSettings,
@@ -54,10 +58,12 @@ impl Invoker {
         limiter: Arc<dyn RateLimiter>,
         balancer: Arc<Balancer>,
         proxy: Arc<Proxy>,
+        idempotency: Arc<dyn IdempotencyStore>,
         settings: InvokeSettings,
     ) -> Self {
         Self {
             attempts: Attempts::new(balancer, proxy),
+            idempotency,
             catalog,
             limiter,
             settings,
@@ -87,10 +93,29 @@ impl Invoker {
                 tool: request.tool.clone(),
                 violations,
             })?;
-        if let Some(limit) = Limit::of(&tool.descriptor) {
-            self.take_token(tool.name(), limit).await?;
-        }
         let budget = self.budget(&tool, caller_timeout);
+        let deadline = started + budget;
+        let ticket = match request.idempotency_key.as_str() {
+            "" => None,
+            key => match self.claim(&tool, key, &arguments, budget, deadline).await? {
+                Claim::Run(ticket) => Some(ticket),
+                Claim::Replay(outcome) => return replay(outcome),
+                Claim::ArgumentsDiffer => {
+                    return Err(RegistryError::IdempotencyKeyReused {
+                        tool: request.tool,
+                        key: request.idempotency_key,
+                    });
+                }
+            },
+        };
+        if let Some(limit) = Limit::of(&tool.descriptor)
+            && let Err(error) = self.take_token(tool.name(), limit).await
+        {
+            if let Some(ticket) = ticket {
+                ticket.release().await;
+            }
+            return Err(error);
+        }
         let execute = ExecuteRequest {
             tool: request.tool,
             arguments_json: if request.arguments_json.trim().is_empty() {
@@ -100,9 +125,51 @@ impl Invoker {
             },
             invocation_id: uuid::Uuid::new_v4().to_string(),
         };
-        self.attempts
-            .run(&tool, execute, started + budget, budget)
+        let attempted = self.attempts.run(&tool, execute, deadline, budget).await;
+        if let Some(ticket) = ticket {
+            if attempted.reached {
+                ticket.complete(stored(&attempted.result)).await;
+            } else {
+                // Provably never ran: a repeat may run it.
+                ticket.release().await;
+            }
+        }
+        attempted.result
+    }
+
+    /// Claims `key` for this call, waiting (within the deadline) for an
+    /// earlier call with the same key to finish.
+    async fn claim(
+        &self,
+        tool: &ToolState,
+        key: &str,
+        arguments: &serde_json::Value,
+        budget: Duration,
+        deadline: Instant,
+    ) -> Result<Claim, RegistryError> {
+        if key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+            return Err(RegistryError::InvalidRequest {
+                field: "idempotency_key".into(),
+                reason: format!("longer than {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
+            });
+        }
+        let key = IdempotencyKey {
+            caller: String::new(),
+            tool: tool.name().to_owned(),
+            key: key.to_owned(),
+        };
+        let hold_for = budget + IDEMPOTENCY_HOLD_MARGIN;
+        self.idempotency
+            .claim(&key, &fingerprint(arguments), hold_for, deadline)
             .await
+            .map_err(|error| match error {
+                IdempotencyError::WaitTimedOut => RegistryError::DeadlineExceeded {
+                    tool: tool.name().to_owned(),
+                    deadline: budget,
+                },
+                IdempotencyError::Unavailable(reason) => RegistryError::StoreUnavailable { reason },
+                IdempotencyError::Full => RegistryError::IdempotencyFull,
+            })
     }
 
     async fn take_token(&self, tool: &str, limit: Limit) -> Result<(), RegistryError> {
@@ -131,5 +198,51 @@ impl Invoker {
             Some(caller) => tool_timeout.min(caller.saturating_sub(self.settings.deadline_margin)),
             None => tool_timeout,
         }
+    }
+}
+
+/// Longest idempotency key accepted.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// How long past its deadline a call may hold its idempotency key (a replica
+/// that died mid-call frees it then).
+const IDEMPOTENCY_HOLD_MARGIN: Duration = Duration::from_secs(5);
+
+/// What a repeat of this call will be answered with.
+fn stored(result: &Result<InvokeResponse, RegistryError>) -> StoredOutcome {
+    match result {
+        Ok(response) => StoredOutcome::Response {
+            result_json: response.result_json.clone(),
+            is_error: response.is_error,
+            instance_id: response.instance_id.clone(),
+            attempts: response.attempts,
+        },
+        Err(error) => {
+            let status = error.to_status();
+            StoredOutcome::Status {
+                code: status.code() as i32,
+                message: status.message().to_owned(),
+            }
+        }
+    }
+}
+
+/// The answer a repeat gets.
+fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
+    match outcome {
+        StoredOutcome::Response {
+            result_json,
+            is_error,
+            instance_id,
+            attempts,
+        } => Ok(InvokeResponse {
+            result_json,
+            is_error,
+            instance_id,
+            attempts,
+        }),
+        StoredOutcome::Status { code, message } => Err(RegistryError::Replayed {
+            code: tonic::Code::from_i32(code),
+            message,
+        }),
     }
 }

@@ -32,6 +32,16 @@ use crate::{
 /// Most attempts (retries and hedges included) for one call.
 pub const MAX_ATTEMPTS: usize = 3;
 
+/// The end of a call's attempts.
+#[derive(Debug)]
+pub struct Attempted {
+    /// The answer, or why there is none.
+    pub result: Result<InvokeResponse, RegistryError>,
+    /// Whether any attempt may have reached a sidecar (and so run the tool).
+    /// `false` only when every attempt provably never left the registry.
+    pub reached: bool,
+}
+
 /// What happened to one attempt, and whether another may follow.
 enum Verdict {
     Answer(InvokeResponse),
@@ -63,6 +73,21 @@ impl Attempts {
         request: ExecuteRequest,
         deadline: Instant,
         budget: Duration,
+    ) -> Attempted {
+        let mut reached = false;
+        let result = self
+            .attempt(tool, request, deadline, budget, &mut reached)
+            .await;
+        Attempted { result, reached }
+    }
+
+    async fn attempt(
+        &self,
+        tool: &ToolState,
+        request: ExecuteRequest,
+        deadline: Instant,
+        budget: Duration,
+        reached: &mut bool,
     ) -> Result<InvokeResponse, RegistryError> {
         let deadline_exceeded = || RegistryError::DeadlineExceeded {
             tool: tool.name().to_owned(),
@@ -99,6 +124,9 @@ impl Attempts {
                         return Err(failure);
                     };
                     finished.push(instance.id.clone());
+                    if !matches!(outcome, Err(ProxyError::NotSent { .. })) {
+                        *reached = true;
+                    }
                     match self.judge(tool, &instance, outcome, tried.len(), deadline) {
                         Verdict::Answer(response) => {
                             // An attempt still running lost a hedged race:
@@ -111,6 +139,7 @@ impl Attempts {
                         }
                         Verdict::Fail { error, retry } => {
                             if matches!(error, RegistryError::DeadlineExceeded { .. }) {
+                                *reached = true;
                                 return Err(deadline_exceeded());
                             }
                             failure = error;
@@ -132,7 +161,10 @@ impl Attempts {
                             running.push(next);
                         }
                 }
-                () = tokio::time::sleep_until(deadline) => return Err(deadline_exceeded()),
+                () = tokio::time::sleep_until(deadline) => {
+                    *reached = true;
+                    return Err(deadline_exceeded());
+                }
             }
         }
     }

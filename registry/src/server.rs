@@ -15,6 +15,7 @@ use crate::{
     balance::Balancer,
     catalog::{Catalog, ChangeKind},
     config::Config,
+    idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
     invoke::{InvokeSettings, Invoker},
     proxy::Proxy,
     ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
@@ -60,7 +61,11 @@ impl Registry {
                 max_tools: config.max_tools,
             },
         );
-        Self::new(store, Arc::new(LocalLimiter::new()), config)
+        let idempotency = Arc::new(MemoryIdempotency::new(
+            config.idempotency_retention,
+            config.idempotency_capacity,
+        ));
+        Self::new(store, Arc::new(LocalLimiter::new()), idempotency, config)
     }
 
     /// The registry `config` asks for: over Redis when `--redis` is set,
@@ -90,6 +95,11 @@ impl Registry {
                 replica_id: format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple()),
             },
         );
+        let idempotency = Arc::new(RedisIdempotency::new(
+            pool.clone(),
+            &config.redis_prefix,
+            config.idempotency_retention,
+        ));
         let limiter = RedisLimiter::new(
             pool,
             &config.redis_prefix,
@@ -97,13 +107,14 @@ impl Registry {
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
-        Ok(Self::new(store, Arc::new(limiter), config))
+        Ok(Self::new(store, Arc::new(limiter), idempotency, config))
     }
 
     /// A registry over the given engines.
     pub fn new(
         store: Arc<dyn CatalogStore>,
         limiter: Arc<dyn RateLimiter>,
+        idempotency: Arc<dyn IdempotencyStore>,
         config: Config,
     ) -> Self {
         let catalog = Arc::new(Catalog::new(store));
@@ -135,6 +146,7 @@ impl Registry {
             limiter,
             balancer,
             proxy,
+            idempotency,
             settings,
         ));
         Self {

@@ -5,12 +5,12 @@
 mod common;
 #[path = "integration/faults.rs"]
 mod faults;
+#[path = "integration/idempotency.rs"]
+mod idempotency;
 #[path = "integration/redis_limiter.rs"]
 mod redis_limiter;
 #[path = "integration/redis_replicas.rs"]
 mod redis_replicas;
-#[path = "integration/idempotency.rs"]
-mod idempotency;
 
 use std::{
     sync::{Arc, atomic::AtomicUsize},

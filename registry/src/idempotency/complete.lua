@@ -7,6 +7,10 @@ local current = redis.call('GET', KEYS[1])
 if not current then
   return 0
 end
+if current == ARGV[2] then
+  -- A retry of a completion that went through.
+  return 1
+end
 local ok, record = pcall(cjson.decode, current)
 if not ok or type(record) ~= 'table' or record.token ~= ARGV[1] then
   return 0

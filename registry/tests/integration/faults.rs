@@ -464,3 +464,101 @@ async fn shutdown_reports_not_serving_first_and_finishes_calls_in_flight() {
     stopping.await.expect("stopped");
     let _ = &mut health;
 }
+
+/// A tool that counts its runs and takes `millis` to answer.
+fn counted_sleep(calls: Arc<AtomicUsize>) -> toolmesh_sidecar::Tool {
+    toolmesh_sidecar::sdk::tool("pay", "Pays once per key", move |args: SleepArgs| {
+        let calls = calls.clone();
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::time::sleep(Duration::from_millis(args.millis)).await;
+            Ok(AddResult { sum: 0, calls: n })
+        }
+    })
+    .timeout(Duration::from_secs(5))
+    .build()
+}
+
+async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUsize) {
+    let mut agents = Vec::new();
+    for i in 0..20 {
+        let mut client = registries[i % registries.len()].client().await;
+        agents.push(tokio::spawn(async move {
+            client
+                .invoke(pb::InvokeRequest {
+                    tool: "pay".into(),
+                    arguments_json: r#"{"millis": 300}"#.into(),
+                    idempotency_key: "order-42".into(),
+                })
+                .await
+                .map(|r| r.into_inner())
+        }));
+    }
+    let mut results = Vec::new();
+    for agent in agents {
+        results.push(
+            agent
+                .await
+                .expect("agent")
+                .expect("every repeat gets the outcome"),
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "exactly one execution");
+    assert!(
+        results.iter().all(|r| r == &results[0]),
+        "every repeat gets the same result"
+    );
+
+    // Later repeats: the stored result, no run; other arguments: refused.
+    let mut client = registries[0].client().await;
+    let again = client
+        .invoke(pb::InvokeRequest {
+            tool: "pay".into(),
+            arguments_json: r#"{ "millis" : 300 }"#.into(),
+            idempotency_key: "order-42".into(),
+        })
+        .await
+        .expect("replayed");
+    assert_eq!(again.into_inner(), results[0]);
+    let status = client
+        .invoke(pb::InvokeRequest {
+            tool: "pay".into(),
+            arguments_json: r#"{"millis": 1}"#.into(),
+            idempotency_key: "order-42".into(),
+        })
+        .await
+        .expect_err("other arguments");
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_idempotency_keys_under_concurrency_run_once() {
+    let registry = TestRegistry::start(config_with_ttl(Duration::from_secs(3))).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _a = TestSidecar::start(&registry.url(), "a", vec![counted_sleep(calls.clone())]).await;
+    let _b = TestSidecar::start(&registry.url(), "b", vec![counted_sleep(calls.clone())]).await;
+    wait_for_instances(&registry, "pay", 2).await;
+    same_key_from_many_agents(std::slice::from_ref(&registry), &calls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_idempotency_keys_across_replicas_run_once() {
+    let Some(redis) = crate::common::redis_server::RedisServer::start() else {
+        return;
+    };
+    let mut config = config_with_ttl(Duration::from_secs(3));
+    config.redis = Some(redis.url());
+    config.redis_prefix = "idem".into();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(TestRegistry::start(config.clone()).await);
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _a = TestSidecar::start(&replicas[0].url(), "a", vec![counted_sleep(calls.clone())]).await;
+    let _b = TestSidecar::start(&replicas[2].url(), "b", vec![counted_sleep(calls.clone())]).await;
+    for replica in &replicas {
+        wait_for_instances(replica, "pay", 2).await;
+    }
+    same_key_from_many_agents(&replicas, &calls).await;
+}
