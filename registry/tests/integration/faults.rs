@@ -106,35 +106,41 @@ async fn burst(
     outcome
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_during_a_burst_to_an_idempotent_tool_loses_no_call() {
-    let Some(binary) = sidecar_binary() else {
-        return;
-    };
+/// A registry, a counting backend, and two sidecar processes `a` and `b`
+/// serving `tool` over it; `burst` with sidecar `a` killed (-9) after 60
+/// of 300 calls.
+async fn burst_with_a_kill(tool: &str, idempotent: bool) -> Option<(Burst, Counter)> {
+    let binary = sidecar_binary()?;
     let registry = TestRegistry::start(config_with_ttl(Duration::from_secs(3))).await;
     let counter = Counter::default();
     let url = counter.serve().await;
-    let yaml = work_tool_yaml("work", &url, true, "5s");
+    let yaml = work_tool_yaml(tool, &url, idempotent, "5s");
     let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml);
     let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml);
-    wait_for_instances(&registry, "work", 2).await;
+    wait_for_instances(&registry, tool, 2).await;
 
     let pid = a.pid;
-    let outcome = burst(
-        &registry,
-        Plan {
-            tool: "work",
-            calls: 300,
-            concurrency: 16,
-            sleep_ms: 20,
-            deadline: Duration::from_secs(5),
-            fault_after: 60,
-        },
-        move || {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        },
-    )
+    let plan = Plan {
+        tool,
+        calls: 300,
+        concurrency: 16,
+        sleep_ms: 20,
+        deadline: Duration::from_secs(5),
+        fault_after: 60,
+    };
+    let outcome = burst(&registry, plan, move || {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+    })
     .await;
+    a.kill().await;
+    Some((outcome, counter))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_a_burst_to_an_idempotent_tool_loses_no_call() {
+    let Some((outcome, counter)) = burst_with_a_kill("work", true).await else {
+        return;
+    };
     eprintln!(
         "kill -9, idempotent tool: calls {}, succeeded {}, failed {}, executions counted {}",
         outcome.calls,
@@ -148,38 +154,13 @@ async fn kill_9_during_a_burst_to_an_idempotent_tool_loses_no_call() {
         outcome.failures
     );
     assert!(counter.total() >= outcome.calls);
-    a.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_never_runs_a_non_idempotent_side_effect_twice() {
-    let Some(binary) = sidecar_binary() else {
+    let Some((outcome, counter)) = burst_with_a_kill("charge", false).await else {
         return;
     };
-    let registry = TestRegistry::start(config_with_ttl(Duration::from_secs(3))).await;
-    let counter = Counter::default();
-    let url = counter.serve().await;
-    let yaml = work_tool_yaml("charge", &url, false, "5s");
-    let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml);
-    let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml);
-    wait_for_instances(&registry, "charge", 2).await;
-
-    let pid = a.pid;
-    let outcome = burst(
-        &registry,
-        Plan {
-            tool: "charge",
-            calls: 300,
-            concurrency: 16,
-            sleep_ms: 20,
-            deadline: Duration::from_secs(5),
-            fault_after: 60,
-        },
-        move || {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-        },
-    )
-    .await;
     eprintln!(
         "kill -9, non-idempotent tool: calls {}, succeeded {}, failed {} ({:?}), executions counted {}, most executions of one call {}",
         outcome.calls,
@@ -199,7 +180,6 @@ async fn kill_9_never_runs_a_non_idempotent_side_effect_twice() {
     }
     assert_eq!(outcome.succeeded + outcome.failures.len(), outcome.calls);
     assert!(counter.total() <= outcome.calls);
-    a.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -131,14 +131,7 @@ async fn rate_limit_holds_across_all_replicas() {
     // r·T + b = 220: the ±1% band (±2.2 calls) is wider than the one token
     // GCRA's floor and the first call's latency can cost.
     let (rate, burst) = (50.0, 20u32);
-    let tool = toolmesh_sidecar::sdk::tool("limited", "Rate limited", |args: AddArgs| async move {
-        Ok(AddResult {
-            sum: args.a + args.b,
-            calls: 0,
-        })
-    })
-    .rate_limit(rate, burst)
-    .build();
+    let tool = limited_tool(rate, burst);
     let _sidecar = TestSidecar::start(&replicas[0].url(), "s", vec![tool]).await;
     for replica in &replicas {
         wait_for_instances(replica, "limited", 1).await;
@@ -207,15 +200,7 @@ async fn redis_outage_is_survived_and_the_catalog_converges() {
     config.redis_outage = OutagePolicy::FailClosed;
     let replicas = replicas(&config).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let limited =
-        toolmesh_sidecar::sdk::tool("limited", "Rate limited", |args: AddArgs| async move {
-            Ok(AddResult {
-                sum: args.a + args.b,
-                calls: 0,
-            })
-        })
-        .rate_limit(100.0, 100)
-        .build();
+    let limited = limited_tool(100.0, 100);
     let _a = TestSidecar::start(
         &replicas[0].url(),
         "a",
@@ -301,15 +286,7 @@ async fn replicas_work_on_a_redis_cluster() {
     config.redis_cluster = true;
     let replicas = replicas(&config).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let limited =
-        toolmesh_sidecar::sdk::tool("limited", "Rate limited", |args: AddArgs| async move {
-            Ok(AddResult {
-                sum: args.a + args.b,
-                calls: 0,
-            })
-        })
-        .rate_limit(1.0, 2)
-        .build();
+    let limited = limited_tool(1.0, 2);
     let _a = TestSidecar::start(
         &replicas[1].url(),
         "a",
@@ -370,4 +347,16 @@ async fn password_comes_from_a_file() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// `limited`: adds, under a rate limit.
+fn limited_tool(rate: f64, burst: u32) -> toolmesh_sidecar::Tool {
+    toolmesh_sidecar::sdk::tool("limited", "Rate limited", |args: AddArgs| async move {
+        Ok(AddResult {
+            sum: args.a + args.b,
+            calls: 0,
+        })
+    })
+    .rate_limit(rate, burst)
+    .build()
 }
