@@ -80,6 +80,11 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
 
+    /// PEM file of the CA that signed the Redis server's certificate, for
+    /// `rediss://` servers not signed by a public CA.
+    #[arg(long, env = "TOOLMESH_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+
     /// Multiplexed Redis connections per replica.
     #[arg(long, env = "TOOLMESH_REDIS_POOL_SIZE", default_value_t = 4)]
     pub redis_pool_size: usize,
@@ -123,6 +128,7 @@ impl Default for Config {
             redis: None,
             redis_cluster: false,
             redis_password_file: None,
+            redis_ca_file: None,
             redis_pool_size: 4,
             redis_timeout: Duration::from_millis(250),
             redis_prefix: "toolmesh".into(),

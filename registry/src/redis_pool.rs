@@ -45,6 +45,9 @@ pub struct RedisSettings {
     pub cluster: bool,
     /// Password, read from the environment or a file (never a flag).
     pub password: Option<String>,
+    /// PEM of the CA that signed the server's certificate, for `rediss://`
+    /// URLs whose server is not signed by a public CA.
+    pub root_ca: Option<Vec<u8>>,
     /// Multiplexed connections per replica.
     pub pool_size: usize,
     /// Deadline of each call.
@@ -61,6 +64,7 @@ impl Default for RedisSettings {
             url: "redis://127.0.0.1:6379".into(),
             cluster: false,
             password: None,
+            root_ca: None,
             pool_size: 4,
             call_timeout: Duration::from_millis(250),
             breaker_failures: 3,
@@ -180,6 +184,7 @@ enum Connector {
 /// down at start is not an error), used round robin, behind one breaker.
 pub struct RedisPool {
     info: redis::ConnectionInfo,
+    certificates: Option<redis::TlsCertificates>,
     connector: Connector,
     slots: Vec<tokio::sync::Mutex<Option<RedisConn>>>,
     next: AtomicUsize,
@@ -199,23 +204,30 @@ impl RedisPool {
             let redis = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(redis);
         }
+        let certificates = settings.root_ca.clone().map(|pem| redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
         let connector = if settings.cluster {
-            let client = ClusterClient::builder([info.clone()])
+            let mut builder = ClusterClient::builder([info.clone()]);
+            if let Some(certificates) = certificates.clone() {
+                builder = builder.certs(certificates);
+            }
+            let client = builder
                 .connection_timeout(settings.call_timeout * 4)
                 .response_timeout(settings.call_timeout)
                 .build()
                 .map_err(|e| RedisError::Config(e.to_string()))?;
             Connector::Cluster(client)
         } else {
-            Connector::Single(
-                redis::Client::open(info.clone()).map_err(|e| RedisError::Config(e.to_string()))?,
-            )
+            Connector::Single(open_client(info.clone(), certificates.as_ref())?)
         };
         let slots = (0..settings.pool_size.max(1))
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         Ok(Arc::new(Self {
             info,
+            certificates,
             connector,
             slots,
             next: AtomicUsize::new(0),
@@ -228,7 +240,7 @@ impl RedisPool {
     /// the same address, TLS and credentials. On Cluster it reaches the seed
     /// node, which is enough for pub/sub: messages reach every node.
     pub fn standalone_client(&self) -> Result<redis::Client, RedisError> {
-        redis::Client::open(self.info.clone()).map_err(|e| RedisError::Config(e.to_string()))
+        open_client(self.info.clone(), self.certificates.as_ref())
     }
 
     /// The settings the pool was made with.
@@ -305,6 +317,18 @@ impl RedisPool {
         *slot = Some(conn.clone());
         Ok(conn)
     }
+}
+
+/// A client for `info`, trusting `certificates`' CA when given.
+fn open_client(
+    info: redis::ConnectionInfo,
+    certificates: Option<&redis::TlsCertificates>,
+) -> Result<redis::Client, RedisError> {
+    match certificates {
+        Some(certificates) => redis::Client::build_with_tls(info, certificates.clone()),
+        None => redis::Client::open(info),
+    }
+    .map_err(|e| RedisError::Config(e.to_string()))
 }
 
 #[cfg(test)]

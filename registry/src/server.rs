@@ -78,6 +78,15 @@ impl Registry {
             url,
             cluster: config.redis_cluster,
             password: config.redis_password().map_err(ServeError::Config)?,
+            root_ca: config
+                .redis_ca_file
+                .as_ref()
+                .map(|path| {
+                    std::fs::read(path).map_err(|e| {
+                        ServeError::Config(format!("--redis-ca-file {}: {e}", path.display()))
+                    })
+                })
+                .transpose()?,
             pool_size: config.redis_pool_size,
             call_timeout: config.redis_timeout,
             ..RedisSettings::default()

@@ -32,6 +32,8 @@ pub fn free_port() -> u16 {
 /// One `redis-server` process.
 pub struct RedisServer {
     pub port: u16,
+    /// Serving TLS only: readiness is a TCP accept, not a plain PING.
+    tls: bool,
     binary: PathBuf,
     extra: Vec<String>,
     dir: tempfile::TempDir,
@@ -55,8 +57,10 @@ impl RedisServer {
             eprintln!("SKIPPED: redis-server is not installed (scripts/test.sh installs it)");
             return None;
         };
+        let tls = extra.iter().any(|a| a == "--tls-port");
         let mut server = Self {
             port,
+            tls,
             binary,
             extra,
             dir: tempfile::tempdir().expect("temp dir"),
@@ -86,8 +90,9 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
+        let plain_port = if self.tls { 0 } else { self.port };
         let child = Command::new(&self.binary)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--port", &plain_port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -103,7 +108,11 @@ impl RedisServer {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+            let connected = std::net::TcpStream::connect(("127.0.0.1", self.port));
+            if self.tls && connected.is_ok() {
+                return;
+            }
+            if let Ok(mut stream) = connected {
                 use std::io::{Read, Write};
                 let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
                 if stream.write_all(b"PING\r\n").is_ok() {
@@ -184,4 +193,49 @@ pub fn start_cluster() -> Option<Vec<RedisServer>> {
         }
     }
     Some(nodes)
+}
+
+/// A `redis-server` serving TLS only on a free port, with a certificate for
+/// 127.0.0.1 signed by a CA made for the test; returns it and the CA's PEM.
+pub fn start_tls() -> Option<(RedisServer, String, tempfile::TempDir)> {
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "toolmesh test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = rcgen::KeyPair::generate().expect("server key");
+    let server_params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("server params");
+    let server = server_params
+        .signed_by(&server_key, &issuer)
+        .expect("server cert");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, pem: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, pem).expect("write pem");
+        path.display().to_string()
+    };
+    let ca_file = write("ca.pem", ca.pem());
+    let cert_file = write("server.pem", server.pem());
+    let key_file = write("server.key", server_key.serialize_pem());
+    let port = free_port();
+    let extra = vec![
+        "--tls-port".into(),
+        port.to_string(),
+        "--tls-cert-file".into(),
+        cert_file,
+        "--tls-key-file".into(),
+        key_file,
+        "--tls-ca-cert-file".into(),
+        ca_file.clone(),
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ];
+    let server = RedisServer::start_with(port, extra)?;
+    Some((server, ca_file, dir))
 }

@@ -360,3 +360,34 @@ fn limited_tool(rate: f64, burst: u32) -> toolmesh_sidecar::Tool {
     .rate_limit(rate, burst)
     .build()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_a_tls_redis() {
+    let Some((redis, ca_file, _certs)) = crate::common::redis_server::start_tls() else {
+        return;
+    };
+    let mut config = replica_config(
+        &format!("rediss://127.0.0.1:{}", redis.port),
+        "tls",
+        Duration::from_secs(3),
+    );
+    config.redis_ca_file = Some(ca_file.into());
+    let replicas = replicas(&config).await;
+    let _sidecar = TestSidecar::start(&replicas[0].url(), "s", vec![limited_tool(1.0, 1)]).await;
+    for replica in &replicas {
+        wait_for_instances(replica, "limited", 1).await;
+    }
+    replicas[1]
+        .client()
+        .await
+        .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
+        .await
+        .expect("within the burst");
+    let status = replicas[2]
+        .client()
+        .await
+        .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
+        .await
+        .expect_err("the limit is shared over TLS");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+}
