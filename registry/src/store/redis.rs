@@ -16,14 +16,10 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{
-        Arc, Mutex, PoisonError, Weak,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, PoisonError, atomic::AtomicUsize},
     time::Duration,
 };
 
-use futures::StreamExt as _;
 use prost::Message as _;
 use redis::Script;
 use tokio::{sync::broadcast, time::Instant};
@@ -36,6 +32,8 @@ use crate::{
     redis_pool::{RedisError, RedisPool},
     store::{CatalogStore, memory::Limits, view::CatalogView},
 };
+
+mod background;
 
 const COMMON: &str = include_str!("redis/common.lua");
 
@@ -124,8 +122,8 @@ impl RedisStore {
             local: Mutex::new(Local::default()),
             replicas: Arc::new(AtomicUsize::new(1)),
         });
-        tokio::spawn(subscribe(Arc::downgrade(&store)));
-        tokio::spawn(maintain(Arc::downgrade(&store)));
+        tokio::spawn(background::subscribe(Arc::downgrade(&store)));
+        tokio::spawn(background::maintain(Arc::downgrade(&store)));
         store
     }
 
@@ -498,102 +496,5 @@ impl CatalogStore for RedisStore {
 
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
         self.view.watch()
-    }
-}
-
-/// Follows the change channel, reloading each changed tool; resyncs on every
-/// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
-async fn subscribe(store: Weak<RedisStore>) {
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let (client, channel, timeout) = {
-            let Some(store) = store.upgrade() else { return };
-            let settings = store.pool.settings();
-            let client = store.pool.standalone_client().ok();
-            (client, store.key("events"), settings.call_timeout * 4)
-        };
-        let connected = match client {
-            Some(client) => tokio::time::timeout(timeout, client.get_async_pubsub())
-                .await
-                .ok()
-                .and_then(Result::ok),
-            None => None,
-        };
-        let Some(mut pubsub) = connected else {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
-            continue;
-        };
-        if pubsub.subscribe(&channel).await.is_err() {
-            continue;
-        }
-        delay = Duration::from_millis(50);
-        if let Some(store) = store.upgrade()
-            && let Err(error) = store.resync().await
-        {
-            tracing::warn!(%error, "catalog resync failed");
-        }
-        let mut messages = pubsub.on_message();
-        while let Some(message) = messages.next().await {
-            let Some(store) = store.upgrade() else { return };
-            if let Ok(name) = message.get_payload::<String>()
-                && let Err(error) = store.reload(&name).await
-            {
-                tracing::debug!(%error, tool = %name, "reload failed; the next resync heals it");
-            }
-        }
-        tracing::warn!("redis change channel lost; resubscribing");
-    }
-}
-
-/// Sweeps expired leases, writes back what was kept during an outage, counts
-/// replicas, and resyncs periodically.
-async fn maintain(store: Weak<RedisStore>) {
-    let interval = {
-        let Some(store) = store.upgrade() else { return };
-        (store.settings.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
-    };
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_resync = Instant::now();
-    let mut was_down = false;
-    loop {
-        ticker.tick().await;
-        let Some(store) = store.upgrade() else { return };
-        match store.presence().await {
-            Ok(count) => store.replicas.store(count.max(1), Ordering::Relaxed),
-            Err(_) => {
-                was_down = true;
-                continue;
-            }
-        }
-        if was_down {
-            was_down = false;
-            store.local().recovered_at = Some(Instant::now());
-            tracing::info!("redis is back; writing back leases and resyncing");
-            if let Err(error) = store.write_back(true).await {
-                tracing::warn!(%error, "write-back after the outage failed; retrying");
-                was_down = true;
-                continue;
-            }
-            let _ = store.resync().await;
-            last_resync = Instant::now();
-        }
-        if !store.local().pending.is_empty() {
-            let _ = store.write_back(false).await;
-        }
-        let recovering = store
-            .local()
-            .recovered_at
-            .is_some_and(|at| at.elapsed() < store.settings.ttl);
-        if !recovering && let Err(error) = store.sweep().await {
-            tracing::debug!(%error, "sweep failed");
-        }
-        if last_resync.elapsed() >= RESYNC_EVERY {
-            last_resync = Instant::now();
-            if let Err(error) = store.resync().await {
-                tracing::debug!(%error, "periodic resync failed");
-            }
-        }
     }
 }

@@ -1,0 +1,110 @@
+//! The Redis catalog's background work: following the change channel, and
+//! the maintenance loop (sweeps, write-back after outages, replica count,
+//! periodic resync). Both end when the store is dropped.
+
+use std::{
+    sync::{Weak, atomic::Ordering},
+    time::Duration,
+};
+
+use futures::StreamExt as _;
+use tokio::time::Instant;
+
+use super::{MAX_RECONNECT_DELAY, RESYNC_EVERY, RedisStore};
+
+/// Follows the change channel, reloading each changed tool; resyncs on every
+/// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
+pub(super) async fn subscribe(store: Weak<RedisStore>) {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        let (client, channel, timeout) = {
+            let Some(store) = store.upgrade() else { return };
+            let settings = store.pool.settings();
+            let client = store.pool.standalone_client().ok();
+            (client, store.key("events"), settings.call_timeout * 4)
+        };
+        let connected = match client {
+            Some(client) => tokio::time::timeout(timeout, client.get_async_pubsub())
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
+        };
+        let Some(mut pubsub) = connected else {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            continue;
+        };
+        if pubsub.subscribe(&channel).await.is_err() {
+            continue;
+        }
+        delay = Duration::from_millis(50);
+        if let Some(store) = store.upgrade()
+            && let Err(error) = store.resync().await
+        {
+            tracing::warn!(%error, "catalog resync failed");
+        }
+        let mut messages = pubsub.on_message();
+        while let Some(message) = messages.next().await {
+            let Some(store) = store.upgrade() else { return };
+            if let Ok(name) = message.get_payload::<String>()
+                && let Err(error) = store.reload(&name).await
+            {
+                tracing::debug!(%error, tool = %name, "reload failed; the next resync heals it");
+            }
+        }
+        tracing::warn!("redis change channel lost; resubscribing");
+    }
+}
+
+/// Sweeps expired leases, writes back what was kept during an outage, counts
+/// replicas, and resyncs periodically.
+pub(super) async fn maintain(store: Weak<RedisStore>) {
+    let interval = {
+        let Some(store) = store.upgrade() else { return };
+        (store.settings.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    };
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_resync = Instant::now();
+    let mut was_down = false;
+    loop {
+        ticker.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        match store.presence().await {
+            Ok(count) => store.replicas.store(count.max(1), Ordering::Relaxed),
+            Err(_) => {
+                was_down = true;
+                continue;
+            }
+        }
+        if was_down {
+            was_down = false;
+            store.local().recovered_at = Some(Instant::now());
+            tracing::info!("redis is back; writing back leases and resyncing");
+            if let Err(error) = store.write_back(true).await {
+                tracing::warn!(%error, "write-back after the outage failed; retrying");
+                was_down = true;
+                continue;
+            }
+            let _ = store.resync().await;
+            last_resync = Instant::now();
+        }
+        if !store.local().pending.is_empty() {
+            let _ = store.write_back(false).await;
+        }
+        let recovering = store
+            .local()
+            .recovered_at
+            .is_some_and(|at| at.elapsed() < store.settings.ttl);
+        if !recovering && let Err(error) = store.sweep().await {
+            tracing::debug!(%error, "sweep failed");
+        }
+        if last_resync.elapsed() >= RESYNC_EVERY {
+            last_resync = Instant::now();
+            if let Err(error) = store.resync().await {
+                tracing::debug!(%error, "periodic resync failed");
+            }
+        }
+    }
+}
