@@ -99,6 +99,11 @@ impl Proxy {
         }
     }
 
+    /// Endpoints with an open (cached) connection.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.channels.iter().map(|c| c.key().clone()).collect()
+    }
+
     /// Closes the connection to a sidecar that left.
     pub fn forget(&self, endpoint: &str) {
         self.channels.remove(endpoint);

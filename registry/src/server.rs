@@ -44,6 +44,7 @@ pub enum ServeError {
 /// The registry's parts, wired together.
 pub struct Registry {
     catalog: Arc<Catalog>,
+    proxy: Arc<Proxy>,
     invoker: Arc<Invoker>,
     config: Config,
     _janitor: DropGuard,
@@ -154,12 +155,13 @@ impl Registry {
             catalog.clone(),
             limiter,
             balancer,
-            proxy,
+            proxy.clone(),
             idempotency,
             settings,
         ));
         Self {
             catalog,
+            proxy,
             invoker,
             config,
             _janitor: stop_janitor.drop_guard(),
@@ -169,6 +171,11 @@ impl Registry {
     /// The catalog, for embedding and tests.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
+    }
+
+    /// The sidecar connections, for embedding and tests.
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
     }
 
     /// Serves on `listener` until `shutdown` completes; then reports

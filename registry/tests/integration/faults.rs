@@ -542,3 +542,58 @@ async fn duplicate_idempotency_keys_across_replicas_run_once() {
     }
     same_key_from_many_agents(&replicas, &calls).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_reused_and_closed_when_a_sidecar_leaves() {
+    let registry = toolmesh_registry::Registry::embedded(config_with_ttl(Duration::from_secs(3)));
+    let proxy = registry.proxy().clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(registry.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let url = format!("http://{addr}");
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let sidecar = TestSidecar::start(&url, "s", vec![add_tool(calls)]).await;
+    let mut client = pb::tool_registry_client::ToolRegistryClient::connect(url.clone())
+        .await
+        .expect("connect");
+    eventually(Duration::from_secs(20), "the tool is announced", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_tool(pb::GetToolRequest { name: "add".into() })
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    for _ in 0..10 {
+        client
+            .invoke(pb::InvokeRequest {
+                tool: "add".into(),
+                arguments_json: r#"{"a":1,"b":1}"#.into(),
+                idempotency_key: String::new(),
+            })
+            .await
+            .expect("invoke");
+    }
+    assert_eq!(proxy.endpoints().len(), 1, "one pooled connection, reused");
+
+    sidecar.stop().await;
+    eventually(
+        Duration::from_secs(10),
+        "the withdrawn sidecar's connection is closed",
+        || {
+            let proxy = proxy.clone();
+            async move { proxy.endpoints().is_empty() }
+        },
+    )
+    .await;
+    let _ = stop.send(());
+    let _ = server.await;
+}
