@@ -15,6 +15,10 @@
 //! whole system's on it, not the registry's alone.
 #![allow(missing_docs, clippy::unwrap_used)]
 
+// The allocator the binaries use, so the figures are theirs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::{
     sync::Arc,
     time::{Duration, Instant},

@@ -133,7 +133,9 @@ impl Balancer {
             .ejection
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        *ejection = Ejection::default();
+        if ejection.failures != 0 || ejection.ejections != 0 || ejection.until.is_some() {
+            *ejection = Ejection::default();
+        }
     }
 
     /// Records a transport failure on `instance`; returns `true` if this
@@ -187,6 +189,10 @@ impl Balancer {
     }
 
     fn health(&self, id: &str) -> Arc<Health> {
+        // The read lock first: the hot path finds the entry.
+        if let Some(health) = self.health.get(id) {
+            return health.clone();
+        }
         self.health.entry(id.to_owned()).or_default().clone()
     }
 }

@@ -6,6 +6,11 @@ use clap::Parser as _;
 use tokio::signal::unix::{SignalKind, signal};
 use toolmesh_registry::Config;
 
+/// glibc's malloc serializes the many small allocations of gRPC serving on
+/// its arena locks; mimalloc does not (see docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()

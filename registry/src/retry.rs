@@ -118,6 +118,8 @@ impl Attempts {
                     std::future::pending::<()>().await;
                 }
             };
+            // No deadline timer here: every attempt carries the call's
+            // deadline and ends by it.
             tokio::select! {
                 done = running.next() => {
                     let Some((instance, outcome)) = done else {
@@ -160,10 +162,6 @@ impl Attempts {
                             tracing::info!(tool = tool.name(), instance = %next_id(&tried), "no answer after half the deadline; hedging");
                             running.push(next);
                         }
-                }
-                () = tokio::time::sleep_until(deadline) => {
-                    *reached = true;
-                    return Err(deadline_exceeded());
                 }
             }
         }
