@@ -261,7 +261,7 @@ async fn start_and_run(
     tokio::select! {
         report = agent::run(&agent_options) => report,
         error = supervisor.first_exit() => Err(error),
-        () = crate::shutdown::signal_received() => bail!("interrupted"),
+        () = toolmesh_sidecar::shutdown::signal_received() => bail!("interrupted"),
     }
 }
 

@@ -18,7 +18,6 @@
 //!   SIGTERM then SIGKILL, and never left behind.
 //! - [`launcher`]: the demo itself (binary `toolmesh-demo`): ports, start
 //!   order, readiness, the agent run, shutdown.
-//! - [`shutdown`]: the SIGTERM / SIGINT future the example binaries stop on.
 
 pub mod agent;
 pub mod calculator;
@@ -27,4 +26,3 @@ pub mod inventory;
 pub mod launcher;
 pub mod present;
 pub mod processes;
-pub mod shutdown;

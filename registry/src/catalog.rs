@@ -97,11 +97,19 @@ pub struct Lease {
     pub ttl: Duration,
 }
 
+/// A tool's compiled input schema, and the descriptor it was compiled for.
+/// `Invoke` recognizes that descriptor by pointer, so the hot path never
+/// compares schema texts.
+struct Compiled {
+    descriptor: Arc<pb::ToolDescriptor>,
+    validator: Arc<ArgumentValidator>,
+}
+
 /// The catalog: checks announces, holds compiled schemas, delegates state to
 /// its store.
 pub struct Catalog {
     store: Arc<dyn CatalogStore>,
-    validators: DashMap<String, (String, Arc<ArgumentValidator>)>,
+    validators: DashMap<String, Compiled>,
 }
 
 impl Catalog {
@@ -134,15 +142,13 @@ impl Catalog {
                     }
                 })?;
             }
-            compiled.push((
-                tool.name.clone(),
-                tool.input_schema_json.clone(),
-                Arc::new(input),
-            ));
+            compiled.push((tool.name.clone(), Arc::new(input)));
         }
         let lease = self.store.announce(announcement).await?;
-        for (name, schema, validator) in compiled {
-            self.validators.insert(name, (schema, validator));
+        for (name, validator) in compiled {
+            if let Some(live) = self.store.get(&name) {
+                self.remember(&live.descriptor, validator);
+            }
         }
         Ok(lease)
     }
@@ -176,23 +182,43 @@ impl Catalog {
     /// The compiled input schema of `tool`, compiling it if this replica has
     /// not seen it yet (a tool announced to another replica).
     pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
-        let schema = &tool.descriptor.input_schema_json;
-        if let Some(entry) = self.validators.get(tool.name())
-            && entry.0 == *schema
-        {
-            return Ok(entry.1.clone());
+        let reusable = self.validators.get(tool.name()).and_then(|entry| {
+            if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) {
+                Some((entry.validator.clone(), true))
+            } else {
+                // The same tool reloaded (another replica's change, a new
+                // instance): reuse the validator if the schema is unchanged.
+                (entry.descriptor.input_schema_json == tool.descriptor.input_schema_json)
+                    .then(|| (entry.validator.clone(), false))
+            }
+        });
+        if let Some((validator, current)) = reusable {
+            if !current {
+                self.remember(&tool.descriptor, validator.clone());
+            }
+            return Ok(validator);
         }
-        let validator =
-            Arc::new(
-                validate::compile(schema).map_err(|reason| RegistryError::InvalidSchema {
+        let validator = Arc::new(
+            validate::compile(&tool.descriptor.input_schema_json).map_err(|reason| {
+                RegistryError::InvalidSchema {
                     tool: tool.name().to_owned(),
                     field: "input_schema_json".into(),
                     reason,
-                })?,
-            );
-        self.validators
-            .insert(tool.name().to_owned(), (schema.clone(), validator.clone()));
+                }
+            })?,
+        );
+        self.remember(&tool.descriptor, validator.clone());
         Ok(validator)
+    }
+
+    fn remember(&self, descriptor: &Arc<pb::ToolDescriptor>, validator: Arc<ArgumentValidator>) {
+        self.validators.insert(
+            descriptor.name.clone(),
+            Compiled {
+                descriptor: descriptor.clone(),
+                validator,
+            },
+        );
     }
 
     /// Drops what the catalog keeps for a removed tool.
@@ -274,6 +300,31 @@ mod tests {
                 ..Default::default()
             }],
         }
+    }
+
+    #[tokio::test]
+    async fn validators_are_reused_until_the_schema_changes() {
+        use crate::store::memory::{Limits, MemoryStore};
+        let catalog = Catalog::new(MemoryStore::new(Duration::from_secs(10), Limits::default()));
+        let mut announce = request();
+        announce.tools[0].input_schema_json = r#"{"type":"object"}"#.into();
+        catalog.announce(announce.clone()).await.expect("announce");
+        let tool = catalog.get("t").expect("tool");
+        let first = catalog.validator(&tool).expect("validator");
+        assert!(Arc::ptr_eq(
+            &first,
+            &catalog.validator(&tool).expect("again")
+        ));
+
+        announce.tools[0].input_schema_json = r#"{"type":"object","required":["x"]}"#.into();
+        catalog
+            .announce(announce)
+            .await
+            .expect("the sole instance changes its schema");
+        let tool = catalog.get("t").expect("tool");
+        let second = catalog.validator(&tool).expect("validator");
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert!(second.check(&serde_json::json!({})).is_err());
     }
 
     #[test]

@@ -19,6 +19,7 @@
 //!   with backoff and jitter.
 //! - [`server`]: [`server::serve`], which ties the runtime and announcer
 //!   to a listener and a shutdown future.
+//! - [`shutdown`]: the SIGTERM / SIGINT future a sidecar process stops on.
 //! - [`sdk`]: Rust tools with schemas derived from their types, and an
 //!   embedded [`sdk::Sidecar`].
 
@@ -29,6 +30,7 @@ pub mod config;
 pub mod runtime;
 pub mod sdk;
 pub mod server;
+pub mod shutdown;
 pub mod tool;
 
 pub use tool::{Backend, BackendError, Outcome, Tool};

@@ -42,22 +42,6 @@ struct Cli {
     log: String,
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -85,6 +69,12 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(addr = %listener.local_addr()?, tools = tools.len(), "bound");
-    serve(listener, tools, opts, shutdown_signal()).await?;
+    serve(
+        listener,
+        tools,
+        opts,
+        toolmesh_sidecar::shutdown::signal_received(),
+    )
+    .await?;
     Ok(())
 }

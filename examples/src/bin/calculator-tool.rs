@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use toolmesh_examples::{calculator, shutdown};
+use toolmesh_examples::calculator;
+use toolmesh_sidecar::shutdown;
 
 /// A Rust SDK tool: divide.
 #[derive(Debug, Parser)]

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use toolmesh_examples::{inventory, shutdown};
+use toolmesh_examples::inventory;
+use toolmesh_sidecar::shutdown;
 
 /// A tiny stock inventory over HTTP.
 #[derive(Debug, Parser)]

@@ -1,5 +1,5 @@
-//! The shutdown future of the example binaries: completes on SIGTERM or
-//! SIGINT.
+//! The shutdown future of a sidecar process (the binary, or a program
+//! serving SDK tools): completes on SIGTERM or SIGINT.
 
 use tokio::signal::unix::{SignalKind, signal};
 
