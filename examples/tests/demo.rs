@@ -3,8 +3,8 @@
 //!
 //! The registry and sidecar binaries belong to other packages, which cargo
 //! does not build for this test: they are taken from `TOOLMESH_BIN_DIR`, or
-//! from the demo binary's own dir, and the test is skipped (saying so) only
-//! when they are not there. CI runs `cargo build --workspace --bins` first.
+//! from the demo binary's own dir. When they are not there the test fails
+//! under the test command and says it skipped under a plain `cargo test`.
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -44,14 +44,16 @@ fn still_running(pid: u32) -> bool {
 fn the_demo_observes_every_outcome_and_leaves_nothing_behind() {
     let bin_dir = bin_dir();
     let missing: Vec<_> = ["toolmesh-registry", "toolmesh-sidecar"]
-        .iter()
+        .into_iter()
         .filter(|name| !bin_dir.join(name).is_file())
         .collect();
     if !missing.is_empty() {
-        eprintln!(
-            "SKIPPED: {missing:?} not found in {} (run `cargo build --workspace --bins` first, \
-             or set TOOLMESH_BIN_DIR)",
-            bin_dir.display()
+        toolmesh_test_support::suite::skip(
+            &missing.join(" and "),
+            &format!(
+                "not built in {}: cargo build --workspace --bins, or set TOOLMESH_BIN_DIR",
+                bin_dir.display()
+            ),
         );
         return;
     }

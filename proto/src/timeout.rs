@@ -1,6 +1,6 @@
 //! The `grpc-timeout` request header (gRPC over HTTP/2 spec): at most eight
 //! ASCII digits followed by a unit, `H`, `M`, `S`, `m` (ms), `u` (µs) or `n`
-//! (ns).
+//! (ns); and the one rule both servers follow to answer within it.
 
 use std::time::Duration;
 
@@ -23,6 +23,25 @@ pub fn parse(value: &str) -> Option<Duration> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+/// Longest [`answer_margin`].
+pub const MAX_ANSWER_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long before a caller's deadline a server answers `DEADLINE_EXCEEDED`
+/// itself: a twentieth of the time the caller gave, at most
+/// [`MAX_ANSWER_MARGIN`]. Both servers keep it back, so that their answer
+/// (with its message) reaches the caller before the caller's own timer
+/// fires, and before tonic's server-side `grpc-timeout` timer answers a bare
+/// `CANCELLED`.
+pub fn answer_margin(timeout: Duration) -> Duration {
+    (timeout / 20).min(MAX_ANSWER_MARGIN)
+}
+
+/// What a server may spend of a caller's `timeout`: all but the
+/// [`answer_margin`].
+pub fn answer_within(timeout: Duration) -> Duration {
+    timeout - answer_margin(timeout)
 }
 
 /// The remaining deadline a request carries, if it carries a valid one.
@@ -85,6 +104,23 @@ mod tests {
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_margin_is_a_twentieth_up_to_100ms() {
+        assert_eq!(
+            answer_within(Duration::from_millis(400)),
+            Duration::from_millis(380)
+        );
+        assert_eq!(
+            answer_within(Duration::from_secs(1)),
+            Duration::from_millis(950)
+        );
+        assert_eq!(
+            answer_within(Duration::from_secs(30)),
+            Duration::from_millis(29_900)
+        );
+        assert_eq!(answer_within(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]

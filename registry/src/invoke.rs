@@ -4,7 +4,10 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
-use toolmesh_proto::pb::{ExecuteRequest, InvokeRequest, InvokeResponse};
+use toolmesh_proto::{
+    pb::{ExecuteRequest, InvokeRequest, InvokeResponse},
+    timeout,
+};
 
 use crate::{
     balance::Balancer,
@@ -27,9 +30,6 @@ pub struct InvokeSettings {
     pub default_timeout: Duration,
     /// Largest `arguments_json` accepted.
     pub max_arguments_bytes: usize,
-    /// Taken off the caller's gRPC deadline so the registry answers
-    /// DEADLINE_EXCEEDED itself just before the caller gives up.
-    pub deadline_margin: Duration,
 }
 
 impl Default for InvokeSettings {
@@ -37,7 +37,6 @@ impl Default for InvokeSettings {
         Self {
             default_timeout: Duration::from_secs(30),
             max_arguments_bytes: 1 << 20,
-            deadline_margin: Duration::from_millis(10),
         }
     }
 }
@@ -190,12 +189,14 @@ impl Invoker {
         }
     }
 
-    /// min(caller's deadline less the margin, tool timeout).
+    /// min(the caller's deadline less its answer margin, the tool's
+    /// timeout): the registry answers DEADLINE_EXCEEDED itself before the
+    /// caller's own timer fires.
     fn budget(&self, tool: &ToolState, caller_timeout: Option<Duration>) -> Duration {
         let tool_timeout =
             descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout);
         match caller_timeout {
-            Some(caller) => tool_timeout.min(caller.saturating_sub(self.settings.deadline_margin)),
+            Some(caller) => tool_timeout.min(timeout::answer_within(caller)),
             None => tool_timeout,
         }
     }

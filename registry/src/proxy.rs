@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
 
@@ -22,7 +23,8 @@ pub enum ProxyError {
     /// The connection failed mid-call: the sidecar may have run the tool.
     #[error("transport failure mid-call: {0}")]
     Transport(tonic::Status),
-    /// The deadline passed before the sidecar answered.
+    /// The deadline passed before the sidecar answered: while connecting,
+    /// while waiting, or (tonic's `grpc-timeout` timer) mid-call.
     #[error("no answer within the deadline")]
     Timeout,
     /// The sidecar answered with a status.
@@ -33,11 +35,14 @@ pub enum ProxyError {
 impl ProxyError {
     /// Sorts a failed call's status: a status tonic made from a local
     /// transport error carries that error as its source; one the sidecar
-    /// sent does not.
+    /// sent does not. tonic's own deadline timer is a source too.
     fn classify(endpoint: &str, status: tonic::Status) -> Self {
         let mut source = std::error::Error::source(&status);
         let transport = source.is_some();
         while let Some(error) = source {
+            if error.is::<tonic::TimeoutExpired>() {
+                return Self::Timeout;
+            }
             if error.is::<tonic::ConnectError>() {
                 return Self::NotSent {
                     endpoint: endpoint.to_owned(),
@@ -71,19 +76,33 @@ impl Proxy {
         }
     }
 
-    /// Runs `request` on the sidecar at `endpoint`, giving up after `timeout`
-    /// (also sent to the sidecar as the call's gRPC deadline).
+    /// Runs `request` on the sidecar at `endpoint` by `deadline` (sent on
+    /// to the sidecar as the call's gRPC deadline). Whatever is still
+    /// pending at the deadline, connecting included, ends as
+    /// [`ProxyError::Timeout`]; so does any failure seen once it has passed.
     pub async fn execute(
         &self,
         endpoint: &str,
         request: ExecuteRequest,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<ExecuteResponse, ProxyError> {
-        let started = tokio::time::Instant::now();
-        let channel = tokio::time::timeout(timeout, self.channel(endpoint))
-            .await
-            .map_err(|_| ProxyError::Timeout)??;
-        let remaining = timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout_at(deadline, self.call(endpoint, request, deadline)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
+            Ok(Err(_)) if Instant::now() >= deadline => Err(ProxyError::Timeout),
+            Ok(Err(error)) => Err(error),
+            Err(_elapsed) => Err(ProxyError::Timeout),
+        }
+    }
+
+    async fn call(
+        &self,
+        endpoint: &str,
+        request: ExecuteRequest,
+        deadline: Instant,
+    ) -> Result<ExecuteResponse, ProxyError> {
+        let channel = self.channel(endpoint).await?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(ProxyError::Timeout);
         }
@@ -92,10 +111,9 @@ impl Proxy {
             .max_encoding_message_size(self.max_message_bytes);
         let mut request = tonic::Request::new(request);
         request.set_timeout(remaining);
-        match tokio::time::timeout(remaining, client.execute(request)).await {
-            Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(ProxyError::classify(endpoint, status)),
-            Err(_) => Err(ProxyError::Timeout),
+        match client.execute(request).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(ProxyError::classify(endpoint, status)),
         }
     }
 

@@ -188,12 +188,7 @@ impl Attempts {
         let request = request.clone();
         Some(async move {
             let _in_flight = in_flight;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let outcome = if remaining.is_zero() {
-                Err(ProxyError::Timeout)
-            } else {
-                proxy.execute(&instance.endpoint, request, remaining).await
-            };
+            let outcome = proxy.execute(&instance.endpoint, request, deadline).await;
             (instance, outcome)
         })
     }

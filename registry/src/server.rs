@@ -149,7 +149,6 @@ impl Registry {
         let settings = InvokeSettings {
             default_timeout: config.default_timeout,
             max_arguments_bytes: config.max_arguments_bytes,
-            ..InvokeSettings::default()
         };
         let invoker = Arc::new(Invoker::new(
             catalog.clone(),

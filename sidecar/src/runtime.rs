@@ -16,11 +16,6 @@ use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, val
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Most of the caller's deadline kept back so this sidecar answers
-/// DEADLINE_EXCEEDED before tonic's own `grpc-timeout` timer, which started a
-/// moment earlier, answers CANCELLED. A few milliseconds cover that gap.
-const MAX_DEADLINE_MARGIN: Duration = Duration::from_millis(20);
-
 /// Why a set of tools cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolSetError {
@@ -128,9 +123,12 @@ fn tool_timeout(tool: &Tool) -> Option<Duration> {
 }
 
 /// The time a call may take: the shorter of the tool's and the caller's
-/// timeouts (the caller's less a small margin), or [`DEFAULT_TIMEOUT`].
+/// timeouts (the caller's less its [`answer_margin`]), or
+/// [`DEFAULT_TIMEOUT`].
+///
+/// [`answer_margin`]: toolmesh_proto::timeout::answer_margin
 pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Duration {
-    let caller = caller.map(|c| c - (c / 50).min(MAX_DEADLINE_MARGIN));
+    let caller = caller.map(toolmesh_proto::timeout::answer_within);
     match (tool, caller) {
         (Some(t), Some(c)) => t.min(c),
         (Some(d), None) | (None, Some(d)) => d,

@@ -1,59 +1,79 @@
-//! Real servers on loopback for the integration tests: the registry and
-//! sidecars as their library servers, each on 127.0.0.1:0, each stopped
-//! through a oneshot (or aborted, to play a crash).
+//! The registry under test on loopback, on top of `toolmesh-test-support`:
+//! the library server on a bound listener, stopped through a oneshot with
+//! its outcome checked, or aborted to play a crash.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod processes;
-pub mod redis_server;
 
-use std::{future::Future, net::SocketAddr, sync::Arc, sync::atomic::AtomicUsize, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
-use tonic::transport::Channel;
+use tokio::net::TcpListener;
+use tonic::{Code, transport::Channel};
 use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
 use toolmesh_registry::Config;
-use toolmesh_sidecar::{
-    Tool,
-    sdk::{self, ToolError},
-    server::ServeOptions,
+use toolmesh_sidecar::config::SidecarConfig;
+#[allow(unused_imports)]
+pub use toolmesh_test_support::{
+    ports::reserved_port,
+    redis::{self as redis_server, RedisServer},
+    server::{LoopbackServer, loopback_listener, sidecar as start_sidecar},
+    suite,
+    tools::*,
+    wait::{eventually, stays, wait_until},
 };
 
-/// A registry serving on loopback.
+/// A registry (the library's `run`) serving on loopback.
 pub struct TestRegistry {
     pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: LoopbackServer,
 }
 
 impl TestRegistry {
+    /// On 127.0.0.1 and a port the kernel chose.
     pub async fn start(config: Config) -> Self {
-        Self::start_at("127.0.0.1:0".parse().unwrap(), config).await
+        Self::start_on(loopback_listener().await, config)
     }
 
+    /// On a port below the ephemeral range, for a test that restarts it
+    /// on the same address ([`Self::start_at`]).
+    pub async fn start_restartable(config: Config) -> Self {
+        Self::start_at(SocketAddr::from(([127, 0, 0, 1], reserved_port())), config).await
+    }
+
+    /// On `addr`, waiting up to 5 s for it to be free (a registry that just
+    /// stopped there may still hold it).
     pub async fn start_at(addr: SocketAddr, config: Config) -> Self {
-        let listener = bind_retrying(addr).await;
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            toolmesh_registry::run(listener, config, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(e) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "cannot bind {addr}: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        Self::start_on(listener, config)
+    }
+
+    /// On a listener the caller bound.
+    pub fn start_on(listener: TcpListener, config: Config) -> Self {
+        let server = LoopbackServer::spawn(listener, move |listener, shutdown| {
+            toolmesh_registry::run(listener, config, shutdown)
         });
         Self {
-            addr,
-            stop: Some(stop),
-            task,
+            addr: server.addr,
+            server,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url()
     }
 
     pub async fn client(&self) -> ToolRegistryClient<Channel> {
@@ -64,83 +84,48 @@ impl TestRegistry {
         RegistrationClient::connect(self.url()).await.unwrap()
     }
 
-    /// Graceful stop, waiting for the server to finish.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(15), &mut self.task).await;
+    /// Graceful stop; panics if the registry fails or hangs.
+    pub async fn stop(self) {
+        self.server.stop().await;
+    }
+
+    /// Gone at once, like a crash.
+    pub fn abort(self) {
+        self.server.abort();
     }
 }
 
-impl Drop for TestRegistry {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// A sidecar serving on loopback.
+/// A sidecar (the library's `serve`) on loopback.
 pub struct TestSidecar {
     pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: LoopbackServer,
 }
 
 impl TestSidecar {
-    pub async fn start(registry: &str, instance_id: &str, tools: Vec<Tool>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let options = ServeOptions {
-            registry: registry.to_owned(),
-            advertise: None,
-            instance_id: Some(instance_id.to_owned()),
-        };
-        let task = tokio::spawn(async move {
-            toolmesh_sidecar::server::serve(listener, tools, options, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-        });
+    pub async fn start(
+        registry: &str,
+        instance_id: &str,
+        tools: Vec<toolmesh_sidecar::Tool>,
+    ) -> Self {
+        let server = start_sidecar(registry, instance_id, tools).await;
         Self {
-            addr,
-            stop: Some(stop),
-            task,
+            addr: server.addr,
+            server,
         }
     }
 
-    /// Withdraws and stops.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(15), &mut self.task).await;
+    /// Withdraws and stops; panics if the sidecar fails or hangs.
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 
     /// Stops without withdrawing, like a crash.
     pub fn kill(self) {
-        self.task.abort();
+        self.server.abort();
     }
 }
 
-impl Drop for TestSidecar {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn bind_retrying(addr: SocketAddr) -> TcpListener {
-    for _ in 0..50 {
-        if let Ok(listener) = TcpListener::bind(addr).await {
-            return listener;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("cannot bind {addr}");
-}
-
-/// A registry config with a short lease, for tests that wait on expiry.
+/// A registry config with the given lease TTL.
 pub fn config_with_ttl(ttl: Duration) -> Config {
     Config {
         lease_ttl: ttl,
@@ -149,110 +134,60 @@ pub fn config_with_ttl(ttl: Duration) -> Config {
     }
 }
 
-/// Polls `check` every 20 ms until it is true or `within` passes.
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Tools built from a sidecar YAML, relative paths against the working
+/// directory.
+pub fn command_tools(yaml: &str) -> Vec<toolmesh_sidecar::Tool> {
+    SidecarConfig::from_yaml_str(yaml)
+        .unwrap()
+        .build_tools(std::path::Path::new("."))
+        .unwrap()
+}
+
+/// An `Invoke` request without an idempotency key.
+pub fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        tool: tool.into(),
+        arguments_json: arguments.into(),
+        idempotency_key: String::new(),
     }
 }
 
-/// Names of the tools `ListTools` shows.
+/// Names of the tools `ListTools` shows; panics if `ListTools` fails.
 pub async fn tool_names(client: &mut ToolRegistryClient<Channel>) -> Vec<String> {
     client
         .list_tools(pb::ListToolsRequest::default())
         .await
-        .map(|r| {
-            r.into_inner()
-                .tools
-                .into_iter()
-                .filter_map(|t| t.descriptor.map(|d| d.name))
-                .collect()
-        })
-        .unwrap_or_default()
+        .expect("ListTools")
+        .into_inner()
+        .tools
+        .into_iter()
+        .filter_map(|t| t.descriptor.map(|d| d.name))
+        .collect()
 }
 
-/// Waits until `ListTools` shows `tool` with `instances` live instances.
-pub async fn wait_for_instances(registry: &TestRegistry, tool: &str, instances: u32) {
-    let mut client = registry.client().await;
+/// Live instances of `tool` (0 when it is not in the catalog); panics on
+/// any other error.
+pub async fn instances(client: &mut ToolRegistryClient<Channel>, tool: &str) -> u32 {
+    match client
+        .get_tool(pb::GetToolRequest { name: tool.into() })
+        .await
+    {
+        Ok(t) => t.into_inner().instances,
+        Err(status) if status.code() == Code::NotFound => 0,
+        Err(status) => panic!("GetTool {tool}: {status:?}"),
+    }
+}
+
+/// Waits (up to 20 s) until `tool` has exactly `count` live instances.
+pub async fn wait_for_instances(registry: &TestRegistry, tool: &str, count: u32) {
+    let client = registry.client().await;
     eventually(
         Duration::from_secs(20),
-        &format!("{tool} with {instances} instances"),
+        &format!("{tool} with {count} instances on {}", registry.addr),
         || {
             let mut client = client.clone();
-            let tool = tool.to_owned();
-            async move {
-                client
-                    .get_tool(pb::GetToolRequest { name: tool })
-                    .await
-                    .is_ok_and(|t| t.into_inner().instances == instances)
-            }
+            async move { instances(&mut client, tool).await == count }
         },
     )
     .await;
-    let _ = &mut client;
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct AddArgs {
-    /// First addend.
-    pub a: i64,
-    /// Second addend.
-    pub b: i64,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct AddResult {
-    pub sum: i64,
-    pub calls: usize,
-}
-
-/// `add`, counting its executions in `calls`.
-pub fn add_tool(calls: Arc<AtomicUsize>) -> Tool {
-    sdk::tool("add", "Add two integers", move |args: AddArgs| {
-        let calls = calls.clone();
-        async move {
-            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-            if args.a == 13 {
-                return Err(ToolError::new("13 is unlucky"));
-            }
-            Ok(AddResult {
-                sum: args.a + args.b,
-                calls: n,
-            })
-        }
-    })
-    .idempotent(true)
-    .build()
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct SleepArgs {
-    pub millis: u64,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Slept {
-    pub slept: u64,
-}
-
-/// `sleep`, sleeping as long as asked, limited to `timeout`.
-pub fn sleep_tool(timeout: Duration) -> Tool {
-    sdk::tool("sleep", "Sleep a while", |args: SleepArgs| async move {
-        tokio::time::sleep(Duration::from_millis(args.millis)).await;
-        Ok(Slept { slept: args.millis })
-    })
-    .timeout(timeout)
-    .build()
 }

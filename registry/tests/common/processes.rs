@@ -1,11 +1,11 @@
-//! Real sidecar processes (the `toolmesh-sidecar` binary) for fault tests,
-//! and a counting HTTP backend for them to call.
+//! A counting HTTP backend for the fault tests' sidecar processes, and the
+//! YAML that serves it.
+
+pub use toolmesh_test_support::process::{SidecarProcess, binary};
 
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    path::PathBuf,
-    process::Stdio,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -14,97 +14,7 @@ use std::{
 };
 
 use axum::{Json, Router, extract::State, routing::post};
-use nix::{sys::signal::Signal, unistd::Pid};
 use serde::Deserialize;
-use tokio::process::{Child, Command};
-
-/// Where the workspace's binaries are: `TOOLMESH_BIN_DIR`, else the
-/// workspace's `target/debug`. `None` (with a message) if the sidecar binary
-/// is not built, unless `TOOLMESH_REQUIRE_REDIS` says this is the full suite.
-pub fn sidecar_binary() -> Option<PathBuf> {
-    let dir = std::env::var_os("TOOLMESH_BIN_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
-        PathBuf::from,
-    );
-    let binary = dir.join("toolmesh-sidecar");
-    if binary.is_file() {
-        return Some(binary);
-    }
-    assert!(
-        std::env::var_os("TOOLMESH_REQUIRE_REDIS").is_none(),
-        "{} is not built (scripts/test.sh builds it)",
-        binary.display()
-    );
-    eprintln!(
-        "SKIPPED: {} is not built; run cargo build --workspace --bins",
-        binary.display()
-    );
-    None
-}
-
-/// A `toolmesh-sidecar` process.
-pub struct SidecarProcess {
-    child: Child,
-    pub pid: i32,
-    _dir: tempfile::TempDir,
-}
-
-impl SidecarProcess {
-    /// Starts the binary with `yaml` as its config, announcing to `registry`
-    /// as `instance`.
-    pub fn start(binary: &PathBuf, registry: &str, instance: &str, yaml: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = dir.path().join("sidecar.yaml");
-        std::fs::write(&config, yaml).expect("write config");
-        let port = super::redis_server::free_port();
-        let child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "--registry",
-                registry,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--instance-id",
-                instance,
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start toolmesh-sidecar");
-        let pid = child.id().and_then(|p| i32::try_from(p).ok()).expect("pid");
-        Self {
-            child,
-            pid,
-            _dir: dir,
-        }
-    }
-
-    /// Sends `signal` to the process.
-    pub fn signal(&self, signal: Signal) {
-        nix::sys::signal::kill(Pid::from_raw(self.pid), signal).expect("signal the sidecar");
-    }
-
-    /// Whether the process is still running (not exited).
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// SIGKILL, and reap.
-    pub async fn kill(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-impl Drop for SidecarProcess {
-    fn drop(&mut self) {
-        // A stopped process must be continued to die of SIGKILL promptly.
-        let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), Signal::SIGCONT);
-        let _ = self.child.start_kill();
-    }
-}
 
 #[derive(Debug, Deserialize)]
 struct Work {

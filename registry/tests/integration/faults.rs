@@ -15,7 +15,7 @@ use tonic::Code;
 use toolmesh_proto::pb;
 
 use crate::common::{
-    processes::{Counter, SidecarProcess, sidecar_binary, work_tool_yaml},
+    processes::{Counter, SidecarProcess, binary, work_tool_yaml},
     *,
 };
 
@@ -110,13 +110,13 @@ async fn burst(
 /// serving `tool` over it; `burst` with sidecar `a` killed (-9) after 60
 /// of 300 calls.
 async fn burst_with_a_kill(tool: &str, idempotent: bool) -> Option<(Burst, Counter)> {
-    let binary = sidecar_binary()?;
+    let binary = binary("toolmesh-sidecar")?;
     let registry = TestRegistry::start(config_with_ttl(Duration::from_secs(3))).await;
     let counter = Counter::default();
     let url = counter.serve().await;
     let yaml = work_tool_yaml(tool, &url, idempotent, "5s");
-    let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml);
-    let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml);
+    let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml).await;
+    let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml).await;
     wait_for_instances(&registry, tool, 2).await;
 
     let pid = a.pid;
@@ -129,7 +129,7 @@ async fn burst_with_a_kill(tool: &str, idempotent: bool) -> Option<(Burst, Count
         fault_after: 60,
     };
     let outcome = burst(&registry, plan, move || {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        toolmesh_test_support::process::send(pid, Signal::SIGKILL);
     })
     .await;
     a.kill().await;
@@ -184,7 +184,7 @@ async fn kill_9_never_runs_a_non_idempotent_side_effect_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_sidecar_is_hedged_around_and_its_lease_expires() {
-    let Some(binary) = sidecar_binary() else {
+    let Some(binary) = binary("toolmesh-sidecar") else {
         return;
     };
     let ttl = Duration::from_millis(1500);
@@ -192,8 +192,8 @@ async fn a_hung_sidecar_is_hedged_around_and_its_lease_expires() {
     let counter = Counter::default();
     let url = counter.serve().await;
     let yaml = work_tool_yaml("work", &url, true, "5s");
-    let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml);
-    let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml);
+    let a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml).await;
+    let _b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml).await;
     wait_for_instances(&registry, "work", 2).await;
 
     a.signal(Signal::SIGSTOP);
@@ -231,7 +231,7 @@ async fn a_hung_sidecar_is_hedged_around_and_its_lease_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_restart_during_a_burst_needs_no_sidecar_restart() {
-    let Some(binary) = sidecar_binary() else {
+    let Some(binary) = binary("toolmesh-sidecar") else {
         return;
     };
     let ttl = Duration::from_millis(1500);
@@ -240,8 +240,8 @@ async fn registry_restart_during_a_burst_needs_no_sidecar_restart() {
     let counter = Counter::default();
     let url = counter.serve().await;
     let yaml = work_tool_yaml("work", &url, true, "5s");
-    let mut a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml);
-    let mut b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml);
+    let mut a = SidecarProcess::start(&binary, &registry.url(), "a", &yaml).await;
+    let mut b = SidecarProcess::start(&binary, &registry.url(), "b", &yaml).await;
     wait_for_instances(&registry, "work", 2).await;
     let (pid_a, pid_b) = (a.pid, b.pid);
 

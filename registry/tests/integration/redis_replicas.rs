@@ -318,10 +318,8 @@ async fn replicas_work_on_a_redis_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_comes_from_a_file() {
-    let Some(redis) = RedisServer::start_with(
-        crate::common::redis_server::free_port(),
-        vec!["--requirepass".into(), "s3cret-pw".into()],
-    ) else {
+    let Some(redis) = RedisServer::start_with(vec!["--requirepass".into(), "s3cret-pw".into()])
+    else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");

@@ -1,0 +1,26 @@
+//! What toolmesh's test suites share: real servers and processes on
+//! loopback, and the patterns that keep timing-dependent tests honest on a
+//! busy machine. Dev-only: no product code depends on it.
+//!
+//! # Layout
+//! - [`suite`]: the full-suite switch. Under `scripts/test.sh` a test whose
+//!   dependency is missing fails; under a plain `cargo test` it says so in
+//!   one line that the test harness does not swallow, and returns.
+//! - [`wait`]: [`wait::eventually`] and [`wait::wait_until`], polling with a
+//!   deadline that names what was awaited.
+//! - [`ports`]: loopback ports outside the kernel's ephemeral range, for
+//!   servers that cannot be handed an already-bound listener.
+//! - [`server`]: a server future on a bound loopback listener, stopped
+//!   through a oneshot with its result checked; the sidecar served that way.
+//! - [`process`]: the workspace's binaries, a `toolmesh-sidecar` process
+//!   with its log and ready signal, and "is this pid dead?".
+//! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
+//! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
+
+pub mod ports;
+pub mod process;
+pub mod redis;
+pub mod server;
+pub mod suite;
+pub mod tools;
+pub mod wait;
