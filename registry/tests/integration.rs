@@ -9,6 +9,8 @@ mod deadlines;
 mod faults;
 #[path = "integration/idempotency.rs"]
 mod idempotency;
+#[path = "integration/redis_invoke.rs"]
+mod redis_invoke;
 #[path = "integration/redis_limiter.rs"]
 mod redis_limiter;
 #[path = "integration/redis_replicas.rs"]
