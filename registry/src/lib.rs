@@ -7,6 +7,8 @@
 //! - [`server`]: wires the parts together and serves them (with health and
 //!   reflection); [`server::run`] is what the binary calls.
 //! - [`api`]: the tonic services, thin over the types below.
+//! - [`connections`]: accepted sockets, cut off when the shutdown grace
+//!   period is over.
 //! - [`catalog`]: tools, instances and compiled schemas; checks announces.
 //! - [`store`]: the engines under the catalog: [`store::memory`] (embedded)
 //!   and [`store::redis`] (shared by replicas), both serving reads from a
@@ -26,6 +28,7 @@ pub mod api;
 pub mod balance;
 pub mod catalog;
 pub mod config;
+pub mod connections;
 pub mod descriptor;
 pub mod error;
 pub mod idempotency;

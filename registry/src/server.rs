@@ -15,6 +15,7 @@ use crate::{
     balance::Balancer,
     catalog::{Catalog, ChangeKind},
     config::Config,
+    connections,
     idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
     invoke::{InvokeSettings, Invoker},
     proxy::Proxy,
@@ -26,6 +27,9 @@ use crate::{
         redis::{RedisStore, RedisStoreSettings},
     },
 };
+
+/// How long the server may take to return once its connections are cut.
+const CUT_OFF_WAIT: Duration = Duration::from_secs(2);
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]
@@ -179,8 +183,8 @@ impl Registry {
 
     /// Serves on `listener` until `shutdown` completes; then reports
     /// NOT_SERVING, keeps serving for the shutdown delay, ends watch streams,
-    /// stops accepting, and lets in-flight calls finish for up to the grace
-    /// period.
+    /// stops accepting, lets in-flight calls finish for up to the grace
+    /// period, and cuts off every connection still open after it.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -217,6 +221,7 @@ impl Registry {
             .max_encoding_message_size(max);
 
         let stop = CancellationToken::new();
+        let cut = CancellationToken::new();
         let server = tonic::transport::Server::builder()
             // Find dead agents and sidecars on idle connections.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -226,7 +231,10 @@ impl Registry {
             .add_service(reflection_alpha)
             .add_service(registry)
             .add_service(registration)
-            .serve_with_incoming_shutdown(incoming(listener), stop.clone().cancelled_owned());
+            .serve_with_incoming_shutdown(
+                connections::incoming(listener, &cut),
+                stop.clone().cancelled_owned(),
+            );
         tokio::pin!(server);
 
         tokio::select! {
@@ -246,12 +254,15 @@ impl Registry {
         tokio::time::sleep(self.config.shutdown_delay).await;
         watchers.cancel();
         stop.cancel();
-        match tokio::time::timeout(self.config.shutdown_grace, server).await {
+        if let Ok(result) = tokio::time::timeout(self.config.shutdown_grace, &mut server).await {
+            return result.map_err(ServeError::from);
+        }
+        tracing::warn!("grace period over; cutting off the calls still in flight");
+        cut.cancel();
+        // Cut connections end their tasks at once; the server then returns.
+        match tokio::time::timeout(CUT_OFF_WAIT, server).await {
             Ok(result) => result.map_err(ServeError::from),
-            Err(_) => {
-                tracing::warn!("grace period over; dropping the calls still in flight");
-                Ok(())
-            }
+            Err(_) => Ok(()),
         }
     }
 }
@@ -323,12 +334,4 @@ async fn janitor(
         }
         live = now;
     }
-}
-
-/// Accepted connections with `TCP_NODELAY` and keepalive set: a custom
-/// incoming stream does not get the server builder's socket options.
-fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(std::time::Duration::from_secs(60)))
 }

@@ -2,6 +2,8 @@
 //! gRPC clients as an agent and a sidecar would.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "integration/attempts.rs"]
+mod attempts;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
@@ -9,12 +11,22 @@ mod deadlines;
 mod faults;
 #[path = "integration/idempotency.rs"]
 mod idempotency;
+#[path = "integration/keys.rs"]
+mod keys;
+#[path = "integration/leases.rs"]
+mod leases;
+#[path = "integration/limits.rs"]
+mod limits;
 #[path = "integration/redis_invoke.rs"]
 mod redis_invoke;
 #[path = "integration/redis_limiter.rs"]
 mod redis_limiter;
 #[path = "integration/redis_replicas.rs"]
 mod redis_replicas;
+#[path = "integration/shutdown.rs"]
+mod shutdown;
+#[path = "integration/watch.rs"]
+mod watch;
 
 use std::{
     sync::{Arc, atomic::AtomicUsize},
@@ -24,7 +36,7 @@ use std::{
 use common::*;
 use tonic::Code;
 use tonic_types::StatusExt;
-use toolmesh_proto::pb::{self, tool_event::Kind};
+use toolmesh_proto::pb;
 use toolmesh_registry::Config;
 
 #[tokio::test]
@@ -93,7 +105,7 @@ async fn invalid_arguments_name_every_field() {
     let violation = &details.bad_request().unwrap().field_violations[0];
     assert_eq!(violation.field, "arguments_json");
     assert!(
-        violation.description.contains("line 2"),
+        violation.description.contains("at line 2 column 7"),
         "{}",
         violation.description
     );
@@ -140,6 +152,8 @@ async fn rate_limit_answers_with_the_real_retry_delay() {
     wait_for_instances(&registry, "limited", 1).await;
     let mut client = registry.client().await;
 
+    // Burst 2, then one token every 5 s, counted from the first call.
+    let first = Instant::now();
     for _ in 0..2 {
         client
             .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
@@ -150,6 +164,7 @@ async fn rate_limit_answers_with_the_real_retry_delay() {
         .invoke(invoke("limited", r#"{"a":1,"b":1}"#))
         .await
         .unwrap_err();
+    let since_first = first.elapsed();
     assert_eq!(status.code(), Code::ResourceExhausted);
     let details = status.get_error_details();
     let delay = details
@@ -157,41 +172,21 @@ async fn rate_limit_answers_with_the_real_retry_delay() {
         .expect("RetryInfo")
         .retry_delay
         .expect("a delay");
-    // One token every 5 s; the two calls took a little of that already.
+    let period = Duration::from_secs(5);
     assert!(
-        delay > Duration::from_secs(3) && delay <= Duration::from_secs(5),
-        "{delay:?}"
+        delay <= period && delay + since_first >= period,
+        "retry in {delay:?}, {since_first:?} after the first call"
     );
     let quota = details.quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations.len(), 1);
     assert_eq!(quota.violations[0].subject, "tool:limited");
-}
-
-#[tokio::test]
-async fn unreachable_instance_is_unavailable() {
-    let registry = TestRegistry::start(Config::default()).await;
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let mut registration = registry.registration().await;
-    registration
-        .announce(pb::AnnounceRequest {
-            instance_id: "ghost".into(),
-            endpoint: format!("http://{closed}"),
-            tools: vec![pb::ToolDescriptor {
-                name: "ghost".into(),
-                ..Default::default()
-            }],
-        })
-        .await
-        .unwrap();
-    let status = registry
-        .client()
-        .await
-        .invoke(invoke("ghost", "{}"))
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        quota.violations[0]
+            .description
+            .contains("0.2 calls/s with burst 2"),
+        "{}",
+        quota.violations[0].description
+    );
 }
 
 #[tokio::test]
@@ -284,108 +279,6 @@ async fn two_sidecars_share_the_calls() {
 }
 
 #[tokio::test]
-async fn killed_sidecar_leaves_after_its_ttl() {
-    let ttl = Duration::from_millis(1500);
-    let registry = TestRegistry::start(config_with_ttl(ttl)).await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
-    wait_for_instances(&registry, "add", 1).await;
-    // Outlive several TTLs on heartbeats alone.
-    tokio::time::sleep(ttl * 2).await;
-    let mut client = registry.client().await;
-    assert_eq!(tool_names(&mut client).await, ["add"]);
-
-    sidecar.kill();
-    let killed = Instant::now();
-    eventually(
-        Duration::from_secs(15),
-        "the dead sidecar's tool leaves",
-        || {
-            let mut client = client.clone();
-            async move { tool_names(&mut client).await.is_empty() }
-        },
-    )
-    .await;
-    // Not before the lease could have expired (minus the last heartbeat's age).
-    assert!(
-        killed.elapsed() >= ttl - ttl / 3 - Duration::from_millis(100),
-        "{:?}",
-        killed.elapsed()
-    );
-}
-
-#[tokio::test]
-async fn restarted_registry_gets_the_tools_back() {
-    let ttl = Duration::from_millis(1500);
-    let registry = TestRegistry::start(config_with_ttl(ttl)).await;
-    let addr = registry.addr;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let _sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
-    wait_for_instances(&registry, "add", 1).await;
-
-    registry.stop().await;
-    let registry = TestRegistry::start_at(addr, config_with_ttl(ttl)).await;
-    let restarted = Instant::now();
-    wait_for_instances(&registry, "add", 1).await;
-    let took = restarted.elapsed();
-    eprintln!(
-        "tools back {took:?} after the registry restarted (heartbeat every {:?})",
-        ttl / 3
-    );
-    // One heartbeat interval, plus the sidecar's reconnect backoff.
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    let response = registry
-        .client()
-        .await
-        .invoke(invoke("add", r#"{"a":1,"b":1}"#))
-        .await
-        .unwrap();
-    assert_eq!(response.into_inner().instance_id, "s1");
-}
-
-#[tokio::test]
-async fn watch_reports_add_and_remove() {
-    let registry = TestRegistry::start(Config::default()).await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let _present = TestSidecar::start(
-        &registry.url(),
-        "p",
-        vec![sleep_tool(Duration::from_secs(1))],
-    )
-    .await;
-    wait_for_instances(&registry, "sleep", 1).await;
-
-    let mut events = registry
-        .client()
-        .await
-        .watch_tools(pb::WatchToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let mut next = async || {
-        let event = tokio::time::timeout(Duration::from_secs(20), events.message())
-            .await
-            .expect("an event in time")
-            .unwrap()
-            .expect("the stream goes on");
-        let kind = event.kind();
-        let name = event
-            .tool
-            .and_then(|t| t.descriptor)
-            .map(|d| d.name)
-            .unwrap_or_default();
-        (kind, name)
-    };
-    assert_eq!(next().await, (Kind::Added, "sleep".into()));
-    assert_eq!(next().await, (Kind::Synced, String::new()));
-
-    let sidecar = TestSidecar::start(&registry.url(), "s1", vec![add_tool(calls)]).await;
-    assert_eq!(next().await, (Kind::Added, "add".into()));
-    sidecar.stop().await;
-    assert_eq!(next().await, (Kind::Removed, "add".into()));
-}
-
-#[tokio::test]
 async fn conflicting_and_invalid_descriptors_are_refused() {
     let registry = TestRegistry::start(Config::default()).await;
     let mut registration = registry.registration().await;
@@ -405,14 +298,46 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         .await
         .unwrap();
 
+    // The same schema written differently is no conflict.
+    registration
+        .announce(announce(
+            "same",
+            descriptor("1", r#"{ "type" : "object" }"#),
+        ))
+        .await
+        .unwrap();
+
+    // Every differing field is named, each in its own violation.
+    let mut conflicting = descriptor("2", r#"{"type":"object","required":["x"]}"#);
+    conflicting.idempotent = true;
+    conflicting.rate_limit = Some(pb::RateLimit {
+        rate: 5.0,
+        burst: 1,
+    });
     let status = registration
-        .announce(announce("b", descriptor("2", r#"{"type":"object"}"#)))
+        .announce(announce("b", conflicting))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
-    assert!(status.message().contains("version"), "{}", status.message());
+    for field in ["version", "input_schema_json", "idempotent", "rate_limit"] {
+        assert!(status.message().contains(field), "{}", status.message());
+    }
     let details = status.get_error_details();
-    assert!(details.precondition_failure().is_some());
+    let failure = details.precondition_failure().expect("PreconditionFailure");
+    let mut named: Vec<&str> = failure
+        .violations
+        .iter()
+        .map(|v| {
+            assert_eq!(v.r#type, "DESCRIPTOR_CONFLICT");
+            assert_eq!(v.subject, "tool:t");
+            v.description.split(':').next().unwrap_or_default()
+        })
+        .collect();
+    named.sort_unstable();
+    assert_eq!(
+        named,
+        ["idempotent", "input_schema_json", "rate_limit", "version"]
+    );
 
     let status = registration
         .announce(announce("c", descriptor("1", r#"{"type":"nonsense"}"#)))
@@ -452,11 +377,9 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         .get_tool(pb::GetToolRequest { name: "t".into() })
         .await
         .unwrap();
-    assert_eq!(
-        t.into_inner().instances,
-        1,
-        "refused announces change nothing"
-    );
+    let t = t.into_inner();
+    assert_eq!(t.instances, 2, "refused announces change nothing");
+    assert_eq!(t.descriptor.unwrap().version, "1");
 }
 
 #[tokio::test]

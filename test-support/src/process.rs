@@ -55,7 +55,8 @@ pub fn is_dead(pid: u32) -> bool {
 }
 
 /// A `toolmesh-sidecar` process with its config in a temporary directory
-/// and its log in `sidecar.log` beside it. Killed when dropped.
+/// and its output (logs go to stdout) in `sidecar.log` beside it. Killed
+/// when dropped.
 pub struct SidecarProcess {
     child: Child,
     /// Its pid.
@@ -71,6 +72,7 @@ impl SidecarProcess {
         let config = dir.path().join("sidecar.yaml");
         std::fs::write(&config, yaml).expect("write the sidecar config");
         let log = std::fs::File::create(dir.path().join("sidecar.log")).expect("create the log");
+        let log_too = log.try_clone().expect("share the log");
         let mut command = Command::new(binary);
         command
             .arg("--config")
@@ -79,8 +81,8 @@ impl SidecarProcess {
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
+            .stdout(log)
+            .stderr(log_too)
             .kill_on_drop(true);
         for (key, value) in envs {
             command.env(key, value);
