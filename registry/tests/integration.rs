@@ -39,7 +39,7 @@ use tonic_types::StatusExt;
 use toolmesh_proto::pb;
 use toolmesh_registry::Config;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn happy_path_lists_and_invokes() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -72,7 +72,7 @@ async fn happy_path_lists_and_invokes() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_arguments_name_every_field() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -117,7 +117,7 @@ async fn invalid_arguments_name_every_field() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_tool_is_not_found_with_resource_info() {
     let registry = TestRegistry::start(Config::default()).await;
     let mut client = registry.client().await;
@@ -136,7 +136,7 @@ async fn unknown_tool_is_not_found_with_resource_info() {
     assert_eq!(status.code(), Code::NotFound);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_answers_with_the_real_retry_delay() {
     let registry = TestRegistry::start(Config::default()).await;
     let tool =
@@ -189,7 +189,7 @@ async fn rate_limit_answers_with_the_real_retry_delay() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_error_is_a_result_not_a_status() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -207,7 +207,7 @@ async fn tool_error_is_a_result_not_a_status() {
     assert_eq!(message, "13 is unlucky");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_tools_run_and_fail_as_results() {
     let registry = TestRegistry::start(Config::default()).await;
     let tools = command_tools(
@@ -257,7 +257,7 @@ tools:
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sidecars_share_the_calls() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -278,7 +278,7 @@ async fn two_sidecars_share_the_calls() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 40);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_and_invalid_descriptors_are_refused() {
     let registry = TestRegistry::start(Config::default()).await;
     let mut registration = registry.registration().await;
@@ -382,7 +382,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
     assert_eq!(t.descriptor.unwrap().version, "1");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_are_served() {
     let registry = TestRegistry::start(Config::default()).await;
     let channel = tonic::transport::Channel::from_shared(registry.url())
