@@ -253,10 +253,17 @@ mod tests {
             .spawn(
                 "stubborn",
                 Path::new("sh"),
-                ["-c", "trap '' TERM; exec sleep 30"],
+                ["-c", "trap '' TERM; echo ignoring; exec sleep 30"],
             )
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The shell says when SIGTERM is ignored (`exec` keeps it so).
+        let log = supervisor.log_path("stubborn");
+        toolmesh_test_support::wait::wait_until(
+            Duration::from_secs(10),
+            "the child to ignore SIGTERM",
+            || std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ignoring")),
+        )
+        .await;
         let stopped = supervisor.stop_all(Duration::from_millis(300)).await;
         assert_eq!(stopped[0].ending, Ending::Killed);
         assert!(gone(pid));

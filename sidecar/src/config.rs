@@ -159,6 +159,15 @@ pub enum ConfigError {
         #[source]
         source: ArgumentsError,
     },
+    /// The config file's directory cannot be made absolute.
+    #[error("cannot resolve the config directory {path:?}: {source}")]
+    ConfigDir {
+        /// The directory given.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Any other problem with a tool's settings.
     #[error("tool {tool:?}: {problem}")]
     Tool {
@@ -208,14 +217,17 @@ impl SidecarConfig {
         Ok(())
     }
 
-    /// Builds the tools; relative command paths resolve against `base_dir`
-    /// (the config file's directory). All HTTP backends share one client.
+    /// Builds the tools. A relative `base_dir` (the config file's
+    /// directory; empty means the current one) is made absolute first, so
+    /// that command programs and `cwd` resolve against it however the
+    /// working directory changes later. All HTTP backends share one client.
     pub fn build_tools(&self, base_dir: &Path) -> Result<Vec<Tool>, ConfigError> {
         self.validate()?;
+        let base_dir = absolute_dir(base_dir)?;
         let client = reqwest::Client::new();
         self.tools
             .iter()
-            .map(|t| t.build(base_dir, &client))
+            .map(|t| t.build(&base_dir, &client))
             .collect()
     }
 }
@@ -320,13 +332,9 @@ impl ToolConfig {
         })
     }
 
+    /// The tool, with command paths resolved against `base_dir` (absolute).
     fn build(&self, base_dir: &Path, client: &reqwest::Client) -> Result<Tool, ConfigError> {
         let max_output = self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
-        let base_dir = if base_dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            base_dir
-        };
         let backend: Arc<dyn crate::Backend> = match (&self.backend.http, &self.backend.command) {
             (Some(http), _) => {
                 let url =
@@ -358,6 +366,19 @@ impl ToolConfig {
         };
         Ok(Tool::new(self.descriptor()?, backend).with_max_output_bytes(max_output))
     }
+}
+
+/// `dir` against the current directory; empty is the current directory.
+fn absolute_dir(dir: &Path) -> Result<PathBuf, ConfigError> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    std::path::absolute(dir).map_err(|source| ConfigError::ConfigDir {
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 fn http_headers(headers: &BTreeMap<String, String>) -> Result<HeaderMap, String> {

@@ -6,6 +6,8 @@ mod common;
 
 #[path = "integration/announcer.rs"]
 mod announcer;
+#[path = "integration/binary.rs"]
+mod binary;
 #[path = "integration/command.rs"]
 mod command;
 #[path = "integration/execute.rs"]

@@ -1,21 +1,147 @@
-//! Shared helpers: a fake registry (a real tonic server on loopback), a
-//! sidecar started with `serve()`, and polling.
+//! Shared helpers: the real registry in-process, a fake registry for the few
+//! faults the real one cannot produce, and a `ToolRuntime` client. Polling,
+//! ports, loopback servers and processes come from `toolmesh-test-support`.
 
-#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+#![allow(dead_code, unreachable_pub, unused_imports, clippy::unwrap_used)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Code;
+use tonic::transport::Channel;
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_server::{Registration, RegistrationServer};
-use toolmesh_sidecar::server::{ServeOptions, serve};
-use toolmesh_sidecar::{SidecarError, Tool};
+use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+
+pub use toolmesh_test_support::{
+    ports::reserved_port,
+    process::{SidecarProcess, binary, is_dead, send},
+    server::{LoopbackServer, loopback_listener, sidecar, sidecar_on},
+    wait::{eventually, stays, wait_until},
+};
+
+/// The real registry (the library's `run`) on loopback. Belongs in
+/// `toolmesh-test-support` beside the loopback sidecar; the registry's
+/// suite has its own copy.
+pub struct TestRegistry {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    server: LoopbackServer,
+    channel: Channel,
+}
+
+impl TestRegistry {
+    /// On 127.0.0.1 and a port the kernel chose, granting leases of `ttl`.
+    pub async fn start(ttl: Duration) -> Self {
+        Self::start_on(loopback_listener().await, ttl)
+    }
+
+    /// On `addr` (from [`reserved_port`], for a registry restarted on the
+    /// same address), waiting up to 5 s for a previous registry there to
+    /// let go of it.
+    pub async fn start_at(addr: SocketAddr, ttl: Duration) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "cannot bind {addr}: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        Self::start_on(listener, ttl)
+    }
+
+    fn start_on(listener: TcpListener, ttl: Duration) -> Self {
+        let config = toolmesh_registry::Config {
+            lease_ttl: ttl,
+            shutdown_grace: Duration::from_secs(2),
+            ..toolmesh_registry::Config::default()
+        };
+        let server = LoopbackServer::spawn(listener, move |listener, shutdown| {
+            toolmesh_registry::run(listener, config, shutdown)
+        });
+        let channel = tonic::transport::Endpoint::from_shared(server.url())
+            .unwrap()
+            .connect_lazy();
+        Self {
+            addr: server.addr,
+            server,
+            channel,
+        }
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// A `ToolRegistry` client (one connection, shared).
+    pub fn client(&self) -> ToolRegistryClient<Channel> {
+        ToolRegistryClient::new(self.channel.clone())
+    }
+
+    /// `GetTool(name)`, or `None` when the registry answers NOT_FOUND;
+    /// panics on any other error, so a failing registry never reads as
+    /// "the tool left".
+    pub async fn tool(&self, name: &str) -> Option<pb::Tool> {
+        match self
+            .client()
+            .get_tool(pb::GetToolRequest { name: name.into() })
+            .await
+        {
+            Ok(tool) => Some(tool.into_inner()),
+            Err(status) if status.code() == Code::NotFound => None,
+            Err(status) => panic!("GetTool {name}: {status:?}"),
+        }
+    }
+
+    /// Live instances of `name` (0 when it is not in the catalog).
+    pub async fn instances(&self, name: &str) -> u32 {
+        self.tool(name).await.map_or(0, |t| t.instances)
+    }
+
+    /// The descriptor of `name` the catalog holds.
+    pub async fn descriptor(&self, name: &str) -> Option<pb::ToolDescriptor> {
+        self.tool(name).await.and_then(|t| t.descriptor)
+    }
+
+    /// Waits up to `within` until `name` has exactly `count` live instances.
+    pub async fn wait_for_instances(&self, name: &str, count: u32, within: Duration) {
+        eventually(
+            within,
+            &format!("{name} with {count} live instances on {}", self.addr),
+            || async { self.instances(name).await == count },
+        )
+        .await;
+    }
+
+    /// `Invoke(tool, arguments)`, without an idempotency key.
+    pub async fn invoke(
+        &self,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<pb::InvokeResponse, tonic::Status> {
+        self.client()
+            .invoke(pb::InvokeRequest {
+                tool: tool.into(),
+                arguments_json: arguments.into(),
+                idempotency_key: String::new(),
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Graceful stop; panics if the registry fails or hangs.
+    pub async fn stop(self) {
+        self.server.stop().await;
+    }
+}
 
 /// One call the fake registry received.
 #[derive(Debug, Clone)]
@@ -43,7 +169,9 @@ struct State {
     next: u32,
 }
 
-/// Records every call; heartbeats for unknown leases answer NOT_FOUND.
+/// Records every call; heartbeats for unknown leases answer NOT_FOUND;
+/// never expires a lease nor refuses an announce. Only for what the real
+/// registry cannot show: each use says why.
 #[derive(Debug, Clone)]
 pub struct FakeRegistry {
     state: Arc<Mutex<State>>,
@@ -97,20 +225,14 @@ impl FakeRegistry {
         self.state.lock().unwrap().live.clear();
     }
 
-    /// Serves on `listener` until the returned sender fires (or is dropped).
-    pub fn start(&self, listener: TcpListener) -> (oneshot::Sender<()>, JoinHandle<()>) {
-        let (tx, rx) = oneshot::channel::<()>();
+    /// Serves on `listener` until stopped.
+    pub fn start(&self, listener: TcpListener) -> LoopbackServer {
         let service = RegistrationServer::new(self.clone());
-        let handle = tokio::spawn(async move {
+        LoopbackServer::spawn(listener, move |listener, shutdown| {
             tonic::transport::Server::builder()
                 .add_service(service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                    let _ = rx.await;
-                })
-                .await
-                .unwrap();
-        });
-        (tx, handle)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        })
     }
 }
 
@@ -175,71 +297,12 @@ impl Registration for FakeRegistry {
     }
 }
 
-/// A fake registry on 127.0.0.1:0; returns it, its URL and its stopper.
-pub async fn registry(ttl: Duration) -> (FakeRegistry, String, oneshot::Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+/// A fake registry on loopback granting leases of `ttl`; returns it and
+/// its server (whose `url()` the sidecar dials).
+pub async fn fake_registry(ttl: Duration) -> (FakeRegistry, LoopbackServer) {
     let registry = FakeRegistry::new(ttl);
-    let (stop, _handle) = registry.start(listener);
-    (registry, url, stop)
-}
-
-/// A running sidecar.
-pub struct Sidecar {
-    pub addr: SocketAddr,
-    pub stop: oneshot::Sender<()>,
-    pub handle: JoinHandle<Result<(), SidecarError>>,
-}
-
-impl Sidecar {
-    /// Asks for a graceful shutdown and waits for `serve` to return.
-    pub async fn shutdown(self) -> Result<(), SidecarError> {
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(20), self.handle)
-            .await
-            .expect("serve did not return after shutdown")
-            .expect("serve panicked")
-    }
-
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-}
-
-/// Runs `serve()` for `tools` on 127.0.0.1:0 announcing to `registry`.
-pub async fn sidecar(tools: Vec<Tool>, registry: &str) -> Sidecar {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = oneshot::channel::<()>();
-    let opts = ServeOptions {
-        registry: registry.to_owned(),
-        advertise: None,
-        instance_id: Some("test-instance".into()),
-    };
-    let handle = tokio::spawn(serve(listener, tools, opts, async {
-        let _ = rx.await;
-    }));
-    Sidecar { addr, stop, handle }
-}
-
-/// Polls `condition` every 20 ms until it holds; panics after `within`.
-pub async fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let end = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Whether process `pid` is gone (or a zombie: dead, not yet reaped by its
-/// parent, which may be a container's init).
-pub fn process_is_dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
+    let server = registry.start(loopback_listener().await);
+    (registry, server)
 }
 
 /// A `ToolRuntime` client for the sidecar at `url`.
@@ -248,5 +311,13 @@ pub async fn runtime_client(
 ) -> pb::tool_runtime_client::ToolRuntimeClient<tonic::transport::Channel> {
     pb::tool_runtime_client::ToolRuntimeClient::connect(url)
         .await
+        .unwrap()
+}
+
+/// Tools built from a YAML config whose directory is `dir`.
+pub fn tools_from_yaml(yaml: &str, dir: &std::path::Path) -> Vec<toolmesh_sidecar::Tool> {
+    toolmesh_sidecar::config::SidecarConfig::from_yaml_str(yaml)
+        .unwrap()
+        .build_tools(dir)
         .unwrap()
 }

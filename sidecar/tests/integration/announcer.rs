@@ -1,16 +1,24 @@
-//! Announce / heartbeat / re-announce / withdraw against a fake registry.
-//! Timing bounds are generous: these must pass on a busy machine.
+//! Announce / heartbeat / re-announce / withdraw, against the real registry
+//! in-process wherever the behaviour depends on it (catalog, expiry,
+//! refusal, TTL); against [`FakeRegistry`] only for what the real registry
+//! cannot show, with the reason at each use.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use toolmesh_proto::pb;
+use toolmesh_proto::pb::tool_event::Kind;
 use toolmesh_sidecar::Tool;
 use toolmesh_sidecar::sdk::{self, ToolError};
+use toolmesh_test_support::tools::add_tool;
 
-use crate::common::{FakeRegistry, registry, sidecar, wait_until};
+use crate::common::{TestRegistry, fake_registry, reserved_port, sidecar, stays, wait_until};
 
-const TTL: Duration = Duration::from_millis(300);
-const PATIENCE: Duration = Duration::from_secs(10);
+/// Registry lease for tests not about expiry.
+const TTL: Duration = Duration::from_secs(5);
+/// How long anything awaited may take on a busy machine.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 fn noop() -> Tool {
     sdk::tool("noop", "Does nothing", |_: serde_json::Value| async {
@@ -19,10 +27,31 @@ fn noop() -> Tool {
     .build()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announces_serves_and_withdraws_through_the_real_registry() {
+    let registry = TestRegistry::start(TTL).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let sidecar = sidecar(&registry.url(), "adder", vec![add_tool(calls)]).await;
+    registry.wait_for_instances("add", 1, PATIENCE).await;
+
+    let response = registry.invoke("add", r#"{"a": 2, "b": 3}"#).await.unwrap();
+    assert_eq!(response.instance_id, "adder");
+    assert_eq!(response.result_json, r#"{"sum":5,"calls":1}"#);
+
+    // `serve` returns after its withdraw was answered: the tool is gone at
+    // once, not a TTL later.
+    sidecar.stop().await;
+    assert_eq!(registry.tool("add").await, None, "withdrawn, not expiring");
+}
+
 #[tokio::test]
-async fn announces_heartbeats_and_withdraws() {
-    let (registry, url, _stop) = registry(TTL).await;
-    let sidecar = sidecar(vec![noop()], &url).await;
+async fn heartbeats_every_third_of_the_ttl() {
+    // Fake: the real registry does not expose heartbeats, so only a fake
+    // can count them and time them.
+    let ttl = Duration::from_millis(600);
+    let interval = ttl / 3;
+    let (registry, server) = fake_registry(ttl).await;
+    let sidecar = sidecar(&server.url(), "test-instance", vec![noop()]).await;
 
     wait_until(PATIENCE, "the announce", || registry.announces().len() == 1).await;
     let (announced_at, request, lease) = registry.announces().remove(0);
@@ -31,7 +60,6 @@ async fn announces_heartbeats_and_withdraws() {
     assert_eq!(request.endpoint, sidecar.url());
     assert_eq!(request.tools.len(), 1);
 
-    // Heartbeats every TTL/3 = 100 ms.
     wait_until(PATIENCE, "five heartbeats", || {
         registry.heartbeats().len() >= 5
     })
@@ -40,36 +68,31 @@ async fn announces_heartbeats_and_withdraws() {
     assert!(
         heartbeats
             .iter()
-            .all(|(_, l, known)| l == "lease-1" && *known)
+            .all(|(_, l, known)| l == "lease-1" && *known),
+        "{heartbeats:?}"
     );
-    let first = heartbeats[0].0 - announced_at;
-    assert!(
-        first >= Duration::from_millis(80),
-        "first heartbeat after {first:?}"
-    );
-    let span = heartbeats[4].0 - heartbeats[0].0;
-    assert!(
-        span >= Duration::from_millis(320),
-        "four intervals took {span:?}"
-    );
-    // Not a busy loop either: at most one heartbeat per 20 ms on average.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let count = registry.heartbeats().len();
-    let elapsed = registry.heartbeats()[count - 1].0 - announced_at;
-    assert!(
-        count as u128 <= elapsed.as_millis() / 20 + 2,
-        "{count} heartbeats in {elapsed:?}"
-    );
+    // Each heartbeat is sent an interval after the previous one was
+    // answered (after the announce, for the first), and recorded before it
+    // is answered: no gap can be shorter, however busy the machine.
+    let mut previous = announced_at;
+    for (at, _, _) in &heartbeats {
+        let gap = *at - previous;
+        assert!(gap >= interval, "a heartbeat {gap:?} after the previous");
+        previous = *at;
+    }
 
-    sidecar.shutdown().await.unwrap();
+    sidecar.stop().await;
     assert_eq!(registry.withdrawals(), ["lease-1"]);
     assert_eq!(registry.announces().len(), 1);
 }
 
 #[tokio::test]
-async fn announces_again_when_the_registry_forgets_the_lease() {
-    let (registry, url, _stop) = registry(TTL).await;
-    let sidecar = sidecar(vec![noop()], &url).await;
+async fn one_not_found_heartbeat_makes_it_announce_again() {
+    // Fake: the real registry forgets leases only by expiring them or by
+    // restarting, and neither lets a test count the NOT_FOUND heartbeats
+    // before the new announce (exactly one).
+    let (registry, server) = fake_registry(Duration::from_millis(300)).await;
+    let sidecar = sidecar(&server.url(), "test-instance", vec![noop()]).await;
     wait_until(PATIENCE, "a heartbeat", || {
         !registry.heartbeats().is_empty()
     })
@@ -97,76 +120,135 @@ async fn announces_again_when_the_registry_forgets_the_lease() {
     })
     .await;
 
-    sidecar.shutdown().await.unwrap();
+    sidecar.stop().await;
     assert_eq!(registry.withdrawals(), ["lease-2"]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_registry_gets_the_tool_back_without_a_sidecar_restart() {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], reserved_port()));
+    let registry = TestRegistry::start_at(addr, TTL).await;
+    let sidecar = sidecar(&registry.url(), "survivor", vec![noop()]).await;
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+
+    registry.stop().await;
+    let registry = TestRegistry::start_at(addr, TTL).await;
+    assert_eq!(registry.tool("noop").await, None, "a new, empty registry");
+    // The next heartbeat finds its lease unknown and the sidecar announces
+    // again: within a heartbeat interval plus backoff, a few TTLs at most.
+    registry.wait_for_instances("noop", 1, 4 * TTL).await;
+    assert!(!sidecar.is_finished(), "the same sidecar, still serving");
+
+    let response = registry.invoke("noop", "{}").await.unwrap();
+    assert_eq!(response.instance_id, "survivor");
+    sidecar.stop().await;
+    assert_eq!(registry.tool("noop").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_ttl_is_adopted() {
+    // About the TTL, so shorter than 5 s: a sidecar keeping its own 10 s
+    // default would heartbeat every 3.3 s, after this lease had expired;
+    // one that adopted it heartbeats every 0.83 s.
+    let ttl = Duration::from_millis(2500);
+    let registry = TestRegistry::start(ttl).await;
+    let sidecar = sidecar(&registry.url(), "steady", vec![noop()]).await;
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+
+    let mut events = registry
+        .client()
+        .watch_tools(pb::WatchToolsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let mut snapshot = Vec::new();
+    loop {
+        let event = events.message().await.unwrap().expect("the stream goes on");
+        if event.kind() == Kind::Synced {
+            break;
+        }
+        snapshot.push(event);
+    }
+    assert_eq!(snapshot.len(), 1, "{snapshot:?}");
+
+    // Several TTLs on heartbeats alone: an expiry (REMOVED), or an expiry
+    // and a new announce (REMOVED, ADDED), would show up in the stream.
+    let window = 3 * ttl;
+    match tokio::time::timeout(window, events.message()).await {
+        Err(_quiet) => {}
+        Ok(event) => panic!("the catalog changed within {window:?}: {event:?}"),
+    }
+    assert_eq!(registry.instances("noop").await, 1);
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_withdraws_nothing_and_the_lease_expires() {
+    // About expiry: a short lease.
+    let ttl = Duration::from_secs(3);
+    let registry = TestRegistry::start(ttl).await;
+    let sidecar = sidecar(&registry.url(), "crasher", vec![noop()]).await;
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+
+    sidecar.abort();
+    // The last heartbeat was at most a third of the TTL ago: for another
+    // third at least, the lease stands, as nothing withdrew it.
+    stays(
+        ttl / 3,
+        "the crashed sidecar's tool is still listed",
+        || async { registry.instances("noop").await == 1 },
+    )
+    .await;
+    // No heartbeat keeps it alive any longer.
+    registry.wait_for_instances("noop", 0, 5 * ttl).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_while_the_registry_is_down() {
-    // Reserve a port, then free it: nothing listens there for now.
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let sidecar = sidecar(vec![noop()], &format!("http://{addr}")).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(
-        !sidecar.handle.is_finished(),
-        "serve must keep retrying, not fail"
-    );
-
-    let registry = FakeRegistry::new(TTL);
-    let (_stop, _handle) = registry.start(TcpListener::bind(addr).await.unwrap());
-    wait_until(PATIENCE, "the announce once the registry is up", || {
-        registry.announces().len() == 1
-    })
-    .await;
-    wait_until(PATIENCE, "a heartbeat", || {
-        !registry.heartbeats().is_empty()
-    })
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], reserved_port()));
+    let sidecar = sidecar(&format!("http://{addr}"), "patient", vec![noop()]).await;
+    stays(
+        Duration::from_secs(1),
+        "serve keeps retrying instead of failing",
+        || async { !sidecar.is_finished() },
+    )
     .await;
 
-    sidecar.shutdown().await.unwrap();
-    assert_eq!(registry.withdrawals(), ["lease-1"]);
+    let registry = TestRegistry::start_at(addr, TTL).await;
+    // Backoff is capped at 5 s.
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+    let response = registry.invoke("noop", "{}").await.unwrap();
+    assert_eq!(response.instance_id, "patient");
+
+    sidecar.stop().await;
+    assert_eq!(registry.tool("noop").await, None, "withdrawn on stop");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_without_a_reachable_registry_still_returns() {
-    let addr = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let sidecar = sidecar(vec![noop()], &format!("http://{addr}")).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    sidecar.shutdown().await.unwrap();
-}
-
-#[tokio::test]
-async fn a_crash_withdraws_nothing() {
-    let (registry, url, _stop) = registry(TTL).await;
-    let sidecar = sidecar(vec![noop()], &url).await;
-    wait_until(PATIENCE, "a heartbeat", || {
-        !registry.heartbeats().is_empty()
-    })
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], reserved_port()));
+    let sidecar = sidecar(&format!("http://{addr}"), "lonely", vec![noop()]).await;
+    stays(
+        Duration::from_millis(300),
+        "serve keeps retrying instead of failing",
+        || async { !sidecar.is_finished() },
+    )
     .await;
+    sidecar.stop_within(Duration::from_secs(10)).await;
 
-    sidecar.handle.abort();
-    assert!(sidecar.handle.await.unwrap_err().is_cancelled());
-    let calls = registry.calls().len();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(registry.withdrawals().is_empty());
-    assert_eq!(
-        registry.calls().len(),
-        calls,
-        "no heartbeat after the crash"
-    );
+    // Nothing of it keeps announcing once it returned.
+    let registry = TestRegistry::start_at(addr, TTL).await;
+    stays(
+        Duration::from_secs(2),
+        "no announce from a stopped sidecar",
+        || async { registry.tool("noop").await.is_none() },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn invalid_tool_sets_and_registry_urls_are_refused() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let opts = toolmesh_sidecar::server::ServeOptions {
         registry: "http://127.0.0.1:1".into(),
         ..Default::default()
@@ -176,7 +258,7 @@ async fn invalid_tool_sets_and_registry_urls_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("no tools"), "{err}");
 
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let opts = toolmesh_sidecar::server::ServeOptions {
         registry: "not a url\n".into(),
         ..Default::default()

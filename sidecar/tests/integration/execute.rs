@@ -4,9 +4,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use toolmesh_proto::pb;
-use toolmesh_sidecar::config::SidecarConfig;
 
-use crate::common::{registry, runtime_client, sidecar};
+use crate::common::{TestRegistry, runtime_client, sidecar, tools_from_yaml};
 
 const TOOLS: &str = r#"
 tools:
@@ -31,15 +30,16 @@ fn request(tool: &str, timeout: Option<Duration>) -> tonic::Request<pb::ExecuteR
     request
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_over_grpc() {
-    let (_registry, url, _stop) = registry(Duration::from_secs(10)).await;
+    let registry = TestRegistry::start(Duration::from_secs(10)).await;
     let dir = tempfile::tempdir().unwrap();
-    let tools = SidecarConfig::from_yaml_str(TOOLS)
-        .unwrap()
-        .build_tools(dir.path())
-        .unwrap();
-    let sidecar = sidecar(tools, &url).await;
+    let sidecar = sidecar(
+        &registry.url(),
+        "test-instance",
+        tools_from_yaml(TOOLS, dir.path()),
+    )
+    .await;
     let mut client = runtime_client(sidecar.url()).await;
 
     let ok = client
@@ -55,18 +55,21 @@ async fn execute_over_grpc() {
     let missing = client.execute(request("nope", None)).await.unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound);
 
-    // The caller's deadline (2 s) is shorter than the tool's (20 s).
+    // The caller's deadline (2 s) is shorter than the tool's (20 s). The
+    // sidecar answers DEADLINE_EXCEEDED itself, a margin before the
+    // caller's deadline (tonic's own timeout would say CANCELLED).
     let start = Instant::now();
     let late = client
         .execute(request("slow", Some(Duration::from_secs(2))))
         .await
         .unwrap_err();
-    assert_eq!(late.code(), tonic::Code::DeadlineExceeded, "{late:?}");
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        start.elapsed()
+    let elapsed = start.elapsed();
+    assert_eq!(
+        (late.code(), late.message()),
+        (tonic::Code::DeadlineExceeded, "deadline exceeded"),
+        "{late:?}"
     );
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 
-    sidecar.shutdown().await.unwrap();
+    sidecar.stop().await;
 }

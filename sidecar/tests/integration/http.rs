@@ -4,11 +4,22 @@ use std::path::Path;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Path as UrlPath;
 use axum::http::StatusCode;
 use axum::routing::post;
 use tokio::time::Instant;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::runtime::Runtime;
+
+use crate::common::reserved_port;
+
+/// The README's default result cap.
+const FOUR_MIB: usize = 4 * 1024 * 1024;
+
+/// A JSON string of exactly `len` bytes (`len >= 2`).
+fn json_of_len(len: usize) -> String {
+    format!("\"{}\"", "x".repeat(len - 2))
+}
 
 /// An axum server on 127.0.0.1:0; returns its base URL.
 async fn upstream() -> String {
@@ -34,6 +45,10 @@ async fn upstream() -> String {
         .route(
             "/bad",
             post(|| async { (StatusCode::BAD_REQUEST, r#"{"error":"bad key"}"#) }),
+        )
+        .route(
+            "/bytes/{len}",
+            post(|UrlPath(len): UrlPath<usize>| async move { json_of_len(len) }),
         )
         .route(
             "/slow",
@@ -93,10 +108,8 @@ async fn error_status_is_an_error_result() {
 
 #[tokio::test]
 async fn connection_refused_is_unavailable() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    let rt = runtime(&format!("http://{addr}/x"), "");
+    let port = reserved_port();
+    let rt = runtime(&format!("http://127.0.0.1:{port}/x"), "");
     let err = rt.execute("t", "{}", None).await.unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::Unavailable, "{err}");
 }
@@ -107,6 +120,61 @@ async fn slow_upstream_hits_the_deadline() {
     let rt = runtime(&format!("{base}/slow"), "    timeout: 500ms\n");
     let start = Instant::now();
     let err = rt.execute("t", "{}", None).await.unwrap_err();
+    let elapsed = start.elapsed();
     assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
-    assert!(start.elapsed() < Duration::from_secs(10));
+    // Not before the timeout, and long before the upstream's 30 s answer.
+    assert!(
+        elapsed >= Duration::from_millis(500) && elapsed < Duration::from_secs(15),
+        "took {elapsed:?}"
+    );
+}
+
+/// Runs the HTTP tool posting to `base/bytes/len` with `extra` tool lines.
+async fn fetch_bytes(base: &str, len: usize, extra: &str) -> toolmesh_proto::pb::ExecuteResponse {
+    runtime(&format!("{base}/bytes/{len}"), extra)
+        .execute("t", "{}", None)
+        .await
+        .unwrap()
+}
+
+/// Asserts `response` is the error result for output over `cap` bytes
+/// (showing only the start of a large result).
+fn assert_refused(response: &toolmesh_proto::pb::ExecuteResponse, cap: usize) {
+    let expected = format!("\"the tool's output exceeds the limit of {cap} bytes\"");
+    assert!(
+        response.is_error && response.result_json == expected,
+        "is_error {}, {} bytes: {:?}",
+        response.is_error,
+        response.result_json.len(),
+        response
+            .result_json
+            .get(..80)
+            .unwrap_or(&response.result_json)
+    );
+}
+
+#[tokio::test]
+async fn max_output_bytes_caps_an_http_result() {
+    let base = upstream().await;
+    let cap = "    max_output_bytes: 1000\n";
+    let at_cap = fetch_bytes(&base, 1000, cap).await;
+    assert!(!at_cap.is_error, "{}", at_cap.result_json);
+    assert_eq!(at_cap.result_json, json_of_len(1000));
+
+    assert_refused(&fetch_bytes(&base, 1001, cap).await, 1000);
+}
+
+#[tokio::test]
+async fn results_are_capped_at_4_mib_by_default() {
+    let base = upstream().await;
+    let at_cap = fetch_bytes(&base, FOUR_MIB, "").await;
+    assert!(
+        !at_cap.is_error && at_cap.result_json == json_of_len(FOUR_MIB),
+        "is_error {}, {} bytes: {:?}",
+        at_cap.is_error,
+        at_cap.result_json.len(),
+        at_cap.result_json.get(..80).unwrap_or(&at_cap.result_json)
+    );
+
+    assert_refused(&fetch_bytes(&base, FOUR_MIB + 1, "").await, FOUR_MIB);
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use toolmesh_proto::pb;
 use toolmesh_sidecar::sdk::{self, ToolError};
 
-use crate::common::{registry, runtime_client, wait_until};
+use crate::common::{LoopbackServer, TestRegistry, runtime_client};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct AddArgs {
@@ -70,46 +70,43 @@ fn descriptor_has_derived_schemas() {
     ));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_through_an_embedded_sidecar() {
-    let (registry, url, _stop) = registry(Duration::from_secs(10)).await;
+    let registry = TestRegistry::start(Duration::from_secs(10)).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(
+    let url = registry.url();
+    let sidecar = LoopbackServer::spawn(listener, |listener, shutdown| {
         sdk::Sidecar::new(url)
             .instance_id("sdk-1")
             .tool(add_tool())
-            .serve(listener, async {
-                let _ = rx.await;
-            }),
+            .serve(listener, shutdown)
+    });
+
+    registry
+        .wait_for_instances("add", 1, Duration::from_secs(20))
+        .await;
+    assert_eq!(
+        registry.descriptor("add").await.unwrap(),
+        add_tool().descriptor().clone()
+    );
+    // Through the registry: it dialled the endpoint the SDK advertised.
+    let through = registry.invoke("add", r#"{"a": 2, "b": 3}"#).await.unwrap();
+    assert_eq!(
+        (
+            through.result_json.as_str(),
+            through.is_error,
+            through.instance_id.as_str()
+        ),
+        (r#"{"sum":5}"#, false, "sdk-1")
     );
 
-    wait_until(Duration::from_secs(10), "the announce", || {
-        !registry.announces().is_empty()
-    })
-    .await;
-    let (_, announce, _) = registry.announces().remove(0);
-    assert_eq!(announce.instance_id, "sdk-1");
-    assert_eq!(announce.endpoint, format!("http://{addr}"));
-    assert_eq!(announce.tools[0].name, "add");
-
-    let mut client = runtime_client(format!("http://{addr}")).await;
+    // Straight to the sidecar, for what the registry would stop first.
+    let mut client = runtime_client(sidecar.url()).await;
     let call = |args: &str| pb::ExecuteRequest {
         tool: "add".into(),
         arguments_json: args.into(),
         invocation_id: "inv".into(),
     };
-    let ok = client
-        .execute(call(r#"{"a": 2, "b": 3}"#))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        (ok.result_json.as_str(), ok.is_error),
-        (r#"{"sum":5}"#, false)
-    );
-
     let refused = client
         .execute(call(r#"{"a": -1, "b": 3}"#))
         .await
@@ -132,7 +129,6 @@ async fn round_trip_through_an_embedded_sidecar() {
         bad.result_json
     );
 
-    stop.send(()).unwrap();
-    serving.await.unwrap().unwrap();
-    assert_eq!(registry.withdrawals(), ["lease-1"]);
+    sidecar.stop().await;
+    assert_eq!(registry.tool("add").await, None, "withdrawn on stop");
 }

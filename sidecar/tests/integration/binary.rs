@@ -1,0 +1,348 @@
+//! The `toolmesh-sidecar` binary: signals, flags, and what the real
+//! registry (in-process) sees of it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use toolmesh_sidecar::server::DRAIN_GRACE;
+
+use crate::common::{
+    SidecarProcess, TestRegistry, binary, eventually, fake_registry, reserved_port, send, sidecar,
+    tools_from_yaml, wait_until,
+};
+
+/// Registry lease for tests not about expiry.
+const TTL: Duration = Duration::from_secs(10);
+/// How long anything awaited may take on a busy machine.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// An echo tool (`cat`) named `name`, described as `description`.
+fn echo_tool(name: &str, description: &str) -> String {
+    format!("  - name: {name}\n    description: {description}\n    backend: {{command: [cat]}}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_withdraws_drains_the_call_in_flight_and_exits_0() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    // Runs in the config's directory: says it started, then waits for the
+    // test's release.
+    let yaml = r#"
+tools:
+  - name: slow
+    description: Waits for the release file
+    timeout: 60s
+    backend:
+      command: [sh, -c, 'touch started; while [ ! -e release ]; do sleep 0.02; done; echo "{\"done\": true}"']
+"#;
+    let mut process = SidecarProcess::start(&bin, &registry.url(), "draining", yaml).await;
+    registry.wait_for_instances("slow", 1, PATIENCE).await;
+
+    let call = {
+        let mut client = registry.client();
+        tokio::spawn(async move {
+            client
+                .invoke(toolmesh_proto::pb::InvokeRequest {
+                    tool: "slow".into(),
+                    arguments_json: "{}".into(),
+                    idempotency_key: String::new(),
+                })
+                .await
+        })
+    };
+    let dir = process.dir().to_owned();
+    wait_until(PATIENCE, "the call to start", || {
+        dir.join("started").exists()
+    })
+    .await;
+
+    process.signal(Signal::SIGTERM);
+    // Withdrawn, not expired: gone well before the TTL, while the call is
+    // still held by the test.
+    eventually(TTL / 2, "the tool to be withdrawn", || async {
+        registry.tool("slow").await.is_none()
+    })
+    .await;
+    assert!(!call.is_finished(), "the call ended before its release");
+    assert!(
+        process.is_running(),
+        "the sidecar exited with a call in flight"
+    );
+
+    std::fs::write(dir.join("release"), "").unwrap();
+    let response = tokio::time::timeout(PATIENCE, call)
+        .await
+        .expect("the call completes")
+        .unwrap()
+        .expect("the call succeeds")
+        .into_inner();
+    assert_eq!(
+        (response.result_json.as_str(), response.is_error),
+        (r#"{"done": true}"#, false)
+    );
+    assert_eq!(response.instance_id, "draining");
+    // Once the call is done it stops at once, not at the end of the grace.
+    let status = process.exited(DRAIN_GRACE / 2).await;
+    assert!(status.success(), "{status}\n{}", process.log());
+    let log = process.log();
+    assert!(log.contains("withdrawn from the registry"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_and_env_beat_the_yaml_which_beats_the_default() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let real = registry.url();
+    // Nothing listens there, and the kernel hands it to no one: a sidecar
+    // that used it would never appear.
+    let nowhere = format!("http://127.0.0.1:{}", reserved_port());
+
+    // Each sidecar's YAML sets every key to a value of its own, so a
+    // wrong winner shows as a wrong port or id.
+    let config = |tool: &str, registry: &str, instance: Option<&str>| {
+        let port = reserved_port();
+        let instance = instance.map_or(String::new(), |id| format!("instance_id: {id}\n"));
+        let yaml = format!(
+            "registry: {registry}\nlisten: 127.0.0.1:{port}\n{instance}tools:\n{}",
+            echo_tool(tool, "Echo")
+        );
+        (yaml, port)
+    };
+    let (yaml, flag_yaml_port) = config("via_flag", &nowhere, Some("yaml-flag"));
+    let flag_env_listen = format!("127.0.0.1:{}", reserved_port());
+    let mut by_flag = SidecarProcess::spawn(
+        &bin,
+        &yaml,
+        &[
+            "--registry",
+            &real,
+            "--listen",
+            "127.0.0.1:0",
+            "--instance-id",
+            "flag-id",
+        ],
+        &[
+            ("TOOLMESH_REGISTRY", &nowhere),
+            ("TOOLMESH_SIDECAR_LISTEN", &flag_env_listen),
+            ("TOOLMESH_INSTANCE_ID", "env-id"),
+        ],
+    );
+    let (yaml, env_yaml_port) = config("via_env", &nowhere, Some("yaml-env"));
+    let mut by_env = SidecarProcess::spawn(
+        &bin,
+        &yaml,
+        &[],
+        &[
+            ("TOOLMESH_REGISTRY", &real),
+            ("TOOLMESH_SIDECAR_LISTEN", "127.0.0.1:0"),
+            ("TOOLMESH_INSTANCE_ID", "env-id"),
+        ],
+    );
+    let (yaml, yaml_port) = config("via_yaml", &real, Some("yaml-id"));
+    let mut by_yaml = SidecarProcess::spawn(&bin, &yaml, &[], &[]);
+    let (yaml, default_yaml_port) = config("via_default", &real, None);
+    let mut by_default = SidecarProcess::spawn(&bin, &yaml, &["--listen", "127.0.0.1:0"], &[]);
+
+    // Where each one listens: the YAML's port, or one the kernel chose.
+    for (process, yaml_port, listen_from_yaml) in [
+        (&mut by_flag, flag_yaml_port, false),
+        (&mut by_env, env_yaml_port, false),
+        (&mut by_yaml, yaml_port, true),
+        (&mut by_default, default_yaml_port, false),
+    ] {
+        let bound = process.bound(PATIENCE).await;
+        assert_eq!(
+            bound.port() == yaml_port,
+            listen_from_yaml,
+            "bound {bound}, YAML port {yaml_port}"
+        );
+        assert_ne!(bound.to_string(), flag_env_listen, "the env beat the flag");
+    }
+    let mut ids = Vec::new();
+    for tool in ["via_flag", "via_env", "via_yaml", "via_default"] {
+        registry.wait_for_instances(tool, 1, PATIENCE).await;
+        ids.push(registry.invoke(tool, "{}").await.unwrap().instance_id);
+    }
+    assert_eq!(ids[..3], ["flag-id", "env-id", "yaml-id"]);
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let suffix = ids[3]
+        .strip_prefix(&format!("{host}-"))
+        .unwrap_or_else(|| panic!("{} is not <hostname>-<hex>", ids[3]));
+    assert!(
+        suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{}",
+        ids[3]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    // Fake: the registry's API does not show an instance's endpoint, and a
+    // call through the real registry would succeed with `0.0.0.0` too (Linux
+    // connects it to loopback): only the announce itself shows the URL.
+    let (registry, server) = fake_registry(TTL).await;
+    let mut process = SidecarProcess::spawn(
+        &bin,
+        &format!("tools:\n{}", echo_tool("echo", "Echo")),
+        &[
+            "--registry",
+            &server.url(),
+            "--listen",
+            "0.0.0.0:0",
+            "--instance-id",
+            "everywhere",
+        ],
+        &[],
+    );
+    let bound = process.bound(PATIENCE).await;
+    assert!(bound.ip().is_unspecified(), "bound {bound}");
+    wait_until(PATIENCE, "the announce", || {
+        !registry.announces().is_empty()
+    })
+    .await;
+    let (_, announce, _) = registry.announces().remove(0);
+    assert_eq!(
+        announce.endpoint,
+        format!("http://127.0.0.1:{}", bound.port())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_sidecar_is_refused_until_the_live_one_withdraws() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = sidecar(
+        &registry.url(),
+        "first",
+        tools_from_yaml(
+            &format!("tools:\n{}", echo_tool("shared", "The first")),
+            dir.path(),
+        ),
+    )
+    .await;
+    registry.wait_for_instances("shared", 1, PATIENCE).await;
+    let live = registry.descriptor("shared").await.unwrap();
+
+    // The binary, for its log: the refusal is visible nowhere else.
+    let second = SidecarProcess::start(
+        &bin,
+        &registry.url(),
+        "second",
+        &format!("tools:\n{}", echo_tool("shared", "The second")),
+    )
+    .await;
+    wait_until(PATIENCE, "the second sidecar to be refused", || {
+        second
+            .log()
+            .lines()
+            .any(|l| l.contains("announce failed") && l.contains("FailedPrecondition"))
+    })
+    .await;
+    assert_eq!(registry.descriptor("shared").await.unwrap(), live);
+    assert_eq!(registry.instances("shared").await, 1);
+    let response = registry.invoke("shared", "{}").await.unwrap();
+    assert_eq!(response.instance_id, "first");
+
+    first.stop().await;
+    // Backoff is capped at 5 s.
+    eventually(PATIENCE, "the second sidecar's tool", || async {
+        registry
+            .descriptor("shared")
+            .await
+            .is_some_and(|d| d.description == "The second")
+    })
+    .await;
+    let response = registry.invoke("shared", "{}").await.unwrap();
+    assert_eq!(response.instance_id, "second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_announced_again_when_the_sidecar_resumes() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    // About expiry: a short lease.
+    let ttl = Duration::from_secs(2);
+    let registry = TestRegistry::start(ttl).await;
+    let mut process = SidecarProcess::start(
+        &bin,
+        &registry.url(),
+        "sleeper",
+        &format!("tools:\n{}", echo_tool("echo", "Echo")),
+    )
+    .await;
+    registry.wait_for_instances("echo", 1, PATIENCE).await;
+
+    // Stopped, it sends no heartbeat: the registry expires the lease.
+    process.signal(Signal::SIGSTOP);
+    registry.wait_for_instances("echo", 0, 5 * ttl).await;
+    // Resumed, its next heartbeat is refused and it announces again.
+    process.signal(Signal::SIGCONT);
+    registry.wait_for_instances("echo", 1, 5 * ttl).await;
+    assert!(process.is_running());
+    assert_eq!(
+        registry.invoke("echo", "{}").await.unwrap().instance_id,
+        "sleeper"
+    );
+    let log = process.log();
+    assert!(log.contains("the registry forgot the lease"), "{log}");
+    assert_eq!(log.matches("announced to the registry").count(), 2, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_config_runs_from_the_repository_root() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    // As the README runs it: a config path relative to the working
+    // directory, whose commands are relative to the config's directory.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = std::fs::File::create(log_dir.path().join("sidecar.log")).unwrap();
+    let mut child = tokio::process::Command::new(&bin)
+        .current_dir(&root)
+        .args(["--config", "examples/demo/sidecar.yaml"])
+        .args(["--registry", &registry.url(), "--listen", "127.0.0.1:0"])
+        .args(["--instance-id", "demo"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(log_dir.path().join("sidecar.log")).unwrap_or_default();
+    registry.wait_for_instances("word_count", 1, PATIENCE).await;
+
+    let response = registry
+        .invoke("word_count", r#"{"text": "three little words"}"#)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", log()));
+    assert_eq!(
+        (response.result_json.as_str(), response.is_error),
+        (r#"{"words": 3}"#, false),
+        "{}",
+        log()
+    );
+
+    send(child.id().unwrap(), Signal::SIGTERM);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}\n{}", log());
+}
