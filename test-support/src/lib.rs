@@ -7,7 +7,9 @@
 //!   dependency is missing fails; under a plain `cargo test` it says so in
 //!   one line that the test harness does not swallow, and returns.
 //! - [`wait`]: [`wait::eventually`] and [`wait::wait_until`], polling with a
-//!   deadline that names what was awaited.
+//!   deadline that names what was awaited, and [`wait::stays`].
+//! - [`catalog`]: the registry's catalog through its public API: `GetTool`
+//!   and `ListTools` helpers that never mistake an error for an absence.
 //! - [`ports`]: loopback ports outside the kernel's ephemeral range, for
 //!   servers that cannot be handed an already-bound listener.
 //! - [`server`]: a server future on a bound loopback listener, stopped
@@ -17,6 +19,7 @@
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
 
+pub mod catalog;
 pub mod ports;
 pub mod process;
 pub mod redis;

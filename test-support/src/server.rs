@@ -23,6 +23,25 @@ pub async fn loopback_listener() -> TcpListener {
         .expect("bind 127.0.0.1:0")
 }
 
+/// A listener on `addr`, waiting up to 5 s for it to be free (a server that
+/// just stopped there may still hold it): for a server restarted on the
+/// address it had, which should come from [`crate::ports::reserved_port`].
+pub async fn listener_at(addr: SocketAddr) -> TcpListener {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "cannot bind {addr}: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// A server task on loopback.
 pub struct LoopbackServer {
     /// Where it listens.

@@ -18,15 +18,16 @@ use toolmesh_proto::pb::registration_server::{Registration, RegistrationServer};
 use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
 
 pub use toolmesh_test_support::{
+    catalog,
     ports::reserved_port,
     process::{SidecarProcess, binary, is_dead, send},
-    server::{LoopbackServer, loopback_listener, sidecar, sidecar_on},
+    server::{LoopbackServer, listener_at, loopback_listener, sidecar, sidecar_on},
     wait::{eventually, stays, wait_until},
 };
 
-/// The real registry (the library's `run`) on loopback. Belongs in
-/// `toolmesh-test-support` beside the loopback sidecar; the registry's
-/// suite has its own copy.
+/// The real registry (the library's `run`) on loopback. The catalog
+/// helpers it delegates to are test-support's; only starting the registry
+/// is here, since test-support does not depend on the registry.
 pub struct TestRegistry {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -41,20 +42,9 @@ impl TestRegistry {
     }
 
     /// On `addr` (from [`reserved_port`], for a registry restarted on the
-    /// same address), waiting up to 5 s for a previous registry there to
-    /// let go of it.
+    /// same address).
     pub async fn start_at(addr: SocketAddr, ttl: Duration) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => break listener,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "cannot bind {addr}: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        };
-        Self::start_on(listener, ttl)
+        Self::start_on(listener_at(addr).await, ttl)
     }
 
     fn start_on(listener: TcpListener, ttl: Duration) -> Self {
@@ -86,19 +76,10 @@ impl TestRegistry {
         ToolRegistryClient::new(self.channel.clone())
     }
 
-    /// `GetTool(name)`, or `None` when the registry answers NOT_FOUND;
-    /// panics on any other error, so a failing registry never reads as
-    /// "the tool left".
+    /// `GetTool(name)`, or `None` when the registry answers NOT_FOUND
+    /// (any other error panics).
     pub async fn tool(&self, name: &str) -> Option<pb::Tool> {
-        match self
-            .client()
-            .get_tool(pb::GetToolRequest { name: name.into() })
-            .await
-        {
-            Ok(tool) => Some(tool.into_inner()),
-            Err(status) if status.code() == Code::NotFound => None,
-            Err(status) => panic!("GetTool {name}: {status:?}"),
-        }
+        catalog::tool(&mut self.client(), name).await
     }
 
     /// Live instances of `name` (0 when it is not in the catalog).
@@ -113,12 +94,7 @@ impl TestRegistry {
 
     /// Waits up to `within` until `name` has exactly `count` live instances.
     pub async fn wait_for_instances(&self, name: &str, count: u32, within: Duration) {
-        eventually(
-            within,
-            &format!("{name} with {count} live instances on {}", self.addr),
-            || async { self.instances(name).await == count },
-        )
-        .await;
+        catalog::wait_for_instances(&self.client(), name, count, within).await;
     }
 
     /// `Invoke(tool, arguments)`, without an idempotency key.
@@ -128,11 +104,7 @@ impl TestRegistry {
         arguments: &str,
     ) -> Result<pb::InvokeResponse, tonic::Status> {
         self.client()
-            .invoke(pb::InvokeRequest {
-                tool: tool.into(),
-                arguments_json: arguments.into(),
-                idempotency_key: String::new(),
-            })
+            .invoke(catalog::invoke(tool, arguments))
             .await
             .map(tonic::Response::into_inner)
     }
