@@ -11,8 +11,11 @@
 //!
 //! While Redis is away the view keeps serving; heartbeats are accepted and
 //! remembered, then written back (re-creating leases Redis lost) when it
-//! returns. Leases are swept by whichever replica gets there first, but not
-//! until one TTL after Redis returns, so every replica has written back.
+//! returns. Until this replica has written back, it neither resyncs nor
+//! reloads: a Redis that came back empty would empty its view and its
+//! record of the leases to write back. Leases are swept by whichever
+//! replica gets there first, but not until one TTL after Redis returns, so
+//! every replica has written back.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -75,14 +78,31 @@ struct LeaseRecord {
     tools: Vec<String>,
 }
 
+impl LeaseRecord {
+    /// The record in a lease's hash, if it is whole.
+    fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
+        Some(Self {
+            instance: fields.get("instance")?.clone(),
+            endpoint: fields.get("endpoint")?.clone(),
+            tools: fields
+                .get("tools")
+                .map(|t| t.lines().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        })
+    }
+}
+
 #[derive(Default)]
 struct Local {
-    /// Every lease in Redis at the last resync, plus those announced here.
+    /// Every lease in Redis at the last resync, plus those announced here
+    /// or learned by a reload since.
     leases: HashMap<String, LeaseRecord>,
     /// Leases heartbeated while Redis was away, to write back.
     pending: HashSet<String>,
     /// When Redis answered again after an outage; no sweeping for a TTL.
     recovered_at: Option<Instant>,
+    /// Redis failed and this replica has not written back since.
+    awaiting_write_back: bool,
 }
 
 /// Settings of the Redis catalog.
@@ -137,6 +157,12 @@ impl RedisStore {
         self.local.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether Redis failed and this replica has not written back since:
+    /// what Redis holds now may lack leases only this replica knows.
+    fn awaiting_write_back(&self) -> bool {
+        self.local().awaiting_write_back
+    }
+
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX)
     }
@@ -145,7 +171,9 @@ impl RedisStore {
         format!("{}:{suffix}", self.tag)
     }
 
-    /// Reloads one tool from Redis into the view.
+    /// Reloads one tool from Redis into the view, and learns the leases of
+    /// the instances it did not show before: after an outage, every replica
+    /// writes back the leases behind everything its view shows.
     async fn reload(&self, name: &str) -> Result<(), RedisError> {
         let (descriptor_key, instances_key) = (
             self.key(&format!("tool:{name}")),
@@ -161,8 +189,47 @@ impl RedisStore {
                     .await
             })
             .await?;
+        let shown = self.view.get(name);
+        let new: Vec<String> = instances
+            .keys()
+            .filter(|id| {
+                !shown
+                    .as_ref()
+                    .is_some_and(|t| t.instances.iter().any(|i| &i.id == *id))
+            })
+            .cloned()
+            .collect();
         self.view
             .apply(name, tool_state(descriptor.as_deref(), instances));
+        for instance in new {
+            self.learn_lease(&instance).await?;
+        }
+        Ok(())
+    }
+
+    /// Records the lease `instance` holds in Redis, unless it is known.
+    async fn learn_lease(&self, instance: &str) -> Result<(), RedisError> {
+        let instance_key = self.key(&format!("inst:{instance}"));
+        let lease: Option<String> = self
+            .pool
+            .run(async |conn| redis::cmd("GET").arg(&instance_key).query_async(conn).await)
+            .await?;
+        let Some(lease) = lease.filter(|l| !self.local().leases.contains_key(l)) else {
+            return Ok(());
+        };
+        let lease_key = self.key(&format!("lease:{lease}"));
+        let fields: HashMap<String, String> = self
+            .pool
+            .run(async |conn| {
+                redis::cmd("HGETALL")
+                    .arg(&lease_key)
+                    .query_async(conn)
+                    .await
+            })
+            .await?;
+        if let Some(record) = LeaseRecord::from_fields(&fields) {
+            self.local().leases.insert(lease, record);
+        }
         Ok(())
     }
 
@@ -198,21 +265,8 @@ impl RedisStore {
                 .pool
                 .run(async |conn| redis::cmd("HGETALL").arg(&key).query_async(conn).await)
                 .await?;
-            if let (Some(instance), Some(endpoint)) =
-                (fields.get("instance"), fields.get("endpoint"))
-            {
-                let tools = fields
-                    .get("tools")
-                    .map(|t| t.lines().map(str::to_owned).collect())
-                    .unwrap_or_default();
-                records.insert(
-                    lease,
-                    LeaseRecord {
-                        instance: instance.clone(),
-                        endpoint: endpoint.clone(),
-                        tools,
-                    },
-                );
+            if let Some(record) = LeaseRecord::from_fields(&fields) {
+                records.insert(lease, record);
             }
         }
         let present: HashSet<&String> = names.iter().collect();

@@ -1,2 +1,748 @@
-//! Distributed mode through `Invoke`: what agents see while Redis is away,
-//! in degrade mode, and how many Redis round trips a call costs.
+//! Distributed mode through the real gRPC API, checking what the README
+//! promises of it: what agents get while Redis is away (fail-closed and
+//! degrade), idempotency keys, and the Redis round trips a call costs.
+//!
+//! Also the helpers the Redis test files share, to look at Redis from
+//! outside the registry: a plain connection, `INFO commandstats`, a frozen
+//! server, and a recorder of `WatchTools` events.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use nix::{sys::signal::Signal, unistd::Pid};
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use toolmesh_proto::pb::{self, tool_event::Kind};
+use toolmesh_registry::{
+    idempotency::{IdempotencyKey, RedisIdempotency},
+    ratelimit::redis::OutagePolicy,
+    redis_pool::{RedisPool, RedisSettings},
+};
+use toolmesh_sidecar::sdk::{self, ToolBuilder};
+
+use crate::{
+    common::{redis_server::RedisServer, *},
+    redis_replicas::{limited_tool, replica_config},
+};
+
+/// A plain connection to `url`, to look at Redis from outside the registry.
+pub(crate) async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, from
+/// `INFO commandstats` (commands run inside scripts included).
+pub(crate) async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> CommandCalls {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|s| s.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Calls per command name.
+pub(crate) type CommandCalls = BTreeMap<String, i64>;
+
+/// Resets the counters `INFO commandstats` reports.
+pub(crate) async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+/// A `redis-server` stopped with SIGSTOP: it keeps its data and its
+/// connections but answers nothing, like a stalled or partitioned Redis.
+/// Thawed (SIGCONT) by [`Frozen::thaw`] or when dropped.
+pub(crate) struct Frozen(Pid);
+
+impl Frozen {
+    /// Freezes the server behind `url` (one this test started).
+    pub(crate) async fn freeze(url: &str) -> Self {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut raw(url).await)
+            .await
+            .unwrap();
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("INFO server names the process id");
+        let pid = Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, Signal::SIGSTOP).expect("SIGSTOP redis-server");
+        Self(pid)
+    }
+
+    /// Lets it run again.
+    pub(crate) fn thaw(self) {}
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        nix::sys::signal::kill(self.0, Signal::SIGCONT).expect("SIGCONT redis-server");
+    }
+}
+
+/// One event a [`Watcher`] saw.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    pub at: Instant,
+    pub kind: Kind,
+    pub tool: String,
+}
+
+/// Records every event one replica's `WatchTools` stream delivers after its
+/// snapshot, with when it arrived. A stream that fails or ends is recorded
+/// as an `Unspecified` event naming why, so no check can overlook it.
+pub(crate) struct Watcher {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Watches `registry`; returns once its snapshot has been delivered.
+    pub(crate) async fn start(registry: &TestRegistry) -> Self {
+        let mut stream = registry
+            .client()
+            .await
+            .watch_tools(pb::WatchToolsRequest {})
+            .await
+            .expect("WatchTools")
+            .into_inner();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(20), stream.message())
+                .await
+                .expect("the snapshot in time")
+                .expect("stream ok")
+                .expect("stream goes on");
+            if event.kind() == Kind::Synced {
+                break;
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                loop {
+                    let (kind, tool, last) = match stream.message().await {
+                        Ok(Some(event)) => {
+                            let name = event
+                                .tool
+                                .as_ref()
+                                .and_then(|t| t.descriptor.as_ref())
+                                .map(|d| d.name.clone())
+                                .unwrap_or_default();
+                            (event.kind(), name, false)
+                        }
+                        Ok(None) => (Kind::Unspecified, "stream ended".into(), true),
+                        Err(status) => {
+                            (Kind::Unspecified, format!("stream failed: {status}"), true)
+                        }
+                    };
+                    let at = Instant::now();
+                    seen.lock().unwrap().push(Seen { at, kind, tool });
+                    if last {
+                        return;
+                    }
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Everything seen so far.
+    pub(crate) fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An Invoke request carrying an idempotency key.
+fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        idempotency_key: key.into(),
+        ..invoke(tool, arguments)
+    }
+}
+
+/// `name`: adds, counting its runs in `runs`.
+fn counted(name: &str, runs: Arc<AtomicUsize>) -> ToolBuilder {
+    sdk::tool(name, "Adds, counting its runs", move |args: AddArgs| {
+        let runs = runs.clone();
+        async move {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(AddResult {
+                sum: args.a + args.b,
+                calls: n,
+            })
+        }
+    })
+}
+
+/// `slow`: sleeps as long as asked, within `timeout`, counting its runs.
+fn slow(timeout: Duration, runs: Arc<AtomicUsize>) -> toolmesh_sidecar::Tool {
+    sdk::tool(
+        "slow",
+        "Sleeps, counting its runs",
+        move |args: SleepArgs| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(args.millis)).await;
+                Ok(Slept { slept: args.millis })
+            }
+        },
+    )
+    .timeout(timeout)
+    .build()
+}
+
+fn runs(counter: &AtomicUsize) -> usize {
+    counter.load(Ordering::SeqCst)
+}
+
+/// The `RetryInfo` delay of a `RESOURCE_EXHAUSTED`; panics without one.
+fn retry_delay(status: &Status) -> Duration {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    status
+        .get_error_details()
+        .retry_info()
+        .and_then(|r| r.retry_delay)
+        .unwrap_or_else(|| panic!("RESOURCE_EXHAUSTED without RetryInfo: {status:?}"))
+}
+
+/// Fail-closed, Redis away: a call carrying an idempotency key, and a call
+/// to a rate-limited tool, get `UNAVAILABLE` and run nowhere; calls to an
+/// unlimited tool without a key run as before. Checked before and after the
+/// breaker opens; once Redis is back, keys work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_refuses_keyed_and_limited_calls_but_runs_the_rest() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let config = replica_config(&redis.url(), "away", Duration::from_secs(5));
+    assert_eq!(config.redis_outage, OutagePolicy::FailClosed, "the default");
+    let registry = TestRegistry::start(config).await;
+    let (adds, limited_runs) = (Arc::default(), Arc::default());
+    let _sidecar = TestSidecar::start(
+        &registry.url(),
+        "s",
+        vec![
+            add_tool(Arc::clone(&adds)),
+            counted("limited", Arc::clone(&limited_runs))
+                .rate_limit(100.0, 100)
+                .build(),
+        ],
+    )
+    .await;
+    wait_for_instances(&registry, "add", 1).await;
+    wait_for_instances(&registry, "limited", 1).await;
+    let mut client = registry.client().await;
+    let sum = r#"{"a":1,"b":2}"#;
+    client.invoke(keyed("add", sum, "before")).await.unwrap();
+    client.invoke(invoke("limited", sum)).await.unwrap();
+    assert_eq!((runs(&adds), runs(&limited_runs)), (1, 1));
+
+    redis.kill();
+    for round in 0..5 {
+        let status = client
+            .invoke(keyed("add", sum, &format!("away-{round}")))
+            .await
+            .expect_err("a keyed call cannot be deduplicated without Redis");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(status.message().contains("redis"), "{status:?}");
+        let status = client
+            .invoke(invoke("limited", sum))
+            .await
+            .expect_err("fail-closed");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        assert!(
+            status.message().contains("rate limiter unavailable"),
+            "{status:?}"
+        );
+        let response = client
+            .invoke(invoke("add", sum))
+            .await
+            .expect("an unlimited call without a key needs no Redis")
+            .into_inner();
+        assert!(!response.is_error, "{response:?}");
+    }
+    assert_eq!(
+        (runs(&adds), runs(&limited_runs)),
+        (1 + 5, 1),
+        "only the unkeyed, unlimited calls ran"
+    );
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let back = loop {
+        match client.invoke(keyed("add", sum, "back")).await {
+            Ok(response) => break response.into_inner(),
+            Err(status) if status.code() == Code::Unavailable => {
+                assert!(
+                    Instant::now() < deadline,
+                    "keys never worked again: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    let replayed = client.invoke(keyed("add", sum, "back")).await.unwrap();
+    assert_eq!(replayed.into_inner(), back);
+    assert_eq!(runs(&adds), 1 + 5 + 1, "the key ran once, then replayed");
+}
+
+/// The Redis key of the replica-count set of the catalog under `prefix`.
+fn replicas_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:replicas")
+}
+
+/// Waits until exactly `n` replicas are counted live in Redis and each of
+/// them has counted again since: every live replica then holds `n` as the
+/// count that degrade mode divides limits by.
+async fn wait_for_replica_count(url: &str, prefix: &str, n: usize) {
+    let mut conn = raw(url).await;
+    let key = replicas_key(prefix);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let counted_at = loop {
+        let (count, (secs, micros)): (usize, (u64, u64)) = redis::pipe()
+            .zcard(&key)
+            .cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if count == n {
+            break secs * 1000 + micros / 1000;
+        }
+        assert!(Instant::now() < deadline, "{count} replicas, never {n}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    loop {
+        let seen: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), n, "{seen:?}");
+        if seen.iter().all(|(_, at)| *at > counted_at) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas did not count again: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Calls `tool` `calls` times through `registry` while Redis is away;
+/// returns how many were admitted and the first denial's delay, checking
+/// that every denial is `RESOURCE_EXHAUSTED` with a `RetryInfo`, and how long
+/// the run took (from before the first call to after the last).
+async fn drain(registry: &TestRegistry, tool: &str, calls: usize) -> (usize, Duration, Duration) {
+    let mut client = registry.client().await;
+    let started = Instant::now();
+    let (mut admitted, mut first_delay) = (0, None);
+    for _ in 0..calls {
+        match client.invoke(invoke(tool, r#"{"a":1,"b":1}"#)).await {
+            Ok(_) => admitted += 1,
+            Err(status) => {
+                let delay = retry_delay(&status);
+                first_delay.get_or_insert(delay);
+            }
+        }
+    }
+    let first_delay = first_delay.expect("some calls were denied");
+    (admitted, first_delay, started.elapsed())
+}
+
+/// Degrade mode end to end: with Redis away each replica enforces its share
+/// of a limit, rate / n and burst ceil(burst / n), where n is the live
+/// replica count it last saw: a third with three replicas live, a half
+/// with two. The denials' `RetryInfo` is the share's period, not the
+/// limit's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degrade_enforces_each_replicas_share_of_the_live_count() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let prefix = "degrade";
+    let mut config = replica_config(&redis.url(), prefix, Duration::from_secs(5));
+    config.redis_outage = OutagePolicy::Degrade;
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(TestRegistry::start(config.clone()).await);
+    }
+    // Slow enough that no token comes back during a run: a run admits
+    // exactly the share's burst.
+    let (rate, burst) = (0.3, 30);
+    let tools = ["third", "half"].map(|name| {
+        counted(name, Arc::default())
+            .rate_limit(rate, burst)
+            .build()
+    });
+    let _sidecar = TestSidecar::start(&replicas[0].url(), "s", tools.into()).await;
+    for replica in &replicas {
+        wait_for_instances(replica, "half", 1).await;
+    }
+
+    // Three live replicas: each admits a third of the burst, one token per
+    // 3 / rate = 10 s after that.
+    wait_for_replica_count(&redis.url(), prefix, 3).await;
+    redis.kill();
+    for replica in &replicas[..2] {
+        let (admitted, delay, took) = drain(replica, "third", burst as usize).await;
+        let period = Duration::from_secs_f64(3.0 / rate);
+        eprintln!(
+            "degrade, 3 live replicas, limit {rate}/s burst {burst}: admitted {admitted}, \
+             then retry in {delay:?} (share period {period:?}), in {took:?}"
+        );
+        assert_eq!(admitted, 10, "ceil({burst} / 3)");
+        assert!(
+            delay <= period && delay >= period.saturating_sub(took),
+            "{delay:?}"
+        );
+    }
+
+    // Two live replicas: half the burst, one token per 2 / rate.
+    redis.restart();
+    replicas.pop().expect("three").stop().await;
+    wait_for_replica_count(&redis.url(), prefix, 2).await;
+    redis.kill();
+    let (admitted, delay, took) = drain(&replicas[0], "half", burst as usize).await;
+    let period = Duration::from_secs_f64(2.0 / rate);
+    eprintln!(
+        "degrade, 2 live replicas: admitted {admitted}, then retry in {delay:?} \
+         (share period {period:?}), in {took:?}"
+    );
+    assert_eq!(admitted, 15, "ceil({burst} / 2)");
+    assert!(
+        delay <= period && delay >= period.saturating_sub(took),
+        "{delay:?}"
+    );
+}
+
+/// What is left of `calls` once a replica's background work is taken out,
+/// with `tools` tools and `leases` leases in the catalog (and this test's
+/// own `CONFIG RESETSTAT` and `INFO`). Each background job is recognised by
+/// a command only it issues:
+///
+/// | job | marker | commands |
+/// |---|---|---|
+/// | `presence.lua` | `zcard` | evalsha, time, zadd, zremrangebyscore, zcard |
+/// | `sweep.lua`, nothing due | `zrangebyscore` | evalsha, time, zrangebyscore |
+/// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, time, zadd |
+/// | resync | `smembers` | smembers, zrange, get + hgetall per tool, hgetall per lease |
+fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
+    let count = |calls: &CommandCalls, name: &str| calls.get(name).copied().unwrap_or(0);
+    let jobs: [(&str, Vec<(&str, i64)>); 4] = [
+        (
+            "zcard",
+            vec![
+                ("evalsha", 1),
+                ("time", 1),
+                ("zadd", 1),
+                ("zremrangebyscore", 1),
+                ("zcard", 1),
+            ],
+        ),
+        (
+            "zrangebyscore",
+            vec![("evalsha", 1), ("time", 1), ("zrangebyscore", 1)],
+        ),
+        (
+            "exists",
+            vec![("evalsha", 1), ("exists", 1), ("time", 1), ("zadd", 1)],
+        ),
+        (
+            "smembers",
+            vec![
+                ("smembers", 1),
+                ("zrange", 1),
+                ("get", tools),
+                ("hgetall", tools + leases),
+            ],
+        ),
+    ];
+    for (marker, commands) in jobs {
+        let times = count(&calls, marker);
+        for (name, per_job) in commands {
+            *calls.entry(name.to_owned()).or_default() -= times * per_job;
+        }
+    }
+    calls.remove("config|resetstat");
+    calls.remove("info");
+    calls.retain(|_, n| *n != 0);
+    calls
+}
+
+/// The counts since the last reset, once they include a maintenance tick
+/// (so that every window has background work to take out).
+async fn after_a_tick(admin: &mut redis::aio::MultiplexedConnection) -> CommandCalls {
+    eventually(Duration::from_secs(5), "a presence and a sweep", || {
+        let mut admin = admin.clone();
+        async move {
+            let calls = command_calls(&mut admin).await;
+            calls.contains_key("zcard") && calls.contains_key("zrangebyscore")
+        }
+    })
+    .await;
+    command_calls(admin).await
+}
+
+/// "A rate-limited call costs exactly one Redis round trip; an unlimited
+/// one costs none": `INFO commandstats` around N calls on one replica, less
+/// the replica's background work, holds exactly one `EVALSHA` of the GCRA
+/// script per limited call (its `TIME`, `GET`, and `SET` when admitted,
+/// inside it), admitted or denied alike, and nothing for unlimited calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_call_costs_one_round_trip_and_an_unlimited_one_none() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Heartbeats every 10 s, presence and sweep every second.
+    let config = replica_config(&redis.url(), "trips", Duration::from_secs(30));
+    let registry = TestRegistry::start(config).await;
+    let adds = Arc::default();
+    let burst = 20;
+    let _sidecar = TestSidecar::start(
+        &registry.url(),
+        "s",
+        vec![add_tool(adds), limited_tool(0.001, burst)],
+    )
+    .await;
+    wait_for_instances(&registry, "add", 1).await;
+    wait_for_instances(&registry, "limited", 1).await;
+    let mut client = registry.client().await;
+    let sum = r#"{"a":1,"b":2}"#;
+    // Loads the script, so that the counts below hold EVALSHA only.
+    client.invoke(invoke("limited", sum)).await.unwrap();
+
+    let n = 40;
+    let mut admin = raw(&redis.url()).await;
+    reset_stats(&mut admin).await;
+    for _ in 0..n {
+        client.invoke(invoke("add", sum)).await.unwrap();
+    }
+    let unlimited = after_a_tick(&mut admin).await;
+
+    reset_stats(&mut admin).await;
+    let mut admitted = 0;
+    for _ in 0..n {
+        match client.invoke(invoke("limited", sum)).await {
+            Ok(_) => admitted += 1,
+            Err(status) => {
+                retry_delay(&status);
+            }
+        }
+    }
+    let limited = after_a_tick(&mut admin).await;
+    eprintln!(
+        "commands around {n} unlimited calls: {unlimited:?}\n\
+         commands around {n} limited calls ({admitted} admitted): {limited:?}"
+    );
+    assert_eq!(
+        admitted,
+        i64::from(burst) - 1,
+        "the burst, less the warm-up"
+    );
+    assert_eq!(
+        residual(unlimited, 2, 1),
+        CommandCalls::new(),
+        "unlimited calls cost no Redis command"
+    );
+    let expected: CommandCalls = [("evalsha", n), ("time", n), ("get", n), ("set", admitted)]
+        .into_iter()
+        .map(|(name, calls)| (name.to_owned(), calls))
+        .collect();
+    assert_eq!(
+        residual(limited, 2, 1),
+        expected,
+        "one EVALSHA per limited call, and nothing else"
+    );
+}
+
+/// Whether `key`'s idempotency record exists in Redis.
+async fn record_exists(url: &str, keys: &RedisIdempotency, tool: &str, key: &str) -> bool {
+    let name = keys.redis_key(&IdempotencyKey {
+        caller: String::new(),
+        tool: tool.into(),
+        key: key.into(),
+    });
+    redis::cmd("EXISTS")
+        .arg(name)
+        .query_async::<i64>(&mut raw(url).await)
+        .await
+        .unwrap()
+        == 1
+}
+
+/// Idempotency keys through `Invoke` with two replicas sharing Redis, for
+/// what `faults.rs` does not cover: a status is an outcome, stored and
+/// replayed on another replica; a key whose call the rate limit refused, or
+/// that never reached a sidecar, is freed, so its repeat runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_through_invoke_over_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let prefix = "keys";
+    let config = replica_config(&redis.url(), prefix, Duration::from_secs(5));
+    let replicas = [
+        TestRegistry::start(config.clone()).await,
+        TestRegistry::start(config).await,
+    ];
+    let keys = RedisIdempotency::new(
+        RedisPool::new(RedisSettings::default()).unwrap(),
+        prefix,
+        Duration::ZERO,
+    );
+    let (slow_runs, limited_runs, ghost_runs) = (Arc::default(), Arc::default(), Arc::default());
+    let _sidecar = TestSidecar::start(
+        &replicas[0].url(),
+        "s",
+        vec![
+            slow(Duration::from_millis(500), Arc::clone(&slow_runs)),
+            counted("limited", Arc::clone(&limited_runs))
+                .rate_limit(1.0, 1)
+                .build(),
+        ],
+    )
+    .await;
+    for replica in &replicas {
+        wait_for_instances(replica, "slow", 1).await;
+        wait_for_instances(replica, "limited", 1).await;
+    }
+    let (mut first, mut second) = (replicas[0].client().await, replicas[1].client().await);
+
+    // A status is an outcome: DEADLINE_EXCEEDED, stored and replayed.
+    let too_long = r#"{"millis":5000}"#;
+    let status = first
+        .invoke(keyed("slow", too_long, "status"))
+        .await
+        .expect_err("over the tool's timeout");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(record_exists(&redis.url(), &keys, "slow", "status").await);
+    let replayed = second
+        .invoke(keyed("slow", too_long, "status"))
+        .await
+        .expect_err("the stored status");
+    assert_eq!(
+        (replayed.code(), replayed.message()),
+        (status.code(), status.message())
+    );
+    assert_eq!(runs(&slow_runs), 1, "replayed, not run again");
+
+    // Refused by the rate limit: the key is freed; its repeat runs once
+    // the token is back, and is replayed after that.
+    let sum = r#"{"a":2,"b":3}"#;
+    first.invoke(invoke("limited", sum)).await.unwrap();
+    let status = second
+        .invoke(keyed("limited", sum, "limited"))
+        .await
+        .expect_err("no token left");
+    let delay = retry_delay(&status);
+    assert!(!record_exists(&redis.url(), &keys, "limited", "limited").await);
+    tokio::time::sleep(delay).await;
+    let ran = first
+        .invoke(keyed("limited", sum, "limited"))
+        .await
+        .expect("the repeat runs")
+        .into_inner();
+    let replayed = second
+        .invoke(keyed("limited", sum, "limited"))
+        .await
+        .expect("replayed, with no token needed")
+        .into_inner();
+    assert_eq!(replayed, ran);
+    assert_eq!(runs(&limited_runs), 2, "the unkeyed call and the repeat");
+
+    // Never reached a sidecar: the only instance's endpoint refuses
+    // connections (nothing listens on 127.0.0.2 in these tests).
+    let real = TestSidecar::start(
+        &replicas[0].url(),
+        "real",
+        vec![counted("ghost", Arc::clone(&ghost_runs)).build()],
+    )
+    .await;
+    wait_for_instances(&replicas[1], "ghost", 1).await;
+    let descriptor = second
+        .get_tool(pb::GetToolRequest {
+            name: "ghost".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .descriptor;
+    real.stop().await;
+    wait_for_instances(&replicas[1], "ghost", 0).await;
+    let dead = std::net::TcpListener::bind("127.0.0.2:0")
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let mut registration = replicas[0].registration().await;
+    let lease = registration
+        .announce(pb::AnnounceRequest {
+            instance_id: "dead".into(),
+            endpoint: format!("http://{dead}"),
+            tools: descriptor.into_iter().collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .lease_id;
+    wait_for_instances(&replicas[1], "ghost", 1).await;
+    let status = second
+        .invoke(keyed("ghost", sum, "ghost"))
+        .await
+        .expect_err("no instance answers");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!record_exists(&redis.url(), &keys, "ghost", "ghost").await);
+    registration
+        .withdraw(pb::WithdrawRequest { lease_id: lease })
+        .await
+        .unwrap();
+    wait_for_instances(&replicas[1], "ghost", 0).await;
+    let _real = TestSidecar::start(
+        &replicas[0].url(),
+        "real",
+        vec![counted("ghost", Arc::clone(&ghost_runs)).build()],
+    )
+    .await;
+    wait_for_instances(&replicas[1], "ghost", 1).await;
+    let ran = second
+        .invoke(keyed("ghost", sum, "ghost"))
+        .await
+        .expect("the repeat runs")
+        .into_inner();
+    assert_eq!(ran.instance_id, "real");
+    assert_eq!(runs(&ghost_runs), 1);
+    assert!(record_exists(&redis.url(), &keys, "ghost", "ghost").await);
+}

@@ -14,6 +14,8 @@ use super::{MAX_RECONNECT_DELAY, RESYNC_EVERY, RedisStore};
 
 /// Follows the change channel, reloading each changed tool; resyncs on every
 /// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
+/// Until the write-back after an outage it neither resyncs nor reloads: the
+/// maintenance loop resyncs once it has written back.
 pub(super) async fn subscribe(store: Weak<RedisStore>) {
     let mut delay = Duration::from_millis(50);
     loop {
@@ -40,6 +42,7 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
         }
         delay = Duration::from_millis(50);
         if let Some(store) = store.upgrade()
+            && !store.awaiting_write_back()
             && let Err(error) = store.resync().await
         {
             tracing::warn!(%error, "catalog resync failed");
@@ -47,6 +50,9 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
         let mut messages = pubsub.on_message();
         while let Some(message) = messages.next().await {
             let Some(store) = store.upgrade() else { return };
+            if store.awaiting_write_back() {
+                continue;
+            }
             if let Ok(name) = message.get_payload::<String>()
                 && let Err(error) = store.reload(&name).await
             {
@@ -67,26 +73,24 @@ pub(super) async fn maintain(store: Weak<RedisStore>) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_resync = Instant::now();
-    let mut was_down = false;
     loop {
         ticker.tick().await;
         let Some(store) = store.upgrade() else { return };
         match store.presence().await {
             Ok(count) => store.replicas.store(count.max(1), Ordering::Relaxed),
             Err(_) => {
-                was_down = true;
+                store.local().awaiting_write_back = true;
                 continue;
             }
         }
-        if was_down {
-            was_down = false;
+        if store.awaiting_write_back() {
             store.local().recovered_at = Some(Instant::now());
             tracing::info!("redis is back; writing back leases and resyncing");
             if let Err(error) = store.write_back(true).await {
                 tracing::warn!(%error, "write-back after the outage failed; retrying");
-                was_down = true;
                 continue;
             }
+            store.local().awaiting_write_back = false;
             let _ = store.resync().await;
             last_resync = Instant::now();
         }
