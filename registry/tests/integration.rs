@@ -21,8 +21,12 @@ mod limits;
 mod redis_invoke;
 #[path = "integration/redis_limiter.rs"]
 mod redis_limiter;
+#[path = "integration/redis_outages.rs"]
+mod redis_outages;
 #[path = "integration/redis_replicas.rs"]
 mod redis_replicas;
+#[path = "integration/redis_round_trips.rs"]
+mod redis_round_trips;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
 #[path = "integration/watch.rs"]

@@ -4,21 +4,23 @@
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod processes;
+pub mod redis_probe;
 
 use std::{net::SocketAddr, time::Duration};
 
 use tokio::net::TcpListener;
-use tonic::{Code, transport::Channel};
+use tonic::transport::Channel;
 use toolmesh_proto::pb::{
-    self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
+    registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
 use toolmesh_registry::Config;
 use toolmesh_sidecar::config::SidecarConfig;
 #[allow(unused_imports)]
 pub use toolmesh_test_support::{
+    catalog::{self, instances, invoke, tool_names},
     ports::reserved_port,
     redis::{self as redis_server, RedisServer},
-    server::{LoopbackServer, loopback_listener, sidecar as start_sidecar},
+    server::{LoopbackServer, listener_at, loopback_listener, sidecar as start_sidecar},
     suite,
     tools::*,
     wait::{eventually, stays, wait_until},
@@ -42,23 +44,10 @@ impl TestRegistry {
         Self::start_at(SocketAddr::from(([127, 0, 0, 1], reserved_port())), config).await
     }
 
-    /// On `addr`, waiting up to 5 s for it to be free (a registry that just
-    /// stopped there may still hold it).
+    /// On `addr`, once it is free (a registry that just stopped there may
+    /// still hold it).
     pub async fn start_at(addr: SocketAddr, config: Config) -> Self {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(addr).await {
-                Ok(listener) => break listener,
-                Err(e) => {
-                    assert!(
-                        tokio::time::Instant::now() < deadline,
-                        "cannot bind {addr}: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        };
-        Self::start_on(listener, config)
+        Self::start_on(listener_at(addr).await, config)
     }
 
     /// On a listener the caller bound.
@@ -143,51 +132,13 @@ pub fn command_tools(yaml: &str) -> Vec<toolmesh_sidecar::Tool> {
         .unwrap()
 }
 
-/// An `Invoke` request without an idempotency key.
-pub fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
-    pb::InvokeRequest {
-        tool: tool.into(),
-        arguments_json: arguments.into(),
-        idempotency_key: String::new(),
-    }
-}
-
-/// Names of the tools `ListTools` shows; panics if `ListTools` fails.
-pub async fn tool_names(client: &mut ToolRegistryClient<Channel>) -> Vec<String> {
-    client
-        .list_tools(pb::ListToolsRequest::default())
-        .await
-        .expect("ListTools")
-        .into_inner()
-        .tools
-        .into_iter()
-        .filter_map(|t| t.descriptor.map(|d| d.name))
-        .collect()
-}
-
-/// Live instances of `tool` (0 when it is not in the catalog); panics on
-/// any other error.
-pub async fn instances(client: &mut ToolRegistryClient<Channel>, tool: &str) -> u32 {
-    match client
-        .get_tool(pb::GetToolRequest { name: tool.into() })
-        .await
-    {
-        Ok(t) => t.into_inner().instances,
-        Err(status) if status.code() == Code::NotFound => 0,
-        Err(status) => panic!("GetTool {tool}: {status:?}"),
-    }
-}
-
 /// Waits (up to 20 s) until `tool` has exactly `count` live instances.
 pub async fn wait_for_instances(registry: &TestRegistry, tool: &str, count: u32) {
-    let client = registry.client().await;
-    eventually(
+    catalog::wait_for_instances(
+        &registry.client().await,
+        tool,
+        count,
         Duration::from_secs(20),
-        &format!("{tool} with {count} instances on {}", registry.addr),
-        || {
-            let mut client = client.clone();
-            async move { instances(&mut client, tool).await == count }
-        },
     )
     .await;
 }

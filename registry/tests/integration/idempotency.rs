@@ -14,11 +14,11 @@ use toolmesh_registry::{
 };
 
 use crate::{
+    common::redis_probe::{command_calls, raw, reset_stats},
     common::{
         eventually,
         redis_server::{RedisServer, start_cluster},
     },
-    redis_invoke::{command_calls, raw, reset_stats},
 };
 
 const PREFIX: &str = "t";

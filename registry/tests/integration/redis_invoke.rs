@@ -1,24 +1,18 @@
 //! Distributed mode through the real gRPC API, checking what the README
 //! promises of it: what agents get while Redis is away (fail-closed and
-//! degrade), idempotency keys, and the Redis round trips a call costs.
-//!
-//! Also the helpers the Redis test files share, to look at Redis from
-//! outside the registry: a plain connection, `INFO commandstats`, a frozen
-//! server, and a recorder of `WatchTools` events.
+//! degrade), and idempotency keys.
 
 use std::{
-    collections::BTreeMap,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use nix::{sys::signal::Signal, unistd::Pid};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
-use toolmesh_proto::pb::{self, tool_event::Kind};
+use toolmesh_proto::pb;
 use toolmesh_registry::{
     idempotency::{IdempotencyKey, RedisIdempotency},
     ratelimit::redis::OutagePolicy,
@@ -27,159 +21,9 @@ use toolmesh_registry::{
 use toolmesh_sidecar::sdk::{self, ToolBuilder};
 
 use crate::{
-    common::{redis_server::RedisServer, *},
-    redis_replicas::{limited_tool, replica_config},
+    common::{redis_probe::raw, redis_server::RedisServer, *},
+    redis_replicas::replica_config,
 };
-
-/// A plain connection to `url`, to look at Redis from outside the registry.
-pub(crate) async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-/// Calls per command since the last `CONFIG RESETSTAT`, from
-/// `INFO commandstats` (commands run inside scripts included).
-pub(crate) async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> CommandCalls {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|s| s.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Calls per command name.
-pub(crate) type CommandCalls = BTreeMap<String, i64>;
-
-/// Resets the counters `INFO commandstats` reports.
-pub(crate) async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async::<()>(conn)
-        .await
-        .unwrap();
-}
-
-/// A `redis-server` stopped with SIGSTOP: it keeps its data and its
-/// connections but answers nothing, like a stalled or partitioned Redis.
-/// Thawed (SIGCONT) by [`Frozen::thaw`] or when dropped.
-pub(crate) struct Frozen(Pid);
-
-impl Frozen {
-    /// Freezes the server behind `url` (one this test started).
-    pub(crate) async fn freeze(url: &str) -> Self {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut raw(url).await)
-            .await
-            .unwrap();
-        let pid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("process_id:"))
-            .and_then(|p| p.trim().parse().ok())
-            .expect("INFO server names the process id");
-        let pid = Pid::from_raw(pid);
-        nix::sys::signal::kill(pid, Signal::SIGSTOP).expect("SIGSTOP redis-server");
-        Self(pid)
-    }
-
-    /// Lets it run again.
-    pub(crate) fn thaw(self) {}
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        nix::sys::signal::kill(self.0, Signal::SIGCONT).expect("SIGCONT redis-server");
-    }
-}
-
-/// One event a [`Watcher`] saw.
-#[derive(Debug, Clone)]
-pub(crate) struct Seen {
-    pub at: Instant,
-    pub kind: Kind,
-    pub tool: String,
-}
-
-/// Records every event one replica's `WatchTools` stream delivers after its
-/// snapshot, with when it arrived. A stream that fails or ends is recorded
-/// as an `Unspecified` event naming why, so no check can overlook it.
-pub(crate) struct Watcher {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watcher {
-    /// Watches `registry`; returns once its snapshot has been delivered.
-    pub(crate) async fn start(registry: &TestRegistry) -> Self {
-        let mut stream = registry
-            .client()
-            .await
-            .watch_tools(pb::WatchToolsRequest {})
-            .await
-            .expect("WatchTools")
-            .into_inner();
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(20), stream.message())
-                .await
-                .expect("the snapshot in time")
-                .expect("stream ok")
-                .expect("stream goes on");
-            if event.kind() == Kind::Synced {
-                break;
-            }
-        }
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn({
-            let seen = seen.clone();
-            async move {
-                loop {
-                    let (kind, tool, last) = match stream.message().await {
-                        Ok(Some(event)) => {
-                            let name = event
-                                .tool
-                                .as_ref()
-                                .and_then(|t| t.descriptor.as_ref())
-                                .map(|d| d.name.clone())
-                                .unwrap_or_default();
-                            (event.kind(), name, false)
-                        }
-                        Ok(None) => (Kind::Unspecified, "stream ended".into(), true),
-                        Err(status) => {
-                            (Kind::Unspecified, format!("stream failed: {status}"), true)
-                        }
-                    };
-                    let at = Instant::now();
-                    seen.lock().unwrap().push(Seen { at, kind, tool });
-                    if last {
-                        return;
-                    }
-                }
-            }
-        });
-        Self { seen, task }
-    }
-
-    /// Everything seen so far.
-    pub(crate) fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 /// An Invoke request carrying an idempotency key.
 fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
@@ -226,7 +70,7 @@ fn runs(counter: &AtomicUsize) -> usize {
 }
 
 /// The `RetryInfo` delay of a `RESOURCE_EXHAUSTED`; panics without one.
-fn retry_delay(status: &Status) -> Duration {
+pub(crate) fn retry_delay(status: &Status) -> Duration {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     status
         .get_error_details()
@@ -447,146 +291,6 @@ async fn degrade_enforces_each_replicas_share_of_the_live_count() {
     assert!(
         delay <= period && delay >= period.saturating_sub(took),
         "{delay:?}"
-    );
-}
-
-/// What is left of `calls` once a replica's background work is taken out,
-/// with `tools` tools and `leases` leases in the catalog (and this test's
-/// own `CONFIG RESETSTAT` and `INFO`). Each background job is recognised by
-/// a command only it issues:
-///
-/// | job | marker | commands |
-/// |---|---|---|
-/// | `presence.lua` | `zcard` | evalsha, time, zadd, zremrangebyscore, zcard |
-/// | `sweep.lua`, nothing due | `zrangebyscore` | evalsha, time, zrangebyscore |
-/// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, time, zadd |
-/// | resync | `smembers` | smembers, zrange, get + hgetall per tool, hgetall per lease |
-fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
-    let count = |calls: &CommandCalls, name: &str| calls.get(name).copied().unwrap_or(0);
-    let jobs: [(&str, Vec<(&str, i64)>); 4] = [
-        (
-            "zcard",
-            vec![
-                ("evalsha", 1),
-                ("time", 1),
-                ("zadd", 1),
-                ("zremrangebyscore", 1),
-                ("zcard", 1),
-            ],
-        ),
-        (
-            "zrangebyscore",
-            vec![("evalsha", 1), ("time", 1), ("zrangebyscore", 1)],
-        ),
-        (
-            "exists",
-            vec![("evalsha", 1), ("exists", 1), ("time", 1), ("zadd", 1)],
-        ),
-        (
-            "smembers",
-            vec![
-                ("smembers", 1),
-                ("zrange", 1),
-                ("get", tools),
-                ("hgetall", tools + leases),
-            ],
-        ),
-    ];
-    for (marker, commands) in jobs {
-        let times = count(&calls, marker);
-        for (name, per_job) in commands {
-            *calls.entry(name.to_owned()).or_default() -= times * per_job;
-        }
-    }
-    calls.remove("config|resetstat");
-    calls.remove("info");
-    calls.retain(|_, n| *n != 0);
-    calls
-}
-
-/// The counts since the last reset, once they include a maintenance tick
-/// (so that every window has background work to take out).
-async fn after_a_tick(admin: &mut redis::aio::MultiplexedConnection) -> CommandCalls {
-    eventually(Duration::from_secs(5), "a presence and a sweep", || {
-        let mut admin = admin.clone();
-        async move {
-            let calls = command_calls(&mut admin).await;
-            calls.contains_key("zcard") && calls.contains_key("zrangebyscore")
-        }
-    })
-    .await;
-    command_calls(admin).await
-}
-
-/// "A rate-limited call costs exactly one Redis round trip; an unlimited
-/// one costs none": `INFO commandstats` around N calls on one replica, less
-/// the replica's background work, holds exactly one `EVALSHA` of the GCRA
-/// script per limited call (its `TIME`, `GET`, and `SET` when admitted,
-/// inside it), admitted or denied alike, and nothing for unlimited calls.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_limited_call_costs_one_round_trip_and_an_unlimited_one_none() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    // Heartbeats every 10 s, presence and sweep every second.
-    let config = replica_config(&redis.url(), "trips", Duration::from_secs(30));
-    let registry = TestRegistry::start(config).await;
-    let adds = Arc::default();
-    let burst = 20;
-    let _sidecar = TestSidecar::start(
-        &registry.url(),
-        "s",
-        vec![add_tool(adds), limited_tool(0.001, burst)],
-    )
-    .await;
-    wait_for_instances(&registry, "add", 1).await;
-    wait_for_instances(&registry, "limited", 1).await;
-    let mut client = registry.client().await;
-    let sum = r#"{"a":1,"b":2}"#;
-    // Loads the script, so that the counts below hold EVALSHA only.
-    client.invoke(invoke("limited", sum)).await.unwrap();
-
-    let n = 40;
-    let mut admin = raw(&redis.url()).await;
-    reset_stats(&mut admin).await;
-    for _ in 0..n {
-        client.invoke(invoke("add", sum)).await.unwrap();
-    }
-    let unlimited = after_a_tick(&mut admin).await;
-
-    reset_stats(&mut admin).await;
-    let mut admitted = 0;
-    for _ in 0..n {
-        match client.invoke(invoke("limited", sum)).await {
-            Ok(_) => admitted += 1,
-            Err(status) => {
-                retry_delay(&status);
-            }
-        }
-    }
-    let limited = after_a_tick(&mut admin).await;
-    eprintln!(
-        "commands around {n} unlimited calls: {unlimited:?}\n\
-         commands around {n} limited calls ({admitted} admitted): {limited:?}"
-    );
-    assert_eq!(
-        admitted,
-        i64::from(burst) - 1,
-        "the burst, less the warm-up"
-    );
-    assert_eq!(
-        residual(unlimited, 2, 1),
-        CommandCalls::new(),
-        "unlimited calls cost no Redis command"
-    );
-    let expected: CommandCalls = [("evalsha", n), ("time", n), ("get", n), ("set", admitted)]
-        .into_iter()
-        .map(|(name, calls)| (name.to_owned(), calls))
-        .collect();
-    assert_eq!(
-        residual(limited, 2, 1),
-        expected,
-        "one EVALSHA per limited call, and nothing else"
     );
 }
 

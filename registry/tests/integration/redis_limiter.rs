@@ -17,11 +17,11 @@ use toolmesh_registry::{
 };
 
 use crate::{
+    common::redis_probe::Frozen,
     common::{
         eventually,
         redis_server::{RedisServer, start_cluster},
     },
-    redis_invoke::Frozen,
 };
 
 const PREFIX: &str = "t";

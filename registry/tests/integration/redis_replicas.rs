@@ -17,8 +17,8 @@ use toolmesh_proto::pb::{self, tool_event::Kind};
 use toolmesh_registry::{Config, ratelimit::redis::OutagePolicy};
 
 use crate::{
+    common::redis_probe::{Watcher, raw},
     common::{redis_server::RedisServer, *},
-    redis_invoke::{Frozen, Watcher, raw},
 };
 
 /// A replica's config: the catalog under `prefix` in `redis`, leases of `ttl`.
@@ -33,7 +33,7 @@ pub(crate) fn replica_config(redis: &str, prefix: &str, ttl: Duration) -> Config
     }
 }
 
-async fn replicas(config: &Config) -> Vec<TestRegistry> {
+pub(crate) async fn replicas(config: &Config) -> Vec<TestRegistry> {
     let mut replicas = Vec::new();
     for _ in 0..3 {
         replicas.push(TestRegistry::start(config.clone()).await);
@@ -488,195 +488,4 @@ async fn replicas_share_a_tls_redis() {
         .await
         .expect_err("the limit is shared over TLS");
     assert_eq!(status.code(), Code::ResourceExhausted);
-}
-
-/// How Redis goes away in [`leases_outlive_an_outage_and_go_a_ttl_after_it`].
-#[derive(Debug, Clone, Copy)]
-enum Outage {
-    /// SIGSTOP: Redis keeps its data while every lease's expiry time passes.
-    Frozen,
-    /// SIGKILL, then an empty Redis on the same port.
-    Restarted,
-}
-
-/// "No lease is swept until a TTL after Redis is back": Redis is away for
-/// longer than a TTL while one sidecar keeps heartbeating and another dies.
-/// While it is away no replica reports a change; once it is back none
-/// removes anything for a TTL (every replica writes its leases back
-/// first); then the dead sidecar's tool goes, within a second TTL, and the
-/// live one is still there.
-async fn leases_outlive_an_outage_and_go_a_ttl_after_it(outage: Outage) {
-    let Some(mut redis) = RedisServer::start() else {
-        return;
-    };
-    let ttl = Duration::from_secs(4);
-    let config = replica_config(&redis.url(), "grace", ttl);
-    let replicas = replicas(&config).await;
-    let _live =
-        TestSidecar::start(&replicas[0].url(), "live", vec![add_tool(Arc::default())]).await;
-    let doomed = TestSidecar::start(
-        &replicas[1].url(),
-        "doomed",
-        vec![sleep_tool(Duration::from_secs(5))],
-    )
-    .await;
-    for replica in &replicas {
-        wait_for_instances(replica, "add", 1).await;
-        wait_for_instances(replica, "sleep", 1).await;
-    }
-    let mut watchers = Vec::new();
-    for replica in &replicas {
-        watchers.push(Watcher::start(replica).await);
-    }
-
-    let frozen = match outage {
-        Outage::Frozen => Some(Frozen::freeze(&redis.url()).await),
-        Outage::Restarted => {
-            redis.kill();
-            None
-        }
-    };
-    doomed.kill();
-    tokio::time::sleep(ttl + ttl / 4).await;
-    for replica in &replicas {
-        assert_eq!(
-            tool_names(&mut replica.client().await).await,
-            ["add", "sleep"],
-            "served from the local view while Redis is away"
-        );
-    }
-    let back = Instant::now();
-    match frozen {
-        Some(frozen) => frozen.thaw(),
-        None => redis.restart(),
-    }
-    for replica in &replicas {
-        wait_for_instances(replica, "sleep", 0).await;
-    }
-
-    for (i, watcher) in watchers.iter().enumerate() {
-        let seen = watcher.seen();
-        let changes: Vec<_> = seen.iter().map(|s| (s.kind, s.tool.as_str())).collect();
-        assert_eq!(
-            changes,
-            [(Kind::Removed, "sleep")],
-            "replica {}: only the dead sidecar's tool goes: {seen:?}",
-            i + 1
-        );
-        let swept = seen[0].at.saturating_duration_since(back);
-        eprintln!(
-            "{outage:?} for {:?}: replica {} removed the dead sidecar's tool {swept:?} after redis was back (ttl {ttl:?})",
-            ttl + ttl / 4,
-            i + 1
-        );
-        assert!(
-            swept >= ttl,
-            "swept within a TTL of redis coming back: {swept:?}"
-        );
-        assert!(swept <= ttl * 2, "swept late: {swept:?}");
-    }
-    // The live lease is in Redis itself: a replica started now sees it.
-    let fresh = TestRegistry::start(config).await;
-    wait_for_instances(&fresh, "add", 1).await;
-    assert_eq!(tool_names(&mut fresh.client().await).await, ["add"]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_outlive_a_frozen_redis_and_go_a_ttl_after_it() {
-    leases_outlive_an_outage_and_go_a_ttl_after_it(Outage::Frozen).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_outlive_a_restarted_redis_and_go_a_ttl_after_it() {
-    leases_outlive_an_outage_and_go_a_ttl_after_it(Outage::Restarted).await;
-}
-
-/// How often every replica reloads the whole catalog (the README's "full
-/// resync every 5 s").
-const RESYNC_EVERY: Duration = Duration::from_secs(5);
-
-/// "A full resync every 5 s heals any lost message": replica `late` reads
-/// Redis as its own ACL user; while that user may not `HGETALL`, a second
-/// instance is announced through replica `prompt`. `late` gets the change's
-/// message, but its reload of the tool is refused, so the message is lost
-/// to it. Once the right is back, only the periodic resync can bring the
-/// change: it must arrive within one resync period (and a maintenance tick).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_change_arrives_with_the_periodic_resync() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let admin = raw(&redis.url()).await;
-    let acl = async |args: &[&str]| {
-        redis::cmd("ACL")
-            .arg(args)
-            .query_async::<redis::Value>(&mut admin.clone())
-            .await
-            .unwrap()
-    };
-    acl(&["SETUSER", "late", "on", ">late-pw", "~*", "&*", "+@all"]).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let password = dir.path().join("password");
-    std::fs::write(&password, "late-pw").expect("write");
-    let ttl = Duration::from_secs(5);
-    let prompt = TestRegistry::start(replica_config(&redis.url(), "resync", ttl)).await;
-    let mut config = replica_config(
-        &format!("redis://late@127.0.0.1:{}", redis.port),
-        "resync",
-        ttl,
-    );
-    config.redis_password_file = Some(password);
-    let late = TestRegistry::start(config).await;
-    let calls = Arc::new(AtomicUsize::new(0));
-    let _a = TestSidecar::start(&prompt.url(), "a", vec![add_tool(calls.clone())]).await;
-    wait_for_instances(&prompt, "add", 1).await;
-    wait_for_instances(&late, "add", 1).await;
-
-    acl(&["LOG", "RESET"]).await;
-    acl(&["SETUSER", "late", "-hgetall"]).await;
-    let _b = TestSidecar::start(&prompt.url(), "b", vec![add_tool(calls)]).await;
-    wait_for_instances(&prompt, "add", 2).await;
-    eventually(
-        Duration::from_secs(10),
-        "replica late's reload refused",
-        || async {
-            let log: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
-                .arg("LOG")
-                .query_async(&mut admin.clone())
-                .await
-                .unwrap();
-            log.iter().any(|entry| {
-                let field = |name: &str| {
-                    entry
-                        .get(name)
-                        .and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
-                };
-                field("username").as_deref() == Some("late")
-                    && field("object").as_deref() == Some("hgetall")
-            })
-        },
-    )
-    .await;
-    let mut client = late.client().await;
-    assert_eq!(
-        instances(&mut client, "add").await,
-        1,
-        "the change is lost to late"
-    );
-    acl(&["SETUSER", "late", "+hgetall"]).await;
-    let restored = Instant::now();
-    let within = RESYNC_EVERY + ttl / 10 + Duration::from_secs(2);
-    eventually(
-        within,
-        "the resync brings the second instance to late",
-        || {
-            let mut client = client.clone();
-            async move { instances(&mut client, "add").await == 2 }
-        },
-    )
-    .await;
-    eprintln!(
-        "a lost change reached replica late {:?} after its reads were allowed again (resync every {RESYNC_EVERY:?})",
-        restored.elapsed()
-    );
 }

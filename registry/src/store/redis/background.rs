@@ -25,21 +25,24 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
             let client = store.pool.standalone_client().ok();
             (client, store.key("events"), settings.call_timeout * 4)
         };
-        let connected = match client {
-            Some(client) => tokio::time::timeout(timeout, client.get_async_pubsub())
-                .await
-                .ok()
-                .and_then(Result::ok),
+        let subscribed = match client {
+            Some(client) => tokio::time::timeout(timeout, async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(&channel).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok),
             None => None,
         };
-        let Some(mut pubsub) = connected else {
+        // Refused (e.g. an ACL without the channel) is retried like
+        // unreachable: with backoff, never in a tight loop.
+        let Some(mut pubsub) = subscribed else {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(MAX_RECONNECT_DELAY);
             continue;
         };
-        if pubsub.subscribe(&channel).await.is_err() {
-            continue;
-        }
         delay = Duration::from_millis(50);
         if let Some(store) = store.upgrade()
             && !store.awaiting_write_back()
@@ -60,6 +63,7 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
             }
         }
         tracing::warn!("redis change channel lost; resubscribing");
+        tokio::time::sleep(delay).await;
     }
 }
 
