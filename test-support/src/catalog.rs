@@ -17,6 +17,14 @@ pub fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
     }
 }
 
+/// An `Invoke` request carrying an idempotency key.
+pub fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        idempotency_key: key.into(),
+        ..invoke(tool, arguments)
+    }
+}
+
 /// `GetTool(name)`, or `None` when the registry answers NOT_FOUND; panics
 /// on any other error, so a failing registry never reads as "the tool
 /// left".

@@ -36,7 +36,13 @@ pub struct AddResult {
 /// `add` (idempotent), counting its executions in `calls`; `a == 13` is a
 /// tool error ("13 is unlucky").
 pub fn add_tool(calls: Arc<AtomicUsize>) -> Tool {
-    sdk::tool("add", "Add two integers", move |args: AddArgs| {
+    adder("add", calls).idempotent(true).build()
+}
+
+/// A tool `name` that adds like `add`, counting its executions in `calls`,
+/// for a test to give its own limit, timeout or idempotence.
+pub fn adder(name: &str, calls: Arc<AtomicUsize>) -> sdk::ToolBuilder {
+    sdk::tool(name, "Add two integers", move |args: AddArgs| {
         let calls = calls.clone();
         async move {
             let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -49,8 +55,6 @@ pub fn add_tool(calls: Arc<AtomicUsize>) -> Tool {
             })
         }
     })
-    .idempotent(true)
-    .build()
 }
 
 /// Arguments of `sleep`.

@@ -17,7 +17,7 @@ use toolmesh_registry::Config;
 use toolmesh_sidecar::config::SidecarConfig;
 #[allow(unused_imports)]
 pub use toolmesh_test_support::{
-    catalog::{self, instances, invoke, tool_names},
+    catalog::{self, instances, invoke, keyed, tool_names},
     ports::reserved_port,
     redis::{self as redis_server, RedisServer},
     server::{LoopbackServer, listener_at, loopback_listener, sidecar as start_sidecar},

@@ -17,13 +17,6 @@ use toolmesh_sidecar::sdk;
 
 use crate::common::*;
 
-fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
-    pb::InvokeRequest {
-        idempotency_key: key.into(),
-        ..invoke(tool, arguments)
-    }
-}
-
 /// `pay`: counts its runs, then takes `millis` to answer.
 fn counted_sleep(calls: Arc<AtomicUsize>) -> toolmesh_sidecar::Tool {
     sdk::tool("pay", "Pays once per key", move |args: SleepArgs| {
@@ -176,19 +169,7 @@ async fn results_and_final_statuses_are_replayed_without_a_run() {
 async fn a_rate_limited_first_call_frees_its_key() {
     let registry = TestRegistry::start(Config::default()).await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let counted = calls.clone();
-    let limited = sdk::tool("limited", "Counts, under a limit", move |args: AddArgs| {
-        let calls = counted.clone();
-        async move {
-            let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(AddResult {
-                sum: args.a + args.b,
-                calls: n,
-            })
-        }
-    })
-    .rate_limit(2.0, 1)
-    .build();
+    let limited = adder("limited", calls.clone()).rate_limit(2.0, 1).build();
     let _sidecar = TestSidecar::start(&registry.url(), "s", vec![limited]).await;
     wait_for_instances(&registry, "limited", 1).await;
     let mut client = registry.client().await;

@@ -18,34 +18,12 @@ use toolmesh_registry::{
     ratelimit::redis::OutagePolicy,
     redis_pool::{RedisPool, RedisSettings},
 };
-use toolmesh_sidecar::sdk::{self, ToolBuilder};
+use toolmesh_sidecar::sdk;
 
 use crate::{
     common::{redis_probe::raw, redis_server::RedisServer, *},
     redis_replicas::replica_config,
 };
-
-/// An Invoke request carrying an idempotency key.
-fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
-    pb::InvokeRequest {
-        idempotency_key: key.into(),
-        ..invoke(tool, arguments)
-    }
-}
-
-/// `name`: adds, counting its runs in `runs`.
-fn counted(name: &str, runs: Arc<AtomicUsize>) -> ToolBuilder {
-    sdk::tool(name, "Adds, counting its runs", move |args: AddArgs| {
-        let runs = runs.clone();
-        async move {
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(AddResult {
-                sum: args.a + args.b,
-                calls: n,
-            })
-        }
-    })
-}
 
 /// `slow`: sleeps as long as asked, within `timeout`, counting its runs.
 fn slow(timeout: Duration, runs: Arc<AtomicUsize>) -> toolmesh_sidecar::Tool {
@@ -97,7 +75,7 @@ async fn redis_away_refuses_keyed_and_limited_calls_but_runs_the_rest() {
         "s",
         vec![
             add_tool(Arc::clone(&adds)),
-            counted("limited", Arc::clone(&limited_runs))
+            adder("limited", Arc::clone(&limited_runs))
                 .rate_limit(100.0, 100)
                 .build(),
         ],
@@ -248,11 +226,8 @@ async fn degrade_enforces_each_replicas_share_of_the_live_count() {
     // Slow enough that no token comes back during a run: a run admits
     // exactly the share's burst.
     let (rate, burst) = (0.3, 30);
-    let tools = ["third", "half"].map(|name| {
-        counted(name, Arc::default())
-            .rate_limit(rate, burst)
-            .build()
-    });
+    let tools =
+        ["third", "half"].map(|name| adder(name, Arc::default()).rate_limit(rate, burst).build());
     let _sidecar = TestSidecar::start(&replicas[0].url(), "s", tools.into()).await;
     for replica in &replicas {
         wait_for_instances(replica, "half", 1).await;
@@ -335,7 +310,7 @@ async fn idempotency_keys_through_invoke_over_redis() {
         "s",
         vec![
             slow(Duration::from_millis(500), Arc::clone(&slow_runs)),
-            counted("limited", Arc::clone(&limited_runs))
+            adder("limited", Arc::clone(&limited_runs))
                 .rate_limit(1.0, 1)
                 .build(),
         ],
@@ -394,7 +369,7 @@ async fn idempotency_keys_through_invoke_over_redis() {
     let real = TestSidecar::start(
         &replicas[0].url(),
         "real",
-        vec![counted("ghost", Arc::clone(&ghost_runs)).build()],
+        vec![adder("ghost", Arc::clone(&ghost_runs)).build()],
     )
     .await;
     wait_for_instances(&replicas[1], "ghost", 1).await;
@@ -437,7 +412,7 @@ async fn idempotency_keys_through_invoke_over_redis() {
     let _real = TestSidecar::start(
         &replicas[0].url(),
         "real",
-        vec![counted("ghost", Arc::clone(&ghost_runs)).build()],
+        vec![adder("ghost", Arc::clone(&ghost_runs)).build()],
     )
     .await;
     wait_for_instances(&replicas[1], "ghost", 1).await;
