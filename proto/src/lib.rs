@@ -7,7 +7,10 @@
 //! - [`pb`]: messages, `*_client` and `*_server` modules for `ToolRegistry`,
 //!   `Registration` and `ToolRuntime`.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
-//! - [`timeout`]: the `grpc-timeout` header, read by both servers.
+//! - [`timeout`]: the `grpc-timeout` header, read by both servers, and the
+//!   margin both keep back to answer within it.
+//! - [`endpoint`]: server addresses as every binary and agent takes them
+//!   (`host:port` or `http://host:port`).
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
@@ -30,4 +33,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub use prost_types::Duration;
 
+pub mod endpoint;
 pub mod timeout;

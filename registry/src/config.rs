@@ -108,6 +108,10 @@ pub struct Config {
         default_value = "fail-closed"
     )]
     pub redis_outage: OutagePolicy,
+
+    /// Logging: `--log` and `--log-format`.
+    #[command(flatten)]
+    pub log: toolmesh_telemetry::LogArgs,
 }
 
 impl Default for Config {
@@ -133,6 +137,7 @@ impl Default for Config {
             redis_timeout: Duration::from_millis(250),
             redis_prefix: "toolmesh".into(),
             redis_outage: OutagePolicy::FailClosed,
+            log: toolmesh_telemetry::LogArgs::default(),
         }
     }
 }

@@ -37,17 +37,15 @@ struct Cli {
     /// Stable instance id [default: <hostname>-<random 8 hex>].
     #[arg(long, env = "TOOLMESH_INSTANCE_ID")]
     instance_id: Option<String>,
-    /// Log filter, e.g. `info` or `toolmesh_sidecar=debug`.
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
-    log: String,
+    /// Logging: `--log` and `--log-format`.
+    #[command(flatten)]
+    log: toolmesh_telemetry::LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .with_context(|| format!("invalid log filter {:?} (--log / RUST_LOG)", cli.log))?;
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    toolmesh_telemetry::init(&cli.log)?;
 
     // Config first, ports second.
     let config = SidecarConfig::load(&cli.config)?;

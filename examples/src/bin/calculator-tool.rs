@@ -30,7 +30,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().with_ansi(false).init();
+    toolmesh_telemetry::init(&toolmesh_telemetry::LogArgs::default())?;
     let cli = Cli::parse();
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
