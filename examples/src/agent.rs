@@ -33,7 +33,8 @@ const MAX_RATE_LIMIT_CALLS: usize = 20;
 /// What the agent needs to know.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Registry URL, e.g. `http://127.0.0.1:50051`.
+    /// Registry address: `host:port` or `http://host:port`
+    /// ([`toolmesh_proto::endpoint::url`]).
     pub registry: String,
     /// How long to wait for the registry and for every tool to be live.
     pub wait_for_tools: Duration,
@@ -90,8 +91,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(agent.report)
 }
 
-async fn connect(url: &str, deadline: Instant) -> anyhow::Result<ToolRegistryClient<Channel>> {
-    let endpoint = Endpoint::from_shared(url.to_owned())
+async fn connect(address: &str, deadline: Instant) -> anyhow::Result<ToolRegistryClient<Channel>> {
+    let url = toolmesh_proto::endpoint::url(address).context("invalid registry address")?;
+    let endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid registry URL {url:?}"))?
         .connect_timeout(Duration::from_secs(2));
     loop {

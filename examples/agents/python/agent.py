@@ -4,34 +4,52 @@ The gRPC stubs are generated from proto/ into gen/ by ./generate.sh; nothing in
 this file hand-writes a protobuf message. Errors come back as typed exceptions
 decoded from the google.rpc.Status the registry sends in grpc-status-details-bin.
 
-    python3 agent.py --registry 127.0.0.1:50051                # list the tools
-    python3 agent.py --registry 127.0.0.1:50051 word_count '{"text": "a b c"}'
+    python3 agent.py list                                  # the live tools, one a line
+    python3 agent.py list --openai                         # as OpenAI tool definitions
+    python3 agent.py word_count '{"text": "a b c"}'        # only the result, on stdout
+    python3 agent.py --registry http://10.0.0.5:50051 word_count '{"text": "a b c"}'
+
+Exit codes of the CLI (EXIT_* below): 0 the result was printed; 1 any other
+error from the registry; 2 a bad command line (one line on stderr); 3 rate
+limited; 4 the tool ran and failed (is_error); 5 the arguments were refused
+(INVALID_ARGUMENT); 6 unknown tool (NOT_FOUND); 7 timed out
+(DEADLINE_EXCEEDED); 8 unavailable: registry unreachable or no live instance
+(UNAVAILABLE).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
-
-import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from typing import Any, Iterator, NoReturn
 
 _GEN_DIR = Path(__file__).resolve().parent / "gen"
-if str(_GEN_DIR) not in sys.path:
-    sys.path.insert(0, str(_GEN_DIR))
 try:
+    import grpc
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    if str(_GEN_DIR) not in sys.path:
+        sys.path.insert(0, str(_GEN_DIR))
+    if not (_GEN_DIR / "toolmesh" / "v1" / "toolmesh_pb2.py").is_file():
+        raise ImportError(f"the toolmesh stubs are not in {_GEN_DIR}: run {_GEN_DIR.parent / 'generate.sh'} first")
     from toolmesh.v1 import toolmesh_pb2, toolmesh_pb2_grpc
-except ImportError as exc:  # pragma: no cover - only without generated stubs
-    raise ImportError(
-        f"toolmesh stubs not found in {_GEN_DIR}: run ./generate.sh first"
-    ) from exc
+except ImportError as _missing:  # pragma: no cover - only without dependencies or stubs
+    if __name__ == "__main__":
+        # The CLI answers in one line; a library import still raises.
+        hint = "" if _missing.name is None else f" (pip install -r {_GEN_DIR.parent / 'requirements.txt'})"
+        print(f"agent.py: error: {_missing}{hint}", file=sys.stderr)
+        sys.exit(2)
+    raise
 
 __all__ = [
+    "InvalidAddress",
+    "registry_target",
     "ToolSpec",
     "ToolmeshClient",
     "ToolmeshError",
@@ -42,6 +60,53 @@ __all__ = [
     "ToolTimeout",
     "ToolUnavailable",
 ]
+
+
+# --------------------------------------------------------------------------- addresses
+
+
+class InvalidAddress(ValueError):
+    """A registry address that is neither host:port nor http://host:port."""
+
+
+def registry_target(address: str) -> str:
+    """The gRPC target (host:port) for a registry address.
+
+    The rule every toolmesh binary and agent shares (toolmesh_proto::endpoint
+    in Rust): `host:port` or `http://host:port`, a trailing `/` dropped;
+    `https://` is refused until TLS is supported rather than silently used as
+    plaintext. Raises InvalidAddress saying what to write.
+    """
+    given = address.strip()
+
+    def error(problem: str) -> InvalidAddress:
+        return InvalidAddress(
+            f"{json.dumps(address)} is not a server address: {problem}; "
+            "write host:port or http://host:port, e.g. 127.0.0.1:50051"
+        )
+
+    scheme, sep, rest = given.partition("://")
+    if not sep:
+        rest = given
+    elif scheme == "https":
+        raise error("https:// needs TLS, which toolmesh does not support yet")
+    elif scheme != "http":
+        raise error("the scheme must be http://")
+    authority = rest[:-1] if rest.endswith("/") else rest
+    if not authority:
+        raise error("the host is missing")
+    if any(c in authority for c in "/?#@") or any(c.isspace() for c in authority):
+        raise error("only a host and a port may be given")
+    host, colon, port = authority.rpartition(":")
+    if not colon or (host.endswith(":") and not host.startswith("[")):
+        raise error("the port is missing")
+    if not host or host == "[]":
+        raise error("the host is missing")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise error("an IPv6 address goes in brackets, e.g. [::1]:50051")
+    if not re.fullmatch(r"\+?[0-9]+", port) or not 1 <= int(port) <= 65535:
+        raise error("the port must be a number from 1 to 65535")
+    return authority
 
 
 # --------------------------------------------------------------------------- errors
@@ -251,8 +316,10 @@ class ToolmeshClient:
         channel: grpc.Channel | None = None,
         default_timeout: float | None = 30.0,
     ) -> None:
-        """`target` is host:port (plaintext); pass `channel` for TLS or custom options."""
-        self._channel = channel if channel is not None else grpc.insecure_channel(target)
+        """`target` is host:port or http://host:port (plaintext; see
+        registry_target, which raises InvalidAddress for anything else);
+        pass `channel` for TLS or custom options."""
+        self._channel = channel if channel is not None else grpc.insecure_channel(registry_target(target))
         self._stub = toolmesh_pb2_grpc.ToolRegistryStub(self._channel)
         self.default_timeout = default_timeout
 
@@ -327,43 +394,183 @@ class ToolmeshClient:
 
 # --------------------------------------------------------------------------- CLI
 
+EXIT_OK = 0
+EXIT_OTHER = 1
+"""Any other error from the registry (e.g. INTERNAL)."""
+EXIT_USAGE = 2
+"""A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry."""
+EXIT_RATE_LIMITED = 3
+EXIT_TOOL_FAILED = 4
+"""The tool ran and reported a failure (is_error)."""
+EXIT_INVALID_ARGUMENTS = 5
+EXIT_NOT_FOUND = 6
+EXIT_TIMEOUT = 7
+EXIT_UNAVAILABLE = 8
+
+_USAGE = """\
+agent.py [--registry ADDR] list [--openai]
+       agent.py [--registry ADDR] [--timeout S] [--idempotency-key K] [call] TOOL [JSON|-]"""
+
+_EPILOG = """\
+TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
+- reads it from stdin. `call` is only needed for a tool named "list" or "call".
+
+exit codes: 0 result printed, 1 other registry error, 2 bad command line,
+3 rate limited, 4 the tool failed (is_error), 5 arguments refused
+(INVALID_ARGUMENT), 6 unknown tool, 7 timed out, 8 registry or tool
+unavailable."""
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0, e.g. 2.5")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array"}.get(type(value), "object")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = _Parser(
+        prog="agent.py",
+        usage=_USAGE,
+        description="List the tools of a toolmesh registry, or call one.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--registry",
+        metavar="ADDR",
+        default=os.environ.get("TOOLMESH_REGISTRY") or "127.0.0.1:50051",
+        help="registry address, host:port or http://host:port (env TOOLMESH_REGISTRY; default 127.0.0.1:50051)",
+    )
+    parser.add_argument("--openai", action="store_true", help="with list: print OpenAI tool definitions")
+    parser.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS", help="deadline of the call, in seconds")
+    parser.add_argument("--idempotency-key", default=None, metavar="KEY", help="calls with the same key run the tool once")
+    parser.add_argument("words", nargs="*", metavar="list | [call] TOOL [JSON]", help=argparse.SUPPRESS)
+    opts, unknown = parser.parse_known_intermixed_args(argv)
+    if unknown:
+        raise _UsageError(f"unknown option {unknown[0].split('=')[0]}")
+
+    words = list(opts.words)
+    opts.command, opts.tool, opts.arguments = "call", None, {}
+    if words[:1] == ["list"]:
+        if len(words) > 1:
+            raise _UsageError(f"list takes no arguments, got {' '.join(words[1:])!r}")
+        opts.command = "list"
+        return opts
+    if opts.openai:
+        raise _UsageError("--openai only goes with list")
+    if words[:1] == ["call"]:
+        words = words[1:]
+        if not words:
+            raise _UsageError("name the tool to call after call")
+    if not words:
+        raise _UsageError("name a tool to call, or list to see them")
+    if len(words) > 2:
+        raise _UsageError(
+            f"too many arguments after {words[0]}: pass the tool's arguments as one JSON object, "
+            """e.g. '{"text": "a b c"}'"""
+        )
+    opts.tool = words[0]
+    text = words[1] if len(words) == 2 else "{}"
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        opts.arguments = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _UsageError(
+            f"the arguments are not JSON ({err.msg} at line {err.lineno} column {err.colno}): "
+            """write one JSON object, e.g. '{"text": "a b c"}'"""
+        ) from None
+    if not isinstance(opts.arguments, dict):
+        raise _UsageError(
+            f"the arguments must be a JSON object, not {_json_kind(opts.arguments)}: "
+            """e.g. '{"text": "a b c"}'"""
+        )
+    return opts
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="List toolmesh tools and call one.")
-    parser.add_argument("--registry", default="127.0.0.1:50051", help="registry host:port")
-    parser.add_argument("--openai", action="store_true", help="print the tools as OpenAI definitions")
-    parser.add_argument("tool", nargs="?", help="tool to call")
-    parser.add_argument("arguments", nargs="?", default="{}", help="arguments as a JSON object")
-    parser.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
-    opts = parser.parse_args(argv)
+    """The CLI: see the module's docstring and `agent.py --help`."""
+    try:
+        opts = _parse(argv)
+        registry = registry_target(opts.registry)
+    except (_UsageError, InvalidAddress) as err:
+        what = "--registry " if isinstance(err, InvalidAddress) else ""
+        print(f"agent.py: error: {what}{_one_line(str(err))} (see --help)", file=sys.stderr)
+        return EXIT_USAGE
 
-    with ToolmeshClient(opts.registry) as mesh:
+    with ToolmeshClient(registry) as mesh:
         try:
-            if opts.openai:
-                print(json.dumps(mesh.as_openai_tools(), indent=2))
-            else:
-                for tool in mesh.list_tools():
-                    limit = f", {tool.rate:g}/s burst {tool.burst}" if tool.rate else ""
-                    print(f"{tool.name}: {tool.description} ({tool.instances} instance(s){limit})")
-            if opts.tool:
-                result = mesh.invoke(opts.tool, json.loads(opts.arguments), timeout=opts.timeout)
-                print(json.dumps(result))
+            if opts.command == "list":
+                tools = mesh.list_tools(timeout=opts.timeout)
+                if opts.openai:
+                    print(json.dumps([t.as_openai_tool() for t in tools], indent=2))
+                else:
+                    for tool in tools:
+                        limit = f", {tool.rate:g}/s burst {tool.burst}" if tool.rate else ""
+                        print(f"{tool.name}: {tool.description} ({tool.instances} instance(s){limit})")
+                return EXIT_OK
+            result = mesh.invoke(
+                opts.tool, opts.arguments, idempotency_key=opts.idempotency_key, timeout=opts.timeout
+            )
+            print(json.dumps(result))
+            return EXIT_OK
         except ToolArgumentError as err:
             print(f"invalid arguments: {err.message}", file=sys.stderr)
             for path, why in err.violations:
                 print(f"  {path or '/'}: {why}", file=sys.stderr)
-            return 2
+            return EXIT_INVALID_ARGUMENTS
         except RateLimited as err:
             print(f"rate limited, retry in {err.retry_after}s: {err.message}", file=sys.stderr)
-            return 3
+            return EXIT_RATE_LIMITED
         except ToolFailed as err:
             print(f"tool failed: {err.message}", file=sys.stderr)
-            return 4
+            return EXIT_TOOL_FAILED
         except ToolmeshError as err:
             print(f"{type(err).__name__} ({err.code.name if err.code else '-'}): {err.message}", file=sys.stderr)
-            return 1
-    return 0
+            if isinstance(err, ToolNotFound):
+                return EXIT_NOT_FOUND
+            if isinstance(err, ToolTimeout):
+                return EXIT_TIMEOUT
+            if isinstance(err, ToolUnavailable):
+                return EXIT_UNAVAILABLE
+            return EXIT_OTHER
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of stdout went away (e.g. `| head -1`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
+    sys.exit(code)

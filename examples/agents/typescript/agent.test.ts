@@ -6,14 +6,17 @@
 
 import { after, before, describe, it } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { pathToFileURL } from 'node:url';
 
 import {
+  EXIT,
+  InvalidAddress,
   RateLimited,
   ToolArgumentError,
   ToolFailed,
@@ -21,12 +24,17 @@ import {
   ToolNotFound,
   ToolTimeout,
   ToolUnavailable,
+  registryTarget,
   type ToolmeshError,
 } from './agent';
 
 const BIN_DIR = path.resolve(process.env.TOOLMESH_BIN_DIR || path.join(__dirname, '../../../target/debug'));
 const WORD_COUNT = path.resolve(__dirname, '../testdata/word_count.py');
-const TOOLS = ['always_fails', 'slow', 'word_count'];
+const AGENT = path.join(__dirname, 'agent.ts');
+const REPO_PROTO = path.resolve(__dirname, '../../../proto/proto');
+/** tsx's loader by absolute URL, so the CLI can be started from any folder. */
+const TSX = pathToFileURL(require.resolve('tsx')).href;
+const TOOLS = ['always_fails', 'echo', 'limited', 'slow', 'word_count'];
 const STARTUP_TIMEOUT_MS = 20_000;
 
 const SIDECAR_YAML = `\
@@ -50,6 +58,17 @@ tools:
     timeout: 500ms
     backend:
       command: ["sleep", "10"]
+  - name: echo
+    description: Returns its arguments
+    timeout: 2s
+    backend:
+      command: ["cat"]
+  - name: limited
+    description: Returns its arguments, once per 100 seconds
+    rate_limit: {rate: 0.01, burst: 1}
+    timeout: 2s
+    backend:
+      command: ["cat"]
 `;
 
 function freePort(): Promise<number> {
@@ -61,6 +80,39 @@ function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+interface RunOptions {
+  cwd?: string;
+  stdin?: string;
+  env?: Record<string, string>;
+}
+
+/** `node --import tsx ARGS` from another folder (a temp dir by default), without npm's INIT_CWD. */
+function node(args: string[], opts: RunOptions = {}): SpawnSyncReturns<string> {
+  const cwd = opts.cwd ?? fs.mkdtempSync(path.join(os.tmpdir(), 'toolmesh-ts-cwd-'));
+  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env };
+  delete env.INIT_CWD;
+  try {
+    return spawnSync(process.execPath, ['--import', TSX, ...args], {
+      cwd,
+      env,
+      input: opts.stdin ?? '',
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+  } finally {
+    if (!opts.cwd) fs.rmSync(cwd, { recursive: true, force: true });
+  }
+}
+
+/** The agent's CLI (this folder's, or a copy's). */
+function cli(args: string[], opts: RunOptions & { agent?: string } = {}): SpawnSyncReturns<string> {
+  return node([opts.agent ?? AGENT, ...args], opts);
+}
+
+function assertExit(done: SpawnSyncReturns<string>, code: number): void {
+  assert.equal(done.status, code, `exit ${done.status ?? done.signal}, wanted ${code}\nstdout: ${done.stdout}\nstderr: ${done.stderr}`);
 }
 
 /** SIGTERM, a bounded wait, then SIGKILL. */
@@ -249,6 +301,115 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
     assert.ok(err.retryAfter !== undefined && err.retryAfter > 0 && err.retryAfter <= 1.5, String(err.retryAfter));
     assert.ok(err.quotaViolations.length > 0);
   });
+  it('takes the registry as an http:// URL too', async () => {
+    const byUrl = new ToolmeshClient(`http://${mesh.registryAddr}`);
+    try {
+      assert.deepEqual(await byUrl.invoke('echo', { n: 1 }), { n: 1 });
+    } finally {
+      byUrl.close();
+    }
+  });
+
+  for (const scheme of ['', 'http://']) {
+    it(`CLI: prints only the result (--registry ${scheme}host:port), from another folder`, () => {
+      const done = cli(['--registry', scheme + mesh.registryAddr, 'echo', '{"text": "a b c", "n": [1, 2]}']);
+      assertExit(done, EXIT.ok);
+      assert.equal(done.stdout, '{"text":"a b c","n":[1,2]}\n');
+      assert.equal(done.stderr, '');
+    });
+  }
+
+  it('CLI: reads the arguments from stdin with -', () => {
+    const done = cli(['--registry', mesh.registryAddr, 'call', 'echo', '-'], { stdin: '{"from": "stdin"}' });
+    assertExit(done, EXIT.ok);
+    assert.deepEqual(JSON.parse(done.stdout), { from: 'stdin' });
+  });
+
+  it('CLI: defaults the arguments to {} and the registry to TOOLMESH_REGISTRY', () => {
+    const done = cli(['echo'], { env: { TOOLMESH_REGISTRY: `http://${mesh.registryAddr}` } });
+    assertExit(done, EXIT.ok);
+    assert.equal(done.stdout, '{}\n');
+  });
+
+  it('CLI: lists only with list', () => {
+    const done = cli(['--registry', mesh.registryAddr, 'list']);
+    assertExit(done, EXIT.ok);
+    const lines = done.stdout.trim().split('\n');
+    assert.ok(lines.includes('word_count: Count the words in a text (1 instance(s), 1/s burst 3)'), done.stdout);
+    for (const name of TOOLS) assert.ok(lines.some((l) => l.startsWith(`${name}: `)), name);
+    const openai = cli(['--registry', mesh.registryAddr, 'list', '--openai']);
+    assertExit(openai, EXIT.ok);
+    const names = (JSON.parse(openai.stdout) as { function: { name: string } }[]).map((t) => t.function.name);
+    for (const name of TOOLS) assert.ok(names.includes(name), name);
+  });
+
+  for (const [args, code, stderr] of [
+    [['always_fails'], EXIT.toolFailed, 'tool failed: command failed (exit code 1): boom\n'],
+    [['word_count', '{"text": 42}'], EXIT.invalidArguments, 'invalid arguments: '],
+    [['no_such_tool'], EXIT.notFound, 'ToolNotFound (NOT_FOUND): '],
+    [['slow'], EXIT.timeout, 'ToolTimeout (DEADLINE_EXCEEDED): '],
+  ] as const) {
+    it(`CLI: ${args[0]} exits ${code}`, () => {
+      const done = cli(['--registry', mesh.registryAddr, ...args]);
+      assertExit(done, code);
+      assert.equal(done.stdout, '');
+      assert.ok(done.stderr.startsWith(stderr), done.stderr);
+    });
+  }
+
+  it('CLI: invalid arguments name the path', () => {
+    const done = cli(['--registry', mesh.registryAddr, 'word_count', '{"text": 42}']);
+    assert.match(done.stderr, /^ {2}\/text: /m);
+  });
+
+  it('CLI: rate limited exits 3', () => {
+    // rate 0.01/s, burst 1: the second call within 100 s is refused.
+    cli(['--registry', mesh.registryAddr, 'limited']);
+    const done = cli(['--registry', mesh.registryAddr, 'limited']);
+    assertExit(done, EXIT.rateLimited);
+    assert.ok(done.stderr.startsWith('rate limited, retry in '), done.stderr);
+  });
+
+  for (const how of ['flag', 'environment']) {
+    it(`runs copied out of the repository (proto folder by ${how})`, () => {
+      const root = fs.mkdtempSync(path.join(os.tmpdir(), 'toolmesh-ts-copy-'));
+      try {
+        const home = path.join(root, 'my-agent');
+        const elsewhere = path.join(root, 'elsewhere');
+        fs.mkdirSync(home);
+        fs.mkdirSync(elsewhere);
+        for (const name of ['agent.ts', 'generate.ts', 'package.json']) {
+          fs.copyFileSync(path.join(__dirname, name), path.join(home, name));
+        }
+        fs.symlinkSync(path.join(__dirname, 'node_modules'), path.join(home, 'node_modules'));
+        fs.cpSync(REPO_PROTO, path.join(root, 'contract'), { recursive: true });
+        const agent = path.join(home, 'agent.ts');
+
+        const unstubbed = cli(['list'], { agent, cwd: elsewhere });
+        assertExit(unstubbed, EXIT.usage);
+        assert.equal(
+          unstubbed.stderr,
+          `agent.ts: error: the toolmesh contract is not in ${path.join(home, 'gen', 'proto')}: run npm run generate first (in ${home})\n`,
+        );
+        const lost = node([path.join(home, 'generate.ts')], { cwd: elsewhere });
+        assertExit(lost, 2);
+        assert.match(lost.stderr, /pass --proto-dir DIR or set TOOLMESH_PROTO_DIR/);
+
+        const generated =
+          how === 'flag'
+            ? node([path.join(home, 'generate.ts'), '--proto-dir', '../contract'], { cwd: elsewhere })
+            : node([path.join(home, 'generate.ts')], { cwd: elsewhere, env: { TOOLMESH_PROTO_DIR: '../contract' } });
+        assertExit(generated, 0);
+        assert.ok(fs.existsSync(path.join(home, 'gen', 'toolmesh', 'v1', 'ToolRegistry.ts')));
+
+        const done = cli(['--registry', mesh.registryAddr, 'echo', '{"copied": true}'], { agent, cwd: elsewhere });
+        assertExit(done, EXIT.ok);
+        assert.equal(done.stdout, '{"copied":true}\n');
+      } finally {
+        fs.rmSync(root, { recursive: true, force: true });
+      }
+    });
+  }
 });
 
 describe('toolmesh TypeScript agent without a registry', () => {
@@ -259,5 +420,82 @@ describe('toolmesh TypeScript agent without a registry', () => {
     } finally {
       nowhere.close();
     }
+  });
+});
+
+describe('registry addresses', () => {
+  it('takes host:port and http://host:port alike', () => {
+    for (const given of ['127.0.0.1:50051', 'http://127.0.0.1:50051', 'http://127.0.0.1:50051/', ' 127.0.0.1:50051\n']) {
+      assert.equal(registryTarget(given), '127.0.0.1:50051', JSON.stringify(given));
+    }
+    assert.equal(registryTarget('registry.svc:7000'), 'registry.svc:7000');
+    assert.equal(registryTarget('[::1]:50051'), '[::1]:50051');
+  });
+
+  it('says what to write for every mistake (the table of toolmesh_proto::endpoint)', () => {
+    for (const [given, problem] of [
+      ['', 'the host is missing'],
+      ['http://', 'the host is missing'],
+      [':50051', 'the host is missing'],
+      ['127.0.0.1', 'the port is missing'],
+      ['127.0.0.1:', 'the port must be a number'],
+      ['127.0.0.1:http', 'the port must be a number'],
+      ['127.0.0.1:70000', 'the port must be a number'],
+      ['127.0.0.1:0', 'the port must be a number'],
+      ['https://127.0.0.1:50051', 'https:// needs TLS, which toolmesh does not support yet'],
+      ['grpc://127.0.0.1:50051', 'the scheme must be http://'],
+      ['http://127.0.0.1:50051/v1', 'only a host and a port'],
+      ['::1:50051', 'an IPv6 address goes in brackets'],
+    ]) {
+      assert.throws(
+        () => registryTarget(given),
+        (err: unknown) =>
+          err instanceof InvalidAddress &&
+          err.message.startsWith(`${JSON.stringify(given)} is not a server address: `) &&
+          err.message.includes(problem) &&
+          err.message.endsWith('write host:port or http://host:port, e.g. 127.0.0.1:50051'),
+        given,
+      );
+    }
+  });
+});
+
+describe('the CLI on bad input', () => {
+  for (const [args, message] of [
+    [[], 'name a tool to call, or list to see them'],
+    [['call'], 'name the tool to call after call'],
+    [['--bogus', 'echo'], 'unknown option --bogus'],
+    [['echo', '{not json'], 'the arguments are not JSON ('],
+    [['echo', '[1, 2]'], 'the arguments must be a JSON object, not array'],
+    [['echo', '{}', 'extra'], 'too many arguments after echo'],
+    [['list', 'echo'], "list takes no arguments, got 'echo'"],
+    [['--openai', 'echo'], '--openai only goes with list'],
+    [['--timeout', 'soon', 'echo'], "argument --timeout: 'soon' is not a number of seconds > 0"],
+    [
+      ['--registry', 'https://127.0.0.1:50051', 'list'],
+      '--registry "https://127.0.0.1:50051" is not a server address: https:// needs TLS, which toolmesh does not support yet',
+    ],
+    [['--registry', '127.0.0.1', 'list'], '--registry "127.0.0.1" is not a server address: the port is missing'],
+  ] as const) {
+    it(`${JSON.stringify(args)}: one line, exit 2`, () => {
+      const done = cli([...args]);
+      assertExit(done, EXIT.usage);
+      assert.equal(done.stdout, '');
+      assert.equal(done.stderr.split('\n').length, 2, done.stderr);
+      assert.ok(done.stderr.startsWith(`agent.ts: error: ${message}`), done.stderr);
+      assert.ok(done.stderr.endsWith(' (see --help)\n'), done.stderr);
+    });
+  }
+
+  it('exits 8 when the registry is unreachable', async () => {
+    const done = cli(['--registry', `http://127.0.0.1:${await freePort()}`, '--timeout', '5', 'echo']);
+    assertExit(done, EXIT.unavailable);
+    assert.ok(done.stderr.startsWith('ToolUnavailable (UNAVAILABLE): '), done.stderr);
+  });
+
+  it('documents the exit codes in --help', () => {
+    const done = cli(['--help']);
+    assertExit(done, EXIT.ok);
+    assert.match(done.stdout, /exit codes: 0 result printed/);
   });
 });

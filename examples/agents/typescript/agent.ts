@@ -1,17 +1,23 @@
 /**
  * A small toolmesh agent library and CLI.
  *
- * The contract is loaded at run time from proto/ with @grpc/proto-loader and
- * typed by the interfaces proto-loader-gen-types generates into gen/
- * (`npm run generate`); nothing here hand-writes a message type. Errors come
- * back as typed exceptions decoded from the google.rpc.Status the registry
- * sends in `grpc-status-details-bin`.
+ * `npm run generate` copies the contract from proto/ into gen/proto and
+ * generates the interfaces that type it into gen/ (proto-loader-gen-types);
+ * at run time @grpc/proto-loader loads gen/proto, so the agent runs from any
+ * folder; nothing here hand-writes a message type. Errors come back as typed
+ * exceptions decoded from the google.rpc.Status the registry sends in
+ * `grpc-status-details-bin`.
  *
- *   npx tsx agent.ts --registry 127.0.0.1:50051                      # list the tools
- *   npx tsx agent.ts --registry 127.0.0.1:50051 word_count '{"text":"a b c"}'
+ *   npx tsx agent.ts list                                     # the live tools, one a line
+ *   npx tsx agent.ts word_count '{"text":"a b c"}'            # only the result, on stdout
+ *   npx tsx agent.ts --registry http://10.0.0.5:50051 list --openai
+ *
+ * The CLI's exit codes are those of the Python agent: see EXIT below.
  */
 
+import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import * as protobuf from 'protobufjs';
@@ -28,8 +34,11 @@ import type { ResourceInfo__Output } from './gen/google/rpc/ResourceInfo';
 import type { RetryInfo__Output } from './gen/google/rpc/RetryInfo';
 import type { QuotaFailure__Output } from './gen/google/rpc/QuotaFailure';
 
-/** Where toolmesh/v1/toolmesh.proto lives (the repository's proto/proto). */
-export const PROTO_DIR = process.env.TOOLMESH_PROTO_DIR ?? path.resolve(__dirname, '../../../proto/proto');
+/**
+ * Where toolmesh/v1/toolmesh.proto is loaded from at run time: the copy
+ * `npm run generate` made beside the generated types (so both always match).
+ */
+export const PROTO_DIR = path.join(__dirname, 'gen', 'proto');
 
 /** google/rpc/*.proto, from the google-proto-files package. */
 const GOOGLE_PROTO_DIR = path.dirname(require.resolve('google-proto-files/package.json'));
@@ -45,10 +54,66 @@ const LOADER_OPTIONS: protoLoader.Options = { keepCase: false, ...CONVERSION, in
 let registryPackage: ProtoGrpcType | undefined;
 function toolmeshPackage(): ProtoGrpcType {
   if (!registryPackage) {
+    if (!fs.existsSync(path.join(PROTO_DIR, 'toolmesh/v1/toolmesh.proto'))) {
+      throw new ToolmeshSetupError(
+        `the toolmesh contract is not in ${PROTO_DIR}: run npm run generate first (in ${__dirname})`,
+      );
+    }
     const definition = protoLoader.loadSync('toolmesh/v1/toolmesh.proto', LOADER_OPTIONS);
     registryPackage = grpc.loadPackageDefinition(definition) as unknown as ProtoGrpcType;
   }
   return registryPackage;
+}
+
+// ------------------------------------------------------------------- addresses
+
+/** A registry address that is neither host:port nor http://host:port. */
+export class InvalidAddress extends Error {
+  override name = 'InvalidAddress';
+}
+
+/** The agent cannot run: the generated contract is missing. */
+export class ToolmeshSetupError extends Error {
+  override name = 'ToolmeshSetupError';
+}
+
+/**
+ * The gRPC target (host:port) for a registry address, by the rule every
+ * toolmesh binary and agent shares (toolmesh_proto::endpoint in Rust):
+ * `host:port` or `http://host:port`, a trailing `/` dropped; `https://` is
+ * refused until TLS is supported rather than silently used as plaintext.
+ * Throws InvalidAddress saying what to write.
+ */
+export function registryTarget(address: string): string {
+  const given = address.trim();
+  const error = (problem: string) =>
+    new InvalidAddress(
+      `${JSON.stringify(address)} is not a server address: ${problem}; ` +
+        'write host:port or http://host:port, e.g. 127.0.0.1:50051',
+    );
+  let rest = given;
+  const sep = given.indexOf('://');
+  if (sep >= 0) {
+    const scheme = given.slice(0, sep);
+    if (scheme === 'https') throw error('https:// needs TLS, which toolmesh does not support yet');
+    if (scheme !== 'http') throw error('the scheme must be http://');
+    rest = given.slice(sep + 3);
+  }
+  const authority = rest.endsWith('/') ? rest.slice(0, -1) : rest;
+  if (!authority) throw error('the host is missing');
+  if (/[/?#@\s]/.test(authority)) throw error('only a host and a port may be given');
+  const colon = authority.lastIndexOf(':');
+  const host = authority.slice(0, Math.max(colon, 0));
+  const port = authority.slice(colon + 1);
+  if (colon < 0 || (host.endsWith(':') && !host.startsWith('['))) throw error('the port is missing');
+  if (!host || host === '[]') throw error('the host is missing');
+  if (host.includes(':') && !(host.startsWith('[') && host.endsWith(']'))) {
+    throw error('an IPv6 address goes in brackets, e.g. [::1]:50051');
+  }
+  if (!/^\+?[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
+    throw error('the port must be a number from 1 to 65535');
+  }
+  return authority;
 }
 
 // ------------------------------------------------------------------- errors
@@ -259,14 +324,17 @@ export interface InvokeOptions {
 export class ToolmeshClient {
   private readonly stub: ToolRegistryClient;
 
-  /** `target` is host:port; pass TLS credentials for anything but loopback. */
+  /**
+   * `target` is host:port or http://host:port (see registryTarget, which
+   * throws InvalidAddress for anything else).
+   */
   constructor(
     target = '127.0.0.1:50051',
     credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure(),
     readonly defaultTimeoutMs = 30_000,
   ) {
     const { ToolRegistry } = toolmeshPackage().toolmesh.v1;
-    this.stub = new ToolRegistry(target, credentials);
+    this.stub = new ToolRegistry(registryTarget(target), credentials);
   }
 
   close(): void {
@@ -329,45 +397,184 @@ export class ToolmeshClient {
 
 // ------------------------------------------------------------------- CLI
 
-export async function main(argv: string[]): Promise<number> {
-  let registry = '127.0.0.1:50051';
-  let openai = false;
-  const positional: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === '--registry') registry = argv[++i];
-    else if (argv[i] === '--openai') openai = true;
-    else positional.push(argv[i]);
-  }
-  const [tool, args = '{}'] = positional;
-  const mesh = new ToolmeshClient(registry);
+/** Exit codes of the CLI, the same as the Python agent's. */
+export const EXIT = {
+  /** The result (or the list) was printed. */
+  ok: 0,
+  /** Any other error from the registry (e.g. INTERNAL). */
+  other: 1,
+  /** A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry. */
+  usage: 2,
+  /** RESOURCE_EXHAUSTED: the tool's rate limit is used up. */
+  rateLimited: 3,
+  /** The tool ran and reported a failure (is_error). */
+  toolFailed: 4,
+  /** INVALID_ARGUMENT: the arguments fail the tool's schema. */
+  invalidArguments: 5,
+  /** NOT_FOUND: no such tool is live. */
+  notFound: 6,
+  /** DEADLINE_EXCEEDED. */
+  timeout: 7,
+  /** UNAVAILABLE: the registry is unreachable, or no instance of the tool is. */
+  unavailable: 8,
+} as const;
+
+const USAGE = `usage: agent.ts [--registry ADDR] list [--openai]
+       agent.ts [--registry ADDR] [--timeout SECONDS] [--idempotency-key KEY] [call] TOOL [JSON|-]
+
+List the tools of a toolmesh registry, or call one.
+
+options:
+  --registry ADDR          registry address, host:port or http://host:port
+                           (env TOOLMESH_REGISTRY; default 127.0.0.1:50051)
+  --openai                 with list: print OpenAI tool definitions
+  --timeout SECONDS        deadline of the call, in seconds
+  --idempotency-key KEY    calls with the same key run the tool once
+
+TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
+- reads it from stdin. \`call\` is only needed for a tool named "list" or "call".
+
+exit codes: 0 result printed, 1 other registry error, 2 bad command line,
+3 rate limited, 4 the tool failed (is_error), 5 arguments refused
+(INVALID_ARGUMENT), 6 unknown tool, 7 timed out, 8 registry or tool
+unavailable.`;
+
+class UsageError extends Error {}
+
+const EXAMPLE = `e.g. '{"text": "a b c"}'`;
+
+interface Command {
+  registry: string;
+  timeoutMs?: number;
+  list?: { openai: boolean };
+  call?: { tool: string; args: Record<string, unknown>; idempotencyKey?: string };
+}
+
+function parseCommand(argv: string[]): Command | 'help' {
+  let parsed;
   try {
-    if (openai) {
-      console.log(JSON.stringify(await mesh.asOpenAITools(), null, 2));
-    } else {
-      for (const t of await mesh.listTools()) {
-        const limit = t.rate ? `, ${t.rate}/s burst ${t.burst}` : '';
-        console.log(`${t.name}: ${t.description} (${t.instances} instance(s)${limit})`);
-      }
+    parsed = parseArgs({
+      args: argv,
+      options: {
+        registry: { type: 'string' },
+        openai: { type: 'boolean' },
+        timeout: { type: 'string' },
+        'idempotency-key': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (err) {
+    const { code, message } = err as { code?: string; message: string };
+    const option = /'([^']*)'/.exec(message)?.[1];
+    if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option) throw new UsageError(`unknown option ${option}`);
+    throw new UsageError(message.split('. ')[0]);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return 'help';
+  const command: Command = {
+    registry: registryTarget(values.registry ?? (process.env.TOOLMESH_REGISTRY || '127.0.0.1:50051')),
+  };
+  if (values.timeout !== undefined) {
+    const seconds = Number(values.timeout);
+    if (!(seconds > 0) || !Number.isFinite(seconds) || values.timeout.trim() === '') {
+      throw new UsageError(`argument --timeout: '${values.timeout}' is not a number of seconds > 0, e.g. 2.5`);
     }
-    if (tool) console.log(JSON.stringify(await mesh.invoke(tool, JSON.parse(args))));
-    return 0;
+    command.timeoutMs = seconds * 1000;
+  }
+  let words = positionals;
+  if (words[0] === 'list') {
+    if (words.length > 1) throw new UsageError(`list takes no arguments, got '${words.slice(1).join(' ')}'`);
+    command.list = { openai: values.openai ?? false };
+    return command;
+  }
+  if (values.openai) throw new UsageError('--openai only goes with list');
+  if (words[0] === 'call') {
+    words = words.slice(1);
+    if (!words.length) throw new UsageError('name the tool to call after call');
+  }
+  if (!words.length) throw new UsageError('name a tool to call, or list to see them');
+  if (words.length > 2) {
+    throw new UsageError(
+      `too many arguments after ${words[0]}: pass the tool's arguments as one JSON object, ${EXAMPLE}`,
+    );
+  }
+  let text = words[1] ?? '{}';
+  if (text === '-') text = fs.readFileSync(0, 'utf8');
+  let args: unknown;
+  try {
+    args = JSON.parse(text);
+  } catch (err) {
+    throw new UsageError(`the arguments are not JSON (${(err as Error).message}): write one JSON object, ${EXAMPLE}`);
+  }
+  if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+    const kind = args === null ? 'null' : Array.isArray(args) ? 'array' : typeof args;
+    throw new UsageError(`the arguments must be a JSON object, not ${kind}: ${EXAMPLE}`);
+  }
+  command.call = { tool: words[0], args: args as Record<string, unknown>, idempotencyKey: values['idempotency-key'] };
+  return command;
+}
+
+/** The CLI: see USAGE. Resolves to the exit code. */
+export async function main(argv: string[]): Promise<number> {
+  let command: Command | 'help';
+  try {
+    command = parseCommand(argv);
+  } catch (err) {
+    if (!(err instanceof UsageError || err instanceof InvalidAddress)) throw err;
+    const what = err instanceof InvalidAddress ? '--registry ' : '';
+    console.error(`agent.ts: error: ${what}${err.message.split(/\s+/).join(' ')} (see --help)`);
+    return EXIT.usage;
+  }
+  if (command === 'help') {
+    console.log(USAGE);
+    return EXIT.ok;
+  }
+  let mesh: ToolmeshClient;
+  try {
+    mesh = new ToolmeshClient(command.registry);
+  } catch (err) {
+    if (!(err instanceof ToolmeshSetupError)) throw err;
+    console.error(`agent.ts: error: ${err.message}`);
+    return EXIT.usage;
+  }
+  try {
+    if (command.list) {
+      const tools = await mesh.listTools([], command.timeoutMs);
+      if (command.list.openai) {
+        console.log(JSON.stringify(tools.map(asOpenAITool), null, 2));
+      } else {
+        for (const t of tools) {
+          const limit = t.rate ? `, ${t.rate}/s burst ${t.burst}` : '';
+          console.log(`${t.name}: ${t.description} (${t.instances} instance(s)${limit})`);
+        }
+      }
+    } else if (command.call) {
+      const { tool, args, idempotencyKey } = command.call;
+      console.log(JSON.stringify(await mesh.invoke(tool, args, { idempotencyKey, timeoutMs: command.timeoutMs })));
+    }
+    return EXIT.ok;
   } catch (err) {
     if (err instanceof ToolArgumentError) {
       console.error(`invalid arguments: ${err.message}`);
       for (const v of err.violations) console.error(`  ${v.path || '/'}: ${v.message}`);
-      return 2;
+      return EXIT.invalidArguments;
     }
     if (err instanceof RateLimited) {
       console.error(`rate limited, retry in ${err.retryAfter}s: ${err.message}`);
-      return 3;
+      return EXIT.rateLimited;
     }
     if (err instanceof ToolFailed) {
       console.error(`tool failed: ${err.message}`);
-      return 4;
+      return EXIT.toolFailed;
     }
     if (err instanceof ToolmeshError) {
       console.error(`${err.name} (${err.code === undefined ? '-' : grpc.status[err.code]}): ${err.message}`);
-      return 1;
+      if (err instanceof ToolNotFound) return EXIT.notFound;
+      if (err instanceof ToolTimeout) return EXIT.timeout;
+      if (err instanceof ToolUnavailable) return EXIT.unavailable;
+      return EXIT.other;
     }
     throw err;
   } finally {
@@ -376,5 +583,7 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 if (require.main === module) {
+  // A reader that goes away (e.g. `| head -1`) is not an error worth a stack trace.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? EXIT.ok : EXIT.other));
   main(process.argv.slice(2)).then((code) => process.exit(code));
 }

@@ -13,16 +13,23 @@ use toolmesh_examples::agent::{self, Options};
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about)]
 struct Cli {
-    /// Registry URL.
+    /// Registry address: host:port or http://host:port.
     #[arg(
         long,
         env = "TOOLMESH_REGISTRY",
-        default_value = "http://127.0.0.1:50051"
+        default_value = "127.0.0.1:50051",
+        value_parser = registry_url
     )]
     registry: String,
     /// Seconds to wait for the registry and every tool.
     #[arg(long, default_value_t = 30)]
     wait_secs: u64,
+}
+
+/// `--registry` as the URL to dial, by the rule every binary and agent
+/// shares (`host:port` or `http://host:port`; `https://` refused until TLS).
+fn registry_url(address: &str) -> Result<String, toolmesh_proto::endpoint::EndpointError> {
+    toolmesh_proto::endpoint::url(address)
 }
 
 #[tokio::main]
@@ -38,6 +45,57 @@ async fn main() -> ExitCode {
         Err(error) => {
             eprintln!("agent: {error:#}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::Cli;
+
+    fn registry(args: &[&str]) -> Result<String, String> {
+        Cli::try_parse_from([&["agent"], args].concat())
+            .map(|cli| cli.registry)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn registry_takes_host_port_and_http_urls_alike() {
+        for given in [
+            "127.0.0.1:50051",
+            "http://127.0.0.1:50051",
+            "http://127.0.0.1:50051/",
+        ] {
+            assert_eq!(
+                registry(&["--registry", given]).as_deref(),
+                Ok("http://127.0.0.1:50051"),
+                "{given}"
+            );
+        }
+        assert_eq!(
+            registry(&["--registry", "registry.svc:7000"]).as_deref(),
+            Ok("http://registry.svc:7000")
+        );
+    }
+
+    #[test]
+    fn registry_mistakes_are_refused_with_what_to_write() {
+        for (given, problem) in [
+            (
+                "https://127.0.0.1:50051",
+                "https:// needs TLS, which toolmesh does not support yet",
+            ),
+            ("127.0.0.1", "the port is missing"),
+            ("grpc://127.0.0.1:50051", "the scheme must be http://"),
+        ] {
+            let error = registry(&["--registry", given]).expect_err(given);
+            assert!(error.contains(problem), "{given}: {error}");
+            assert!(
+                error.contains("write host:port or http://host:port"),
+                "{given}: {error}"
+            );
         }
     }
 }
