@@ -11,6 +11,8 @@
 //!   margin both keep back to answer within it.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port` or `http://host:port`).
+//! - [`listen`]: addresses a server listens on (`IP:port`, or `host:port`
+//!   with a name that resolves).
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
@@ -34,4 +36,5 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use prost_types::Duration;
 
 pub mod endpoint;
+pub mod listen;
 pub mod timeout;

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use toolmesh_proto::{pb, timeout};
 
 use crate::{
-    catalog::{Catalog, CatalogEvent, ChangeKind},
+    catalog::{Catalog, CatalogEvent, ChangeKind, lease_tag},
     error::RegistryError,
     invoke::Invoker,
 };
@@ -78,10 +78,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             .invoke(request.into_inner(), caller_timeout)
             .await;
         match result {
-            Ok(response) => {
-                tracing::debug!(instance = %response.instance_id, is_error = response.is_error, "invoked");
-                Ok(Response::new(response))
-            }
+            Ok(response) => Ok(Response::new(response)),
             Err(error) => {
                 tracing::debug!(%error, "invoke failed");
                 Err(error.into())
@@ -182,7 +179,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         let endpoint = request.endpoint.clone();
         match self.catalog.announce(request).await {
             Ok(lease) => {
-                tracing::info!(?tools, %endpoint, lease = %lease.id, "announced");
+                tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
                 Ok(Response::new(pb::AnnounceResponse {
                     lease_id: lease.id,
                     ttl: prost_types::Duration::try_from(lease.ttl).ok(),

@@ -97,6 +97,19 @@ pub struct Lease {
     pub ttl: Duration,
 }
 
+/// How logs name a lease: the first 8 hex digits of its sha256. A lease id
+/// is a bearer token (whoever holds it can heartbeat or withdraw the
+/// instance), so it is never logged whole; the tag still tells one lease's
+/// lines from another's.
+pub fn lease_tag(lease_id: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    Sha256::digest(lease_id.as_bytes())
+        .iter()
+        .take(4)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// A tool's compiled input schema, and the descriptor it was compiled for.
 /// `Invoke` recognizes that descriptor by pointer, so the hot path never
 /// compares schema texts.

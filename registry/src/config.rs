@@ -3,26 +3,31 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
+use toolmesh_proto::listen::ListenAddr;
 
 use crate::ratelimit::redis::OutagePolicy;
+
+pub mod values;
 
 /// toolmesh registry: validates, rate-limits and proxies agents' tool calls
 /// to the sidecars that announced the tools.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "toolmesh-registry", version, about, long_about = None)]
 pub struct Config {
-    /// Address the gRPC server listens on.
-    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:50051")]
-    pub listen: SocketAddr,
+    /// Address the gRPC server listens on: `IP:port`, or `host:port` with
+    /// a host name that resolves (the first address it resolves to is used,
+    /// and logged). Port 0 lets the system choose.
+    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:50051", value_parser = values::listen())]
+    pub listen: ListenAddr,
 
     /// How long a sidecar's lease lasts without a heartbeat (sidecars
     /// heartbeat every third of it).
-    #[arg(long, env = "TOOLMESH_LEASE_TTL", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_LEASE_TTL", default_value = "10s", value_parser = values::duration())]
     pub lease_ttl: Duration,
 
     /// Timeout of tools whose descriptor declares none.
-    #[arg(long, env = "TOOLMESH_DEFAULT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_DEFAULT_TIMEOUT", default_value = "30s", value_parser = values::duration())]
     pub default_timeout: Duration,
 
     /// Largest `arguments_json` an Invoke may carry, in bytes.
@@ -34,7 +39,7 @@ pub struct Config {
     pub max_message_bytes: usize,
 
     /// How long to wait for a sidecar connection before trying another instance.
-    #[arg(long, env = "TOOLMESH_CONNECT_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_CONNECT_TIMEOUT", default_value = "2s", value_parser = values::duration())]
     pub connect_timeout: Duration,
 
     /// Most live sidecar instances the catalog holds.
@@ -47,7 +52,7 @@ pub struct Config {
 
     /// How long the outcome of a call with an idempotency key is kept for
     /// repeats.
-    #[arg(long, env = "TOOLMESH_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_IDEMPOTENCY_RETENTION", default_value = "24h", value_parser = values::duration())]
     pub idempotency_retention: Duration,
 
     /// Most idempotency records kept in memory (embedded mode); the oldest
@@ -58,11 +63,11 @@ pub struct Config {
     /// On shutdown, how long health reports NOT_SERVING while calls are
     /// still taken, so load balancers stop sending new ones first (a few
     /// seconds on Kubernetes).
-    #[arg(long, env = "TOOLMESH_SHUTDOWN_DELAY", default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_SHUTDOWN_DELAY", default_value = "0s", value_parser = values::duration())]
     pub shutdown_delay: Duration,
 
     /// On shutdown, how long in-flight calls may take to finish.
-    #[arg(long, env = "TOOLMESH_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_SHUTDOWN_GRACE", default_value = "10s", value_parser = values::duration())]
     pub shutdown_grace: Duration,
 
     /// Redis URL (`redis://host:port/db`, `rediss://` for TLS): replicas
@@ -90,7 +95,7 @@ pub struct Config {
     pub redis_pool_size: usize,
 
     /// Deadline of every Redis call.
-    #[arg(long, env = "TOOLMESH_REDIS_TIMEOUT", default_value = "250ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "TOOLMESH_REDIS_TIMEOUT", default_value = "250ms", value_parser = values::duration())]
     pub redis_timeout: Duration,
 
     /// Hash tag the catalog's keys live under, so deployments can share a
@@ -112,12 +117,18 @@ pub struct Config {
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     pub log: toolmesh_telemetry::LogArgs,
+
+    /// One `info` line per Invoke (`toolmesh_registry::call_log`): tool,
+    /// outcome, latency, instance, attempts, and whether it was an
+    /// idempotency replay; never arguments or results. `false` turns it off.
+    #[arg(long, env = "TOOLMESH_LOG_CALLS", action = ArgAction::Set, default_value_t = true, value_name = "true|false")]
+    pub log_calls: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
             lease_ttl: Duration::from_secs(10),
             default_timeout: Duration::from_secs(30),
             max_arguments_bytes: 1 << 20,
@@ -138,6 +149,7 @@ impl Default for Config {
             redis_prefix: "toolmesh".into(),
             redis_outage: OutagePolicy::FailClosed,
             log: toolmesh_telemetry::LogArgs::default(),
+            log_calls: true,
         }
     }
 }
@@ -182,6 +194,14 @@ mod tests {
         assert_eq!(parsed.default_timeout, default.default_timeout);
         assert_eq!(parsed.max_message_bytes, default.max_message_bytes);
         assert_eq!(parsed.shutdown_grace, default.shutdown_grace);
+        assert_eq!(parsed.log_calls, default.log_calls);
+    }
+
+    #[test]
+    fn call_lines_turn_off_with_false() {
+        let parsed = Config::try_parse_from(["r", "--log-calls", "false"]).expect("valid");
+        assert!(!parsed.log_calls);
+        assert!(Config::try_parse_from(["r", "--log-calls", "off"]).is_err());
     }
 
     #[test]
@@ -210,6 +230,11 @@ mod tests {
             Config::try_parse_from(["r", "--lease-ttl", "1m 30s", "--listen", "0.0.0.0:9"])
                 .expect("valid");
         assert_eq!(parsed.lease_ttl, Duration::from_secs(90));
-        assert!(Config::try_parse_from(["r", "--lease-ttl", "soon"]).is_err());
+        assert_eq!(parsed.listen.to_string(), "0.0.0.0:9");
+        let error = Config::try_parse_from(["r", "--lease-ttl", "10"]).expect_err("no unit");
+        assert!(
+            error.to_string().starts_with("error: --lease-ttl: \"10\" is not a duration: the unit is missing; write a number and a unit (ms, s, m, h), e.g. 10s, 500ms or 1m 30s"),
+            "{error}"
+        );
     }
 }

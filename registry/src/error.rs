@@ -203,47 +203,59 @@ fn summarize(violations: &[Violation]) -> String {
 }
 
 impl RegistryError {
-    /// The gRPC status for this error, with google.rpc details as DESIGN.md's
-    /// error model prescribes.
-    pub fn to_status(&self) -> Status {
-        let message = self.to_string();
+    /// The gRPC status code of this error.
+    pub fn code(&self) -> Code {
         match self {
-            Self::ToolNotFound { tool } => Status::with_error_details(
-                Code::NotFound,
-                message,
-                ErrorDetails::with_resource_info(
-                    TOOL_RESOURCE_TYPE,
-                    tool,
-                    "",
-                    "no live instance serves this tool; ListTools shows what is available",
-                ),
+            Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } => Code::NotFound,
+            Self::ArgumentsNotJson { .. }
+            | Self::ArgumentsTooLarge { .. }
+            | Self::ArgumentsInvalid { .. }
+            | Self::InvalidDescriptor { .. }
+            | Self::InvalidSchema { .. }
+            | Self::InvalidRequest { .. } => Code::InvalidArgument,
+            Self::RateLimited { .. } | Self::CatalogFull(_) | Self::IdempotencyFull => {
+                Code::ResourceExhausted
+            }
+            Self::NoHealthyInstance { .. }
+            | Self::StoreUnavailable { .. }
+            | Self::LimiterUnavailable { .. } => Code::Unavailable,
+            Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            Self::Cancelled { .. } => Code::Cancelled,
+            Self::DescriptorConflict { .. } | Self::IdempotencyKeyReused { .. } => {
+                Code::FailedPrecondition
+            }
+            Self::Upstream { code, .. } | Self::Replayed { code, .. } => *code,
+        }
+    }
+
+    /// The gRPC status for this error: [`Self::code`], the message, and
+    /// google.rpc details as DESIGN.md's error model prescribes.
+    pub fn to_status(&self) -> Status {
+        let code = self.code();
+        let message = self.to_string();
+        let details = match self {
+            Self::ToolNotFound { tool } => ErrorDetails::with_resource_info(
+                TOOL_RESOURCE_TYPE,
+                tool,
+                "",
+                "no live instance serves this tool; ListTools shows what is available",
             ),
             Self::ArgumentsNotJson {
                 message: reason,
                 line,
                 column,
-            } => Status::with_error_details(
-                Code::InvalidArgument,
-                message,
-                ErrorDetails::with_bad_request_violation(
-                    "arguments_json",
-                    format!("not valid JSON: {reason} at line {line} column {column}"),
-                ),
+            } => ErrorDetails::with_bad_request_violation(
+                "arguments_json",
+                format!("not valid JSON: {reason} at line {line} column {column}"),
             ),
-            Self::ArgumentsTooLarge { .. } => Status::with_error_details(
-                Code::InvalidArgument,
-                message.clone(),
-                ErrorDetails::with_bad_request_violation("arguments_json", message),
-            ),
-            Self::ArgumentsInvalid { violations, .. } => Status::with_error_details(
-                Code::InvalidArgument,
-                message,
-                ErrorDetails::with_bad_request(
-                    violations
-                        .iter()
-                        .map(|v| FieldViolation::new(v.pointer.clone(), v.message.clone()))
-                        .collect::<Vec<_>>(),
-                ),
+            Self::ArgumentsTooLarge { .. } => {
+                ErrorDetails::with_bad_request_violation("arguments_json", message.clone())
+            }
+            Self::ArgumentsInvalid { violations, .. } => ErrorDetails::with_bad_request(
+                violations
+                    .iter()
+                    .map(|v| FieldViolation::new(v.pointer.clone(), v.message.clone()))
+                    .collect::<Vec<_>>(),
             ),
             Self::RateLimited {
                 tool,
@@ -256,19 +268,13 @@ impl RegistryError {
                     format!("tool:{tool}"),
                     format!("rate limit of {rate} calls/s with burst {burst}"),
                 );
-                Status::with_error_details(Code::ResourceExhausted, message, details)
+                details
             }
-            Self::NoHealthyInstance { .. } => Status::unavailable(message),
-            Self::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
-            Self::Cancelled { .. } => Status::cancelled(message),
-            Self::Upstream { code, .. } => Status::new(*code, message),
             Self::InvalidDescriptor { field, reason, .. }
             | Self::InvalidSchema { field, reason, .. }
-            | Self::InvalidRequest { field, reason } => Status::with_error_details(
-                Code::InvalidArgument,
-                message.clone(),
-                ErrorDetails::with_bad_request_violation(field.clone(), reason.clone()),
-            ),
+            | Self::InvalidRequest { field, reason } => {
+                ErrorDetails::with_bad_request_violation(field.clone(), reason.clone())
+            }
             Self::DescriptorConflict { tool, differences } => {
                 let mut details = ErrorDetails::new();
                 for difference in differences {
@@ -278,29 +284,29 @@ impl RegistryError {
                         difference.clone(),
                     );
                 }
-                Status::with_error_details(Code::FailedPrecondition, message, details)
+                details
             }
-            Self::LeaseNotFound { lease } => Status::with_error_details(
-                Code::NotFound,
-                message,
-                ErrorDetails::with_resource_info("toolmesh.v1.Lease", lease, "", "announce again"),
-            ),
-            Self::CatalogFull(_) => Status::resource_exhausted(message),
-            Self::StoreUnavailable { .. } | Self::LimiterUnavailable { .. } => {
-                Status::unavailable(message)
+            Self::LeaseNotFound { lease } => {
+                ErrorDetails::with_resource_info("toolmesh.v1.Lease", lease, "", "announce again")
             }
-            Self::IdempotencyKeyReused { tool, key } => Status::with_error_details(
-                Code::FailedPrecondition,
-                message.clone(),
+            Self::IdempotencyKeyReused { tool, key } => {
                 ErrorDetails::with_precondition_failure_violation(
                     "IDEMPOTENCY_KEY_REUSED",
                     format!("tool:{tool}/idempotency_key:{key}"),
                     "a repeat must carry the same arguments as the first call",
-                ),
-            ),
-            Self::IdempotencyFull => Status::resource_exhausted(message),
-            Self::Replayed { code, .. } => Status::new(*code, message),
-        }
+                )
+            }
+            Self::NoHealthyInstance { .. }
+            | Self::DeadlineExceeded { .. }
+            | Self::Cancelled { .. }
+            | Self::Upstream { .. }
+            | Self::CatalogFull(_)
+            | Self::StoreUnavailable { .. }
+            | Self::LimiterUnavailable { .. }
+            | Self::IdempotencyFull
+            | Self::Replayed { .. } => return Status::new(code, message),
+        };
+        Status::with_error_details(code, message, details)
     }
 
     /// Whether the same call may succeed on another instance.

@@ -11,6 +11,7 @@ use toolmesh_proto::{
 
 use crate::{
     balance::Balancer,
+    call_log::CallLog,
     catalog::{Catalog, ToolState},
     descriptor::{self, Limit},
     error::RegistryError,
@@ -30,6 +31,8 @@ pub struct InvokeSettings {
     pub default_timeout: Duration,
     /// Largest `arguments_json` accepted.
     pub max_arguments_bytes: usize,
+    /// Whether every call writes its [`crate::call_log`] line.
+    pub log_calls: bool,
 }
 
 impl Default for InvokeSettings {
@@ -37,6 +40,7 @@ impl Default for InvokeSettings {
         Self {
             default_timeout: Duration::from_secs(30),
             max_arguments_bytes: 1 << 20,
+            log_calls: true,
         }
     }
 }
@@ -69,12 +73,24 @@ impl Invoker {
         }
     }
 
-    /// Runs one call. `caller_timeout` is what remained of the caller's gRPC
-    /// deadline when the request arrived.
+    /// Runs one call, and logs it in one line. `caller_timeout` is what
+    /// remained of the caller's gRPC deadline when the request arrived.
     pub async fn invoke(
         &self,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
+    ) -> Result<InvokeResponse, RegistryError> {
+        let mut log = CallLog::start(&request.tool, self.settings.log_calls);
+        let result = self.run(request, caller_timeout, &mut log).await;
+        log.finish(&result);
+        result
+    }
+
+    async fn run(
+        &self,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        log: &mut CallLog,
     ) -> Result<InvokeResponse, RegistryError> {
         let started = Instant::now();
         let tool = self
@@ -98,7 +114,10 @@ impl Invoker {
             "" => None,
             key => match self.claim(&tool, key, &arguments, budget, deadline).await? {
                 Claim::Run(ticket) => Some(ticket),
-                Claim::Replay(outcome) => return replay(outcome),
+                Claim::Replay(outcome) => {
+                    log.replayed();
+                    return replay(outcome);
+                }
                 Claim::ArgumentsDiffer => {
                     return Err(RegistryError::IdempotencyKeyReused {
                         tool: request.tool,
@@ -125,6 +144,7 @@ impl Invoker {
             invocation_id: uuid::Uuid::new_v4().to_string(),
         };
         let attempted = self.attempts.run(&tool, execute, deadline, budget).await;
+        log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
         if let Some(ticket) = ticket {
             if attempted.reached {
                 ticket.complete(stored(&attempted.result)).await;

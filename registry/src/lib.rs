@@ -21,11 +21,13 @@
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`call_log`]: the one `info` line every call writes.
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
 pub mod api;
 pub mod balance;
+pub mod call_log;
 pub mod catalog;
 pub mod config;
 pub mod connections;

@@ -40,6 +40,10 @@ pub struct Attempted {
     /// Whether any attempt may have reached a sidecar (and so run the tool).
     /// `false` only when every attempt provably never left the registry.
     pub reached: bool,
+    /// How many instances were tried.
+    pub attempts: u32,
+    /// The last instance tried, if any.
+    pub last_instance: Option<String>,
 }
 
 /// What happened to one attempt, and whether another may follow.
@@ -75,10 +79,16 @@ impl Attempts {
         budget: Duration,
     ) -> Attempted {
         let mut reached = false;
+        let mut tried = Vec::new();
         let result = self
-            .attempt(tool, request, deadline, budget, &mut reached)
+            .attempt(tool, request, deadline, budget, &mut reached, &mut tried)
             .await;
-        Attempted { result, reached }
+        Attempted {
+            result,
+            reached,
+            attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
+            last_instance: tried.pop(),
+        }
     }
 
     async fn attempt(
@@ -88,6 +98,7 @@ impl Attempts {
         deadline: Instant,
         budget: Duration,
         reached: &mut bool,
+        tried: &mut Vec<String>,
     ) -> Result<InvokeResponse, RegistryError> {
         let deadline_exceeded = || RegistryError::DeadlineExceeded {
             tool: tool.name().to_owned(),
@@ -95,14 +106,13 @@ impl Attempts {
         };
         self.budget.deposit();
         let idempotent = tool.descriptor.idempotent;
-        let mut tried: Vec<String> = Vec::new();
         let mut running = FuturesUnordered::new();
         let mut failure = no_instance(tool, "no live instance");
         let hedge_at = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
         let mut hedged = false;
         let mut finished: Vec<String> = Vec::new();
 
-        let Some(first) = self.launch(tool, &request, deadline, &mut tried) else {
+        let Some(first) = self.launch(tool, &request, deadline, tried) else {
             return Err(failure);
         };
         running.push(first);
@@ -146,7 +156,7 @@ impl Attempts {
                             }
                             failure = error;
                             if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
-                                && let Some(next) = self.launch(tool, &request, deadline, &mut tried) {
+                                && let Some(next) = self.launch(tool, &request, deadline, tried) {
                                     running.push(next);
                                 }
                             if running.is_empty() {
@@ -158,8 +168,8 @@ impl Attempts {
                 () = hedge_timer => {
                     hedged = true;
                     if self.budget.withdraw()
-                        && let Some(next) = self.launch(tool, &request, deadline, &mut tried) {
-                            tracing::info!(tool = tool.name(), instance = %next_id(&tried), "no answer after half the deadline; hedging");
+                        && let Some(next) = self.launch(tool, &request, deadline, tried) {
+                            tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
                             running.push(next);
                         }
                 }

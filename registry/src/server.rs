@@ -7,7 +7,7 @@ use tokio::{net::TcpListener, sync::broadcast::error::RecvError};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
-    pb::{registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
+    pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
 };
 
 use crate::{
@@ -31,18 +31,76 @@ use crate::{
 /// How long the server may take to return once its connections are cut.
 const CUT_OFF_WAIT: Duration = Duration::from_secs(2);
 
-/// Why serving stopped.
+/// Why serving stopped. Each message carries its causes, so it prints once
+/// however it is printed (there is no separate `source`).
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The reflection service could not be built from the descriptors.
     #[error("reflection: {0}")]
-    Reflection(#[from] tonic_reflection::server::Error),
+    Reflection(String),
     /// The gRPC server failed.
     #[error("server: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    Transport(String),
     /// The settings are unusable.
     #[error("config: {0}")]
     Config(String),
+}
+
+impl From<tonic_reflection::server::Error> for ServeError {
+    fn from(error: tonic_reflection::server::Error) -> Self {
+        Self::Reflection(with_causes(&error))
+    }
+}
+
+impl From<tonic::transport::Error> for ServeError {
+    fn from(error: tonic::transport::Error) -> Self {
+        Self::Transport(with_causes(&error))
+    }
+}
+
+/// `error: cause: cause…`, each once (a cause its parent already quotes is
+/// not repeated).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text = format!("{text}: {line}");
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// The descriptor sets server reflection serves: the contract, gRPC health,
+/// and the google.rpc status and error details with the well-known types
+/// they import, so `grpcurl` decodes every error detail with no `.proto`
+/// file at hand.
+const REFLECTED: [&[u8]; 3] = [
+    FILE_DESCRIPTOR_SET,
+    tonic_health::pb::FILE_DESCRIPTOR_SET,
+    tonic_types::pb::FILE_DESCRIPTOR_SET,
+];
+
+/// The services this server serves, which reflection lists: not
+/// `ToolRuntime`, whose descriptor it knows but which only sidecars serve.
+const SERVED: [&str; 5] = [
+    tonic_health::pb::health_server::SERVICE_NAME,
+    tonic_reflection::pb::v1::server_reflection_server::SERVICE_NAME,
+    tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
+    pb::registration_server::SERVICE_NAME,
+    pb::tool_registry_server::SERVICE_NAME,
+];
+
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    let builder = REFLECTED.iter().fold(
+        tonic_reflection::server::Builder::configure(),
+        |builder, set| builder.register_encoded_file_descriptor_set(set),
+    );
+    SERVED
+        .iter()
+        .fold(builder, |builder, name| builder.with_service_name(*name))
 }
 
 /// The registry's parts, wired together.
@@ -153,6 +211,7 @@ impl Registry {
         let settings = InvokeSettings {
             default_timeout: config.default_timeout,
             max_arguments_bytes: config.max_arguments_bytes,
+            log_calls: config.log_calls,
         };
         let invoker = Arc::new(Invoker::new(
             catalog.clone(),
@@ -198,14 +257,8 @@ impl Registry {
             .set_serving::<RegistrationServer<RegistrationApi>>()
             .await;
 
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()?;
-        let reflection_alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()?;
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_alpha = reflection().build_v1alpha()?;
 
         let watchers = CancellationToken::new();
         let max = self.config.max_message_bytes;
@@ -227,7 +280,7 @@ impl Registry {
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .add_service(health_service)
-            .add_service(reflection)
+            .add_service(reflection_v1)
             .add_service(reflection_alpha)
             .add_service(registry)
             .add_service(registration)
@@ -333,5 +386,27 @@ async fn janitor(
             }
         }
         live = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that quotes its cause and also returns it as `source`, as
+    /// many do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn causes_are_written_once() {
+        let quoting = Quoting(std::io::Error::other("inner"));
+        assert_eq!(with_causes(&quoting), "outer: inner");
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Wrapping(#[source] std::io::Error);
+        let wrapping = Wrapping(std::io::Error::other("inner"));
+        assert_eq!(with_causes(&wrapping), "outer: inner");
     }
 }

@@ -4,11 +4,17 @@
 
 #[path = "integration/attempts.rs"]
 mod attempts;
+#[path = "integration/call_log.rs"]
+mod call_log;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
 #[path = "integration/faults.rs"]
 mod faults;
+#[path = "integration/flags.rs"]
+mod flags;
+#[path = "integration/grpcurl.rs"]
+mod grpcurl;
 #[path = "integration/idempotency.rs"]
 mod idempotency;
 #[path = "integration/keys.rs"]

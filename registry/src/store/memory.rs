@@ -15,7 +15,7 @@ use tokio::{sync::broadcast, time::Instant};
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState},
+    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
     store::{CatalogStore, view::CatalogView},
@@ -97,7 +97,7 @@ impl MemoryStore {
         let mut touched = BTreeSet::new();
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
-                tracing::info!(instance = %record.instance.id, lease = %lease_id, "lease expired");
+                tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
                 touched.extend(record.tools);
             }
         }
@@ -266,7 +266,7 @@ impl CatalogStore for MemoryStore {
     async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
         let mut state = self.lock();
         if let Some(record) = remove_lease(&mut state, lease_id) {
-            tracing::info!(instance = %record.instance.id, lease = %lease_id, "lease withdrawn");
+            tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease withdrawn");
             self.publish(&state, record.tools.into_iter().collect());
         }
         Ok(())

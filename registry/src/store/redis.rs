@@ -29,7 +29,7 @@ use tokio::{sync::broadcast, time::Instant};
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState},
+    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
     redis_pool::{RedisError, RedisPool},
@@ -334,22 +334,30 @@ impl RedisStore {
                 .run(async |conn| invocation.invoke_async(conn).await)
                 .await?;
             if outcome != "extended" {
-                tracing::info!(%lease, %outcome, "lease written back after a redis outage");
+                tracing::info!(lease = %lease_tag(&lease), %outcome, "lease written back after a redis outage");
             }
             self.local().pending.remove(&lease);
         }
         Ok(())
     }
 
-    async fn sweep(&self) -> Result<usize, RedisError> {
+    /// Drops the leases whose time has passed, logging each.
+    async fn sweep(&self) -> Result<(), RedisError> {
         let invocation = {
             let mut i = self.scripts.sweep.prepare_invoke();
             i.key(self.key("tools")).arg(&self.tag).arg(SWEEP_BATCH);
             i
         };
-        self.pool
+        let expired: Vec<String> = self
+            .pool
             .run(async |conn| invocation.invoke_async(conn).await)
-            .await
+            .await?;
+        for lease in expired {
+            let record = self.local().leases.remove(&lease);
+            let instance = record.map(|r| r.instance).unwrap_or_default();
+            tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
+        }
+        Ok(())
     }
 
     async fn presence(&self) -> Result<usize, RedisError> {
@@ -512,7 +520,7 @@ impl CatalogStore for RedisStore {
                 if local.pending.len() < self.settings.limits.max_instances {
                     local.pending.insert(lease_id.to_owned());
                 }
-                tracing::debug!(lease = lease_id, %error, "heartbeat kept locally while redis is away");
+                tracing::debug!(lease = %lease_tag(lease_id), %error, "heartbeat kept locally while redis is away");
                 Ok(self.settings.ttl)
             }
         }
@@ -529,10 +537,14 @@ impl CatalogStore for RedisStore {
             .run(async |conn| invocation.invoke_async(conn).await)
             .await
             .map_err(unavailable)?;
-        {
+        let record = {
             let mut local = self.local();
-            local.leases.remove(lease_id);
             local.pending.remove(lease_id);
+            local.leases.remove(lease_id)
+        };
+        if !touched.is_empty() {
+            let instance = record.map(|r| r.instance).unwrap_or_default();
+            tracing::info!(%instance, lease = %lease_tag(lease_id), "lease withdrawn");
         }
         for name in touched {
             let _ = self.reload(&name).await;

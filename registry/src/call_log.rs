@@ -1,0 +1,137 @@
+//! One `info` line per Invoke, rejections included: the tool, how the call
+//! ended, its latency, the instance that answered, how many attempts it
+//! took, and whether it was an idempotency replay. Never the arguments,
+//! the result, or an error message (those may quote the arguments). Names
+//! the agent or a sidecar chose (tool, instance) are quoted and escaped.
+//!
+//! ```text
+//! INFO toolmesh_registry::call_log: call tool="add" outcome=ok latency_ms=1.42 instance="s1" attempts=1
+//! INFO toolmesh_registry::call_log: call tool="add" outcome=INVALID_ARGUMENT latency_ms=0.08 attempts=0
+//! ```
+
+use tokio::time::Instant;
+use tonic::Code;
+use toolmesh_proto::pb::InvokeResponse;
+
+use crate::error::RegistryError;
+
+/// A call in progress. Writes the call's line when dropped, so a call the
+/// agent abandons mid-way is logged too (as `CANCELLED`).
+#[derive(Debug)]
+pub struct CallLog {
+    tool: String,
+    started: Instant,
+    enabled: bool,
+    outcome: &'static str,
+    instance: Option<String>,
+    attempts: u32,
+    replayed: bool,
+}
+
+impl CallLog {
+    /// A call to `tool` starting now; `enabled: false` writes nothing.
+    pub fn start(tool: &str, enabled: bool) -> Self {
+        Self {
+            tool: tool.to_owned(),
+            started: Instant::now(),
+            enabled,
+            outcome: code_name(Code::Cancelled),
+            instance: None,
+            attempts: 0,
+            replayed: false,
+        }
+    }
+
+    /// The call's attempts ended on `instance` (the last one tried).
+    pub fn attempted(&mut self, instance: Option<&str>, attempts: u32) {
+        self.instance = instance.map(str::to_owned);
+        self.attempts = attempts;
+    }
+
+    /// The call was answered from its idempotency key's first run.
+    pub fn replayed(&mut self) {
+        self.replayed = true;
+    }
+
+    /// The call ends with `result`; its line is written now.
+    pub fn finish(mut self, result: &Result<InvokeResponse, RegistryError>) {
+        self.outcome = outcome(result);
+        if let Ok(response) = result {
+            self.attempted(Some(&response.instance_id), response.attempts);
+        }
+    }
+}
+
+impl Drop for CallLog {
+    fn drop(&mut self) {
+        if !self.enabled {
+            return;
+        }
+        let micros = self.started.elapsed().as_micros();
+        // Milliseconds with microsecond precision; exact in an f64 far past
+        // any deadline.
+        #[allow(clippy::cast_precision_loss)]
+        let latency_ms = micros as f64 / 1000.0;
+        // No parent span: the line carries the tool itself, once.
+        tracing::info!(
+            parent: None,
+            tool = self.tool.as_str(),
+            outcome = %self.outcome,
+            latency_ms,
+            instance = self.instance.as_deref().filter(|i| !i.is_empty()),
+            attempts = self.attempts,
+            replayed = self.replayed.then_some(true),
+            "call"
+        );
+    }
+}
+
+/// `ok`, `tool_error` (the tool ran and reported a failure), or the gRPC
+/// code's name (`INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`, ...).
+pub fn outcome(result: &Result<InvokeResponse, RegistryError>) -> &'static str {
+    match result {
+        Ok(response) if response.is_error => "tool_error",
+        Ok(_) => "ok",
+        Err(error) => code_name(error.code()),
+    }
+}
+
+/// The canonical name of a gRPC status code, as grpc.io writes it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_name_the_tool_error_and_the_code() {
+        let response = |is_error| InvokeResponse {
+            is_error,
+            ..InvokeResponse::default()
+        };
+        assert_eq!(outcome(&Ok(response(false))), "ok");
+        assert_eq!(outcome(&Ok(response(true))), "tool_error");
+        let not_found = RegistryError::ToolNotFound { tool: "t".into() };
+        assert_eq!(outcome(&Err(not_found)), "NOT_FOUND");
+    }
+}
