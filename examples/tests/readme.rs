@@ -1,0 +1,269 @@
+//! The README's "Running it yourself" section, run as written: its server
+//! commands (the `sh` blocks) started with the real binaries, its grpcurl
+//! commands (the `console` block) run through `sh -c` with the real grpcurl,
+//! and their outputs compared with the ones the README shows.
+//!
+//! It runs twice: from the repository root (with `target/release/` read as
+//! the directory the binaries were built in), and from another folder laid
+//! out like a repository (`target/release/` and `examples/` linked there),
+//! where every command runs exactly as written. `cargo build --release` is
+//! not run: the binaries under test are built already.
+//!
+//! The servers use the README's ports (50051 and 50061), so this test is
+//! alone in its binary.
+#![allow(clippy::unwrap_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+use toolmesh_test_support::{catalog, process, suite};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// One grpcurl call from the README and the output it shows.
+#[derive(Debug)]
+struct Call {
+    command: String,
+    expected: String,
+}
+
+/// The section's text, from its heading to the next `## ` heading.
+fn section(readme: &str) -> &str {
+    let start = readme
+        .find("\n## Running it yourself\n")
+        .expect("README has a \"Running it yourself\" section");
+    let rest = &readme[start + 1..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+    &rest[..end]
+}
+
+/// The contents of every fenced block of `language` in `text`.
+fn blocks<'a>(text: &'a str, language: &str) -> Vec<&'a str> {
+    let fence = format!("```{language}\n");
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").expect("a closed code block");
+        found.push(&body[..end]);
+        rest = &body[end..];
+    }
+    found
+}
+
+/// The long-running commands: every line of the `sh` blocks but the build.
+fn servers(section: &str) -> Vec<String> {
+    blocks(section, "sh")
+        .into_iter()
+        .flat_map(str::lines)
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("cargo build"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `$ ` commands of the `console` block, each with the lines after it.
+fn calls(section: &str) -> Vec<Call> {
+    let block = blocks(section, "console")
+        .into_iter()
+        .next()
+        .expect("a console block");
+    let mut calls: Vec<Call> = Vec::new();
+    for line in block.lines() {
+        if let Some(command) = line.strip_prefix("$ ") {
+            calls.push(Call {
+                command: command.to_owned(),
+                expected: String::new(),
+            });
+        } else {
+            let call = calls.last_mut().expect("output after a command");
+            call.expected.push_str(line);
+            call.expected.push('\n');
+        }
+    }
+    calls
+}
+
+/// `output` with what differs from run to run masked: the instance id.
+fn normalized(output: &str) -> String {
+    output
+        .lines()
+        .map(|line| match line.find("\"instanceId\": \"") {
+            Some(at) => format!("{}\"instanceId\": \"<instance>\",", &line[..at]),
+            None => line.trim_end().to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A process started from one of the README's lines.
+struct Server {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(line: &str, cwd: &Path, logs: &Path, n: usize) -> Self {
+        let log = logs.join(format!("server-{n}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec {line}"))
+            .current_dir(cwd)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {line:?}: {e}"));
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, and a clean exit within 15 s.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            process::send(pid, Signal::SIGTERM);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("still running 15 s after SIGTERM:\n{}", self.log()))
+            .unwrap();
+        assert!(status.success(), "{status}:\n{}", self.log());
+    }
+}
+
+/// Runs the section's commands in `cwd`, `rewrite` applied to the server
+/// lines, and checks every grpcurl output against the README's.
+async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> String) {
+    let logs = tempfile::tempdir().unwrap();
+    let mut servers = Vec::new();
+    for (n, line) in servers_of(section).iter().enumerate() {
+        servers.push(Server::start(&rewrite(line), cwd, logs.path(), n));
+    }
+    let client = eventually_connected().await;
+    for tool in ["lookup", "slow_report", "word_count"] {
+        catalog::wait_for_instances(&client, tool, 1, Duration::from_secs(20)).await;
+    }
+    for call in calls(section) {
+        let output = Command::new("sh")
+            .arg("-c")
+            .arg(&call.command)
+            .current_dir(cwd)
+            .output()
+            .await
+            .unwrap();
+        let shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            normalized(&shown),
+            normalized(&call.expected),
+            "`{}` in {} printed something else than the README shows",
+            call.command,
+            cwd.display()
+        );
+    }
+    while let Some(server) = servers.pop() {
+        server.stop().await;
+    }
+}
+
+fn servers_of(section: &str) -> Vec<String> {
+    let lines = servers(section);
+    assert_eq!(lines.len(), 2, "a registry and a sidecar: {lines:?}");
+    lines
+}
+
+async fn eventually_connected()
+-> toolmesh_proto::pb::tool_registry_client::ToolRegistryClient<tonic::transport::Channel> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let connected = toolmesh_proto::pb::tool_registry_client::ToolRegistryClient::connect(
+            "http://127.0.0.1:50051",
+        )
+        .await;
+        match connected {
+            Ok(client) => return client,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no registry on 127.0.0.1:50051 after 20 s: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `program` on PATH, for `suite::require`.
+fn on_path(program: &str) -> Result<PathBuf, String> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{program} is not on PATH; scripts/test.sh installs it"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_runs_as_written_from_the_root_and_from_another_folder() {
+    let Some(_) = suite::require("grpcurl", on_path("grpcurl")) else {
+        return;
+    };
+    let (Some(registry), Some(sidecar)) = (
+        process::binary("toolmesh-registry"),
+        process::binary("toolmesh-sidecar"),
+    ) else {
+        return;
+    };
+    let repo = std::fs::canonicalize(REPO).unwrap();
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let section = section(&readme);
+    assert_eq!(calls(section).len(), 4, "{section}");
+
+    // From the repository root.
+    let bin_dir = registry.parent().unwrap().to_owned();
+    run_as_written(section, &repo, |line| {
+        line.replacen("target/release/", &format!("{}/", bin_dir.display()), 1)
+    })
+    .await;
+
+    // From another folder, every command exactly as written.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let release = elsewhere.path().join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::os::unix::fs::symlink(&registry, release.join("toolmesh-registry")).unwrap();
+    std::os::unix::fs::symlink(&sidecar, release.join("toolmesh-sidecar")).unwrap();
+    std::os::unix::fs::symlink(repo.join("examples"), elsewhere.path().join("examples")).unwrap();
+    run_as_written(section, elsewhere.path(), str::to_owned).await;
+}
+
+#[test]
+fn the_section_parses_into_servers_and_calls() {
+    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).unwrap();
+    let section = section(&readme);
+    assert_eq!(
+        servers(section),
+        [
+            "target/release/toolmesh-registry",
+            "target/release/toolmesh-sidecar --config examples/demo/sidecar.yaml"
+        ]
+    );
+    let calls = calls(section);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.command.starts_with("grpcurl -plaintext "))
+    );
+    assert!(calls.iter().all(|c| !c.expected.trim().is_empty()));
+}
