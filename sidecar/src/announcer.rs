@@ -1,7 +1,9 @@
 //! Keeps this sidecar in the registry's catalog: announce, heartbeat every
 //! TTL/3, announce again when a heartbeat answers NOT_FOUND, back off (with
-//! jitter) while the registry is unreachable, withdraw on shutdown.
+//! jitter) while the registry is unreachable, withdraw on shutdown. An
+//! announce refused for good ([`crate::refusal::is_final`]) ends it.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
@@ -9,6 +11,8 @@ use rand::Rng;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
+
+use crate::refusal::{self, AnnounceRefused};
 
 /// First retry delay after a failed call.
 const BACKOFF_START: Duration = Duration::from_millis(100);
@@ -58,6 +62,7 @@ struct Lease {
 /// Announces one instance's tools and keeps its lease alive.
 #[derive(Debug)]
 pub(crate) struct Announcer {
+    registry: String,
     client: RegistrationClient<Channel>,
     request: pb::AnnounceRequest,
     lease: Option<Lease>,
@@ -100,6 +105,7 @@ impl Announcer {
             .connect_timeout(RPC_TIMEOUT_CAP)
             .connect_lazy();
         Ok(Self {
+            registry: registry.to_owned(),
             client: RegistrationClient::new(channel),
             request,
             lease: None,
@@ -107,20 +113,29 @@ impl Announcer {
         })
     }
 
-    /// Keeps the lease alive until `shutdown` completes, then withdraws it.
-    pub(crate) async fn run_until(mut self, shutdown: impl Future<Output = ()>) {
+    /// Keeps the lease alive until `shutdown` completes, then withdraws it;
+    /// or until the registry refuses the announce for good (no lease is held
+    /// then).
+    pub(crate) async fn run_until(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), AnnounceRefused> {
         tokio::select! {
-            () = self.keep_alive() => {}
+            result = self.keep_alive() => {
+                let Err(refused) = result;
+                return Err(refused);
+            }
             () = shutdown => {}
         }
         self.withdraw().await;
+        Ok(())
     }
 
-    /// Announces, then heartbeats forever.
-    async fn keep_alive(&mut self) {
+    /// Announces, then heartbeats, until an announce is refused for good.
+    async fn keep_alive(&mut self) -> Result<Infallible, AnnounceRefused> {
         loop {
             let Some(lease) = self.lease.clone() else {
-                self.announce().await;
+                self.announce().await?;
                 continue;
             };
             let interval = (lease.ttl / 3).max(MIN_INTERVAL);
@@ -129,8 +144,9 @@ impl Announcer {
         }
     }
 
-    /// One announce attempt; on failure, waits out the backoff delay.
-    async fn announce(&mut self) {
+    /// One announce attempt; on a failure that may heal, waits out the
+    /// backoff delay; on a final refusal, returns it.
+    async fn announce(&mut self) -> Result<(), AnnounceRefused> {
         let message = self.request.clone();
         let instance = &self.request.instance_id;
         match with_deadline(
@@ -148,12 +164,17 @@ impl Announcer {
                 });
                 self.backoff.reset();
             }
+            Err(status) if refusal::is_final(status.code()) => {
+                tracing::error!(instance, registry = %self.registry, code = ?status.code(), "announce refused; stopping");
+                return Err(AnnounceRefused::new(&self.registry, &status));
+            }
             Err(status) => {
                 let delay = self.backoff.next_delay();
-                tracing::warn!(instance, code = ?status.code(), message = status.message(), ?delay, "announce failed, retrying");
+                tracing::warn!(instance, registry = %self.registry, code = ?status.code(), reason = status.message(), ?delay, "announce failed, retrying");
                 tokio::time::sleep(delay).await;
             }
         }
+        Ok(())
     }
 
     /// One heartbeat; NOT_FOUND drops the lease so the next step announces
@@ -178,7 +199,7 @@ impl Announcer {
             }
             Err(status) => {
                 let delay = self.backoff.next_delay().min(timeout);
-                tracing::warn!(lease = %lease.id, code = ?status.code(), message = status.message(), "heartbeat failed");
+                tracing::warn!(lease = %lease.id, code = ?status.code(), reason = status.message(), "heartbeat failed");
                 // The regular interval sleep follows; this only spaces out a
                 // failing registry further.
                 tokio::time::sleep(delay.saturating_sub(MIN_INTERVAL)).await;
@@ -202,7 +223,7 @@ impl Announcer {
         {
             Ok(_) => tracing::info!(lease = %lease.id, "withdrawn from the registry"),
             Err(status) => {
-                tracing::warn!(lease = %lease.id, code = ?status.code(), message = status.message(), "withdraw failed; the lease will expire")
+                tracing::warn!(lease = %lease.id, code = ?status.code(), reason = status.message(), "withdraw failed; the lease will expire")
             }
         }
     }

@@ -10,7 +10,7 @@
 //! compiles to `{"type":"object","properties":{...},"required":["text"],
 //! "additionalProperties":false}`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -42,39 +42,29 @@ pub struct Argument {
     pub items: Option<Value>,
 }
 
-/// Why an argument list does not compile.
+/// Why an argument list does not compile: which argument, which of its
+/// keys, and what is wrong there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ArgumentsError {
-    /// An argument has an empty name.
-    #[error("argument #{0} has an empty name")]
-    EmptyName(usize),
-    /// Two arguments share a name.
-    #[error("argument {0:?} is declared twice")]
-    Duplicate(String),
-    /// An argument's type is not one of [`TYPES`].
-    #[error("argument {name:?} has unknown type {kind:?} (expected one of {expected})", expected = TYPES.join(", "))]
-    UnknownType {
-        /// The argument.
-        name: String,
-        /// The type it declared.
-        kind: String,
-    },
-    /// `items` was given for an argument that is not an array, or is invalid.
-    #[error("argument {name:?}: {problem}")]
-    InvalidItems {
-        /// The argument.
-        name: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// `enum` is empty or holds a value of the wrong type.
-    #[error("argument {name:?}: {problem}")]
-    InvalidEnum {
-        /// The argument.
-        name: String,
-        /// What is wrong.
-        problem: String,
-    },
+#[error("arguments[{index}].{key}: {problem}")]
+pub struct ArgumentsError {
+    /// The argument's position in the list (0-based).
+    pub index: usize,
+    /// The key at fault: `name`, `type`, `enum` or `items`.
+    pub key: &'static str,
+    /// What is wrong, and what is allowed.
+    pub problem: String,
+}
+
+fn error(index: usize, key: &'static str, problem: impl Into<String>) -> ArgumentsError {
+    ArgumentsError {
+        index,
+        key,
+        problem: problem.into(),
+    }
+}
+
+fn unknown_type(kind: &str) -> String {
+    format!("found {kind:?}, expected one of {}", TYPES.join(", "))
 }
 
 /// Compiles an argument list to a JSON Schema for an object with exactly
@@ -82,15 +72,26 @@ pub enum ArgumentsError {
 pub fn compile(args: &[Argument]) -> Result<Value, ArgumentsError> {
     let mut properties = Map::new();
     let mut required = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = HashMap::new();
     for (index, arg) in args.iter().enumerate() {
         if arg.name.is_empty() {
-            return Err(ArgumentsError::EmptyName(index));
+            return Err(error(
+                index,
+                "name",
+                "found an empty name, expected the argument's name, e.g. text",
+            ));
         }
-        if !seen.insert(arg.name.as_str()) {
-            return Err(ArgumentsError::Duplicate(arg.name.clone()));
+        if let Some(first) = seen.insert(arg.name.as_str(), index) {
+            return Err(error(
+                index,
+                "name",
+                format!(
+                    "{:?} is already the name of arguments[{first}]; each argument needs a name of its own",
+                    arg.name
+                ),
+            ));
         }
-        properties.insert(arg.name.clone(), property(arg)?);
+        properties.insert(arg.name.clone(), property(index, arg)?);
         if arg.required {
             required.push(Value::String(arg.name.clone()));
         }
@@ -103,12 +104,9 @@ pub fn compile(args: &[Argument]) -> Result<Value, ArgumentsError> {
     }))
 }
 
-fn property(arg: &Argument) -> Result<Value, ArgumentsError> {
+fn property(index: usize, arg: &Argument) -> Result<Value, ArgumentsError> {
     if !TYPES.contains(&arg.kind.as_str()) {
-        return Err(ArgumentsError::UnknownType {
-            name: arg.name.clone(),
-            kind: arg.kind.clone(),
-        });
+        return Err(error(index, "type", unknown_type(&arg.kind)));
     }
     let mut schema = Map::new();
     schema.insert("type".into(), Value::String(arg.kind.clone()));
@@ -117,43 +115,48 @@ fn property(arg: &Argument) -> Result<Value, ArgumentsError> {
     }
     if let Some(items) = &arg.items {
         if arg.kind != "array" {
-            return Err(ArgumentsError::InvalidItems {
-                name: arg.name.clone(),
-                problem: format!("`items` is only allowed on arrays, not on {}", arg.kind),
-            });
+            return Err(error(
+                index,
+                "items",
+                format!("only applies to arguments of type array, not {}", arg.kind),
+            ));
         }
-        schema.insert("items".into(), items_schema(&arg.name, items)?);
+        schema.insert("items".into(), items_schema(index, items)?);
     }
     if let Some(values) = &arg.enum_values {
         if values.is_empty() {
-            return Err(ArgumentsError::InvalidEnum {
-                name: arg.name.clone(),
-                problem: "`enum` must list at least one value".into(),
-            });
+            return Err(error(
+                index,
+                "enum",
+                "found an empty list, expected the allowed values, e.g. [fast, exact]",
+            ));
         }
         if let Some(bad) = values.iter().find(|v| !has_type(v, &arg.kind)) {
-            return Err(ArgumentsError::InvalidEnum {
-                name: arg.name.clone(),
-                problem: format!("enum value {bad} is not of type {}", arg.kind),
-            });
+            return Err(error(
+                index,
+                "enum",
+                format!("value {bad} is not of type {}", arg.kind),
+            ));
         }
         schema.insert("enum".into(), Value::Array(values.clone()));
     }
     Ok(Value::Object(schema))
 }
 
-fn items_schema(name: &str, items: &Value) -> Result<Value, ArgumentsError> {
+fn items_schema(index: usize, items: &Value) -> Result<Value, ArgumentsError> {
     match items {
         Value::String(kind) if TYPES.contains(&kind.as_str()) => Ok(json!({ "type": kind })),
-        Value::String(kind) => Err(ArgumentsError::UnknownType {
-            name: format!("{name}[]"),
-            kind: kind.clone(),
-        }),
+        Value::String(kind) => Err(error(
+            index,
+            "items",
+            format!("{}, or a JSON Schema", unknown_type(kind)),
+        )),
         Value::Object(_) | Value::Bool(_) => Ok(items.clone()),
-        other => Err(ArgumentsError::InvalidItems {
-            name: name.to_owned(),
-            problem: format!("`items` must be a type name or a JSON Schema, not {other}"),
-        }),
+        other => Err(error(
+            index,
+            "items",
+            format!("found {other}, expected a type name, e.g. string, or a JSON Schema"),
+        )),
     }
 }
 

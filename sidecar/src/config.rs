@@ -1,12 +1,30 @@
 //! The sidecar's YAML config file: where the registry is, where to listen,
 //! and the tools (descriptor + backend) to serve.
 //!
-//! Every struct denies unknown fields, so a typo is an error naming the field.
-//! [`SidecarConfig::from_yaml_str`] parses and validates;
-//! [`SidecarConfig::build_tools`] turns the tools into [`Tool`]s.
+//! Every struct denies unknown fields, so a typo is an error naming the
+//! key. Every error is a [`Problem`] in the user's words: the file, line and
+//! column, the key path (`tools[0].rate_limit.rate`), what was found and
+//! what the key accepts, with an example.
+//!
+//! - [`SidecarConfig::from_yaml_str`] parses and checks the rules
+//!   ([`SidecarConfig::validate`]);
+//! - [`SidecarConfig::check`] also checks the config against this machine
+//!   (every command's program exists and may be run);
+//! - [`SidecarConfig::load`] reads a file and does both;
+//! - [`SidecarConfig::build_tools`] checks, then turns the tools into
+//!   [`Tool`]s.
+//!
+//! # Layout
+//! - `key`: [`KeyPath`], where a value sits.
+//! - `problem`: [`Problem`] and [`Position`].
+//! - `allowed`: what each key accepts, with an example.
+//! - `parse`: serde's errors in the user's words.
+//! - `duration`: the `timeout` key.
+//! - `rules`: the rules serde cannot express.
+//! - `machine`: programs and folders on this machine.
+//! - `locate`: the line and column of a key, for problems found after parsing.
 
-use std::collections::{BTreeMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,21 +34,36 @@ use serde::Deserialize;
 use serde_json::Value;
 use toolmesh_proto::pb;
 
-use crate::arguments::{self, Argument, ArgumentsError};
+use crate::arguments::{self, Argument};
 use crate::backend::{CommandBackend, HttpBackend};
-use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool, validate_tool_name};
+use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
+
+mod allowed;
+mod duration;
+mod key;
+mod locate;
+mod machine;
+mod parse;
+mod problem;
+mod rules;
+
+pub use key::{KeyPath, Segment};
+pub use problem::{Position, Problem};
 
 /// The whole config file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SidecarConfig {
-    /// Registry URL, e.g. `http://127.0.0.1:50051`.
+    /// Registry address, `host:port` or `http://host:port`.
     #[serde(default)]
     pub registry: Option<String>,
-    /// Address to serve `ToolRuntime` on, e.g. `127.0.0.1:50061`.
+    /// Address to serve `ToolRuntime` on: an IP address and port
+    /// (`127.0.0.1:50061`), or a host name and port that resolves
+    /// ([`toolmesh_proto::listen`]).
     #[serde(default)]
-    pub listen: Option<SocketAddr>,
-    /// URL the registry dials to reach this sidecar (default `http://<listen>`).
+    pub listen: Option<String>,
+    /// Address the registry dials to reach this sidecar, `host:port` or
+    /// `http://host:port` (default `http://<listen>`).
     #[serde(default)]
     pub advertise: Option<String>,
     /// Stable instance id (default `<hostname>-<random>`).
@@ -68,7 +101,7 @@ pub struct ToolConfig {
     #[serde(default)]
     pub rate_limit: Option<RateLimitConfig>,
     /// Longest a call may run, e.g. `2s`, `500ms`.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, deserialize_with = "duration::optional")]
     pub timeout: Option<Duration>,
     /// Whether running twice equals running once.
     #[serde(default)]
@@ -127,191 +160,147 @@ pub struct HttpConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (said in the message: not a separate cause).
+        error: std::io::Error,
     },
-    /// The YAML is malformed or has unknown/missing fields (the message names them).
-    #[error("invalid config: {0}")]
-    Parse(#[from] serde_yaml_ng::Error),
-    /// A tool name breaks the naming rule.
-    #[error("tool #{index}: {source}")]
-    InvalidName {
-        /// Position in `tools` (0-based).
-        index: usize,
-        /// The rule broken.
-        #[source]
-        source: crate::tool::InvalidToolName,
-    },
-    /// Two tools share a name.
-    #[error("tool {0:?} is declared twice")]
-    DuplicateTool(String),
-    /// The `arguments` shorthand does not compile.
-    #[error("tool {tool:?}: {source}")]
-    Arguments {
-        /// The tool.
-        tool: String,
-        /// Why.
-        #[source]
-        source: ArgumentsError,
-    },
-    /// The config file's directory cannot be made absolute.
-    #[error("cannot resolve the config directory {path:?}: {source}")]
+    /// The config file's folder cannot be made absolute.
+    #[error("cannot resolve the config folder {}: {error}", path.display())]
     ConfigDir {
-        /// The directory given.
+        /// The folder given.
         path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (said in the message: not a separate cause).
+        error: std::io::Error,
     },
-    /// Any other problem with a tool's settings.
-    #[error("tool {tool:?}: {problem}")]
-    Tool {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        problem: String,
-    },
+    /// A key is unknown, missing, or has a value that is not allowed, or
+    /// names something this machine does not have.
+    #[error("{0}")]
+    Invalid(Box<Problem>),
 }
 
-fn problem(tool: &ToolConfig, problem: impl Into<String>) -> ConfigError {
-    ConfigError::Tool {
-        tool: tool.name.clone(),
-        problem: problem.into(),
+impl ConfigError {
+    /// The problem, if the config (rather than reading it) is at fault.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Self::Invalid(problem) => Some(problem),
+            Self::Read { .. } | Self::ConfigDir { .. } => None,
+        }
+    }
+}
+
+impl From<Problem> for ConfigError {
+    fn from(problem: Problem) -> Self {
+        Self::Invalid(Box::new(problem))
     }
 }
 
 impl SidecarConfig {
-    /// Parses and validates a config.
+    /// Parses `yaml` and checks its rules ([`Self::validate`]); problems
+    /// carry their line and column.
     pub fn from_yaml_str(yaml: &str) -> Result<Self, ConfigError> {
-        let config: Self = serde_yaml_ng::from_str(yaml)?;
-        config.validate()?;
+        let deserializer = serde_yaml_ng::Deserializer::from_str(yaml);
+        let config: Self =
+            serde_path_to_error::deserialize(deserializer).map_err(parse::problem)?;
+        config.validate().map_err(|e| locate(e, yaml))?;
         Ok(config)
     }
 
-    /// Reads, parses and validates a config file.
+    /// Reads the file at `path`, parses it, and checks it against its rules
+    /// and this machine ([`Self::check`], relative paths against the file's
+    /// folder). Problems name the file, line and column.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let yaml = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let yaml = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
-        Self::from_yaml_str(&yaml)
-    }
-
-    /// Checks every rule serde cannot express.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut names = HashSet::new();
-        for (index, tool) in self.tools.iter().enumerate() {
-            validate_tool_name(&tool.name)
-                .map_err(|source| ConfigError::InvalidName { index, source })?;
-            if !names.insert(tool.name.as_str()) {
-                return Err(ConfigError::DuplicateTool(tool.name.clone()));
+        let in_file = |error: ConfigError| match error {
+            ConfigError::Invalid(mut problem) => {
+                problem.file = Some(path.to_owned());
+                ConfigError::Invalid(problem)
             }
-            tool.validate()?;
-        }
-        Ok(())
+            other => other,
+        };
+        let config = Self::from_yaml_str(&yaml).map_err(in_file)?;
+        config
+            .check(path.parent().unwrap_or(Path::new("")))
+            .map_err(|e| in_file(locate(e, &yaml)))?;
+        Ok(config)
     }
 
-    /// Builds the tools. A relative `base_dir` (the config file's
-    /// directory; empty means the current one) is made absolute first, so
-    /// that command programs and `cwd` resolve against it however the
-    /// working directory changes later. All HTTP backends share one client.
-    pub fn build_tools(&self, base_dir: &Path) -> Result<Vec<Tool>, ConfigError> {
+    /// Checks every rule serde cannot express: names, schemas (compiled as
+    /// the registry compiles them), limits, backends, addresses.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        rules::check(self).map_err(ConfigError::from)
+    }
+
+    /// Everything a sidecar checks before it starts: [`Self::validate`],
+    /// at least one tool, and, against this machine, that every command's
+    /// program exists and may be run and every `cwd` is a folder. A program
+    /// containing `/` and every `cwd` resolve against `base_dir`, the config
+    /// file's folder (empty means the current one); a bare program name is
+    /// looked up in `PATH`.
+    pub fn check(&self, base_dir: &Path) -> Result<(), ConfigError> {
         self.validate()?;
+        if self.tools.is_empty() {
+            return Err(Problem::new(
+                KeyPath::root().key("tools"),
+                "no tools declared; add at least one, e.g. - {name: echo, description: Echo, backend: {command: [cat]}}",
+            )
+            .into());
+        }
+        let base_dir = absolute_dir(base_dir)?;
+        machine::check_commands(self, &base_dir).map_err(ConfigError::from)
+    }
+
+    /// [`Self::check`]s the config, then builds the tools. A relative
+    /// `base_dir` (the config file's folder; empty means the current one) is
+    /// made absolute first, so that command programs and `cwd` resolve
+    /// against it however the working directory changes later. All HTTP
+    /// backends share one client.
+    pub fn build_tools(&self, base_dir: &Path) -> Result<Vec<Tool>, ConfigError> {
+        self.check(base_dir)?;
         let base_dir = absolute_dir(base_dir)?;
         let client = reqwest::Client::new();
         self.tools
             .iter()
-            .map(|t| t.build(&base_dir, &client))
+            .enumerate()
+            .map(|(index, tool)| {
+                tool.build(&base_dir, &client).map_err(|message| {
+                    Problem::new(KeyPath::root().key("tools").index(index), message).into()
+                })
+            })
             .collect()
     }
 }
 
-impl ToolConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.input_schema()?;
-        for (key, schema) in [
-            ("input_schema", &self.input_schema),
-            ("output_schema", &self.output_schema),
-        ] {
-            if let Some(schema) = schema
-                && !(schema.is_object() || schema.is_boolean())
-            {
-                return Err(problem(
-                    self,
-                    format!("`{key}` must be a JSON Schema object"),
-                ));
-            }
-        }
-        if let Some(limit) = self.rate_limit
-            && !(limit.rate.is_finite() && limit.rate > 0.0)
-        {
-            return Err(problem(self, "`rate_limit.rate` must be a number > 0"));
-        }
-        if self.timeout.is_some_and(|t| t.is_zero()) {
-            return Err(problem(self, "`timeout` must be longer than 0"));
-        }
-        if self.max_output_bytes == Some(0) {
-            return Err(problem(self, "`max_output_bytes` must be > 0"));
-        }
-        let backend = &self.backend;
-        match (&backend.http, &backend.command) {
-            (Some(_), Some(_)) => {
-                return Err(problem(
-                    self,
-                    "`backend` must have exactly one of `http` and `command`, not both",
-                ));
-            }
-            (None, None) => {
-                return Err(problem(self, "`backend` needs one of `http` or `command`"));
-            }
-            (Some(http), None) => {
-                if backend.env.is_some() || backend.cwd.is_some() {
-                    return Err(problem(
-                        self,
-                        "`env` and `cwd` only apply to a `command` backend",
-                    ));
-                }
-                reqwest::Url::parse(&http.url).map_err(|e| {
-                    problem(self, format!("invalid `http.url` {:?}: {e}", http.url))
-                })?;
-                http_headers(&http.headers).map_err(|p| problem(self, p))?;
-            }
-            (None, Some(command)) => {
-                if command.first().is_none_or(|p| p.is_empty()) {
-                    return Err(problem(self, "`command` needs at least a program"));
-                }
-            }
-        }
-        Ok(())
+/// `error` with the line and column of its key in `yaml`.
+fn locate(error: ConfigError, yaml: &str) -> ConfigError {
+    match error {
+        ConfigError::Invalid(problem) => ConfigError::Invalid(Box::new(problem.located_in(yaml))),
+        other => other,
     }
+}
 
+impl ToolConfig {
     /// The input schema: compiled `arguments`, `input_schema`, or any object.
-    fn input_schema(&self) -> Result<Value, ConfigError> {
+    fn input_schema(&self) -> Result<Value, String> {
         match (&self.arguments, &self.input_schema) {
-            (Some(_), Some(_)) => Err(problem(self, "set `arguments` or `input_schema`, not both")),
-            (Some(args), None) => {
-                arguments::compile(args).map_err(|source| ConfigError::Arguments {
-                    tool: self.name.clone(),
-                    source,
-                })
-            }
+            (Some(args), _) => arguments::compile(args).map_err(|e| e.to_string()),
             (None, Some(schema)) => Ok(schema.clone()),
             (None, None) => Ok(serde_json::json!({"type": "object"})),
         }
     }
 
-    fn descriptor(&self) -> Result<pb::ToolDescriptor, ConfigError> {
+    fn descriptor(&self) -> Result<pb::ToolDescriptor, String> {
         let timeout = self
             .timeout
             .map(prost_types::Duration::try_from)
             .transpose()
-            .map_err(|e| problem(self, format!("`timeout` out of range: {e}")))?;
+            .map_err(|e| format!("timeout: out of range: {e}"))?;
         Ok(pb::ToolDescriptor {
             name: self.name.clone(),
             description: self.description.clone(),
@@ -333,25 +322,28 @@ impl ToolConfig {
     }
 
     /// The tool, with command paths resolved against `base_dir` (absolute).
-    fn build(&self, base_dir: &Path, client: &reqwest::Client) -> Result<Tool, ConfigError> {
+    /// Only called on a checked config: errors here are internal.
+    fn build(&self, base_dir: &Path, client: &reqwest::Client) -> Result<Tool, String> {
         let max_output = self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
         let backend: Arc<dyn crate::Backend> = match (&self.backend.http, &self.backend.command) {
             (Some(http), _) => {
-                let url =
-                    reqwest::Url::parse(&http.url).map_err(|e| problem(self, e.to_string()))?;
-                let headers = http_headers(&http.headers).map_err(|p| problem(self, p))?;
+                let url = rules::http_url(&http.url)?;
+                let headers = http_headers(&http.headers)?;
                 Arc::new(HttpBackend::new(client.clone(), url, headers, max_output))
             }
             (None, Some(command)) => {
                 let (program, args) = command
                     .split_first()
-                    .ok_or_else(|| problem(self, "`command` needs at least a program"))?;
+                    .ok_or("backend.command: needs at least a program")?;
                 let program = if program.contains('/') {
-                    base_dir.join(program)
+                    resolve(base_dir, Path::new(program))
                 } else {
                     PathBuf::from(program)
                 };
-                let cwd = base_dir.join(self.backend.cwd.as_deref().unwrap_or(Path::new("")));
+                let cwd = resolve(
+                    base_dir,
+                    self.backend.cwd.as_deref().unwrap_or(Path::new("")),
+                );
                 Arc::new(CommandBackend::new(
                     program,
                     args.to_vec(),
@@ -360,12 +352,20 @@ impl ToolConfig {
                     max_output,
                 ))
             }
-            (None, None) => {
-                return Err(problem(self, "`backend` needs one of `http` or `command`"));
-            }
+            (None, None) => return Err("backend: needs one of http or command".into()),
         };
         Ok(Tool::new(self.descriptor()?, backend).with_max_output_bytes(max_output))
     }
+}
+
+/// `path` against `base_dir` (an absolute `path` stays as is), without
+/// `.` steps: `./wc.py` in `/srv` is `/srv/wc.py`.
+fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    base_dir.join(
+        path.components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect::<PathBuf>(),
+    )
 }
 
 /// `dir` against the current directory; empty is the current directory.
@@ -375,9 +375,9 @@ fn absolute_dir(dir: &Path) -> Result<PathBuf, ConfigError> {
     } else {
         dir
     };
-    std::path::absolute(dir).map_err(|source| ConfigError::ConfigDir {
+    std::path::absolute(dir).map_err(|error| ConfigError::ConfigDir {
         path: dir.to_owned(),
-        source,
+        error,
     })
 }
 

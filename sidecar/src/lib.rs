@@ -11,12 +11,16 @@
 //! - [`tool`]: [`Tool`] (descriptor + backend), the [`Backend`] trait,
 //!   [`Outcome`] and [`BackendError`] (with its gRPC status mapping).
 //! - [`arguments`]: the `arguments` shorthand compiled to JSON Schema.
-//! - [`config`]: the YAML config file and building tools from it.
+//! - [`config`]: the YAML config file, its checks (every mistake said in
+//!   the user's words), and building tools from it.
+//! - `schema` (private): JSON Schemas compiled as the registry compiles them.
 //! - [`backend`]: HTTP endpoint and command backends.
 //! - [`runtime`]: `ToolRuntime.Execute`: deadlines, result normalization,
 //!   output caps, the tonic service.
 //! - `announcer` (private): announce / heartbeat / re-announce / withdraw,
 //!   with backoff and jitter.
+//! - [`refusal`]: which announce refusals are final, and the error that
+//!   ends the sidecar on one.
 //! - [`server`]: [`server::serve`], which ties the runtime and announcer
 //!   to a listener and a shutdown future.
 //! - [`shutdown`]: the SIGTERM / SIGINT future a sidecar process stops on.
@@ -27,7 +31,9 @@ mod announcer;
 pub mod arguments;
 pub mod backend;
 pub mod config;
+pub mod refusal;
 pub mod runtime;
+mod schema;
 pub mod sdk;
 pub mod server;
 pub mod shutdown;
@@ -44,18 +50,27 @@ pub enum SidecarError {
     /// The config is invalid.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    /// The registry URL is not a valid endpoint.
-    #[error("invalid registry URL {url:?}: {source}")]
-    InvalidRegistry {
-        /// The URL given.
+    /// The registry address is not usable.
+    #[error("registry: {0}")]
+    InvalidRegistry(toolmesh_proto::endpoint::EndpointError),
+    /// The registry address passed [`toolmesh_proto::endpoint::url`] but
+    /// is not a URI the gRPC client takes.
+    #[error("registry: {url:?} is not a usable URI ({reason})")]
+    RegistryUri {
+        /// The URL.
         url: String,
-        /// Why it was refused.
-        #[source]
-        source: tonic::transport::Error,
+        /// The client's reason.
+        reason: String,
     },
+    /// The advertised address is not usable.
+    #[error("advertise: {0}")]
+    InvalidAdvertise(toolmesh_proto::endpoint::EndpointError),
+    /// The registry refused the announce for good.
+    #[error(transparent)]
+    Refused(#[from] refusal::AnnounceRefused),
     /// A socket operation failed.
     #[error("I/O error: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),

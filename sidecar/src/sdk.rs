@@ -212,7 +212,8 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
-    /// A sidecar announcing to the registry at `registry` (e.g. `"http://127.0.0.1:50051"`).
+    /// A sidecar announcing to the registry at `registry`: `host:port` or
+    /// `http://host:port`, e.g. `"127.0.0.1:50051"` (checked when served).
     pub fn new(registry: impl Into<String>) -> Self {
         Self {
             tools: Vec::new(),
@@ -229,7 +230,8 @@ impl Sidecar {
         self
     }
 
-    /// The URL the registry should dial (default `http://<bound address>`).
+    /// The address the registry should dial, `host:port` or
+    /// `http://host:port` (default `http://<bound address>`).
     pub fn advertise(mut self, url: impl Into<String>) -> Self {
         self.options.advertise = Some(url.into());
         self

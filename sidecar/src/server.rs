@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::net::TcpListener;
-use toolmesh_proto::pb;
 use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
+use toolmesh_proto::{endpoint, pb};
 
 use crate::SidecarError;
 use crate::announcer::Announcer;
@@ -22,10 +22,12 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Where the registry is and how this instance presents itself.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
-    /// Registry URL, e.g. `"http://127.0.0.1:50051"`.
+    /// Registry address: `host:port` or `http://host:port`, e.g.
+    /// `"127.0.0.1:50051"`.
     pub registry: String,
-    /// URL the registry dials to reach this sidecar; default
-    /// `http://<listener address>` (an unspecified IP becomes 127.0.0.1).
+    /// Address the registry dials to reach this sidecar, `host:port` or
+    /// `http://host:port`; default `http://<listener address>` (an
+    /// unspecified IP becomes 127.0.0.1).
     pub advertise: Option<String>,
     /// Stable instance id; default [`default_instance_id`].
     pub instance_id: Option<String>,
@@ -60,6 +62,11 @@ pub fn default_advertise(addr: SocketAddr) -> String {
 /// accepting calls, lets in-flight ones finish (up to [`DRAIN_GRACE`]) and
 /// returns `Ok`.
 ///
+/// An announce the registry refuses for good (`INVALID_ARGUMENT`,
+/// `FAILED_PRECONDITION`) stops it the same way, and it returns
+/// [`SidecarError::Refused`] with the registry's reason; an unreachable or
+/// unavailable registry is retried with backoff.
+///
 /// Dropping the returned future stops everything without withdrawing (the
 /// lease then expires), like a crash.
 pub async fn serve(
@@ -70,23 +77,22 @@ pub async fn serve(
 ) -> Result<(), SidecarError> {
     let addr = listener.local_addr().map_err(SidecarError::Io)?;
     let runtime = Arc::new(Runtime::new(tools)?);
-    let endpoint = opts
-        .advertise
-        .clone()
-        .unwrap_or_else(|| default_advertise(addr));
+    let registry = endpoint::url(&opts.registry).map_err(SidecarError::InvalidRegistry)?;
+    let endpoint = match &opts.advertise {
+        Some(advertise) => endpoint::url(advertise).map_err(SidecarError::InvalidAdvertise)?,
+        None => default_advertise(addr),
+    };
     let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
     let announce = pb::AnnounceRequest {
         instance_id: instance_id.clone(),
         endpoint: endpoint.clone(),
         tools: runtime.descriptors(),
     };
-    let announcer = Announcer::new(&opts.registry, announce).map_err(|source| {
-        SidecarError::InvalidRegistry {
-            url: opts.registry.clone(),
-            source,
-        }
+    let announcer = Announcer::new(&registry, announce).map_err(|e| SidecarError::RegistryUri {
+        reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
+        url: registry.clone(),
     })?;
-    tracing::info!(%addr, %endpoint, instance = %instance_id, registry = %opts.registry, "sidecar serving");
+    tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
@@ -98,14 +104,14 @@ pub async fn serve(
         });
     let control = announcer.run_until(shutdown);
     tokio::pin!(server, control);
-    tokio::select! {
+    let refused = tokio::select! {
         result = &mut server => {
             // The server stopped by itself: nothing was asked to shut down.
             result?;
             return Err(SidecarError::Stopped);
         }
-        () = &mut control => {}
-    }
+        outcome = &mut control => outcome.err(),
+    };
     let _ = drain_tx.send(());
     match tokio::time::timeout(DRAIN_GRACE, server).await {
         Ok(result) => result?,
@@ -114,7 +120,10 @@ pub async fn serve(
         }
     }
     tracing::info!("sidecar stopped");
-    Ok(())
+    match refused {
+        Some(refused) => Err(refused.into()),
+        None => Ok(()),
+    }
 }
 
 /// Accepted connections with `TCP_NODELAY` and keepalive set: a custom

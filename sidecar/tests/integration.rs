@@ -14,5 +14,7 @@ mod command;
 mod execute;
 #[path = "integration/http.rs"]
 mod http;
+#[path = "integration/mistakes.rs"]
+mod mistakes;
 #[path = "integration/sdk.rs"]
 mod sdk;

@@ -66,6 +66,18 @@ const REFUSED: &[Refused] = &[
     },
 ];
 
+#[test]
+fn every_message_is_in_the_troubleshooting_doc() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/troubleshooting.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    for Refused { message, .. } in REFUSED {
+        assert!(
+            doc.contains(&format!("`{message}`")),
+            "docs/troubleshooting.md does not show {message:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_refused_flag_says_what_to_write_once() {
     let Some(binary) = binary("toolmesh-registry") else {

@@ -139,11 +139,16 @@ struct State {
     calls: Vec<Call>,
     live: Vec<String>,
     next: u32,
+    /// Statuses the next announces fail with, in order.
+    failures: std::collections::VecDeque<tonic::Status>,
+    /// Announces answered with one of `failures`.
+    failed: usize,
 }
 
 /// Records every call; heartbeats for unknown leases answer NOT_FOUND;
-/// never expires a lease nor refuses an announce. Only for what the real
-/// registry cannot show: each use says why.
+/// never expires a lease, and refuses an announce only as told
+/// ([`FakeRegistry::fail_next_announces`]). Only for what the real registry
+/// cannot show: each use says why.
 #[derive(Debug, Clone)]
 pub struct FakeRegistry {
     state: Arc<Mutex<State>>,
@@ -192,6 +197,16 @@ impl FakeRegistry {
             .collect()
     }
 
+    /// The next announces fail with `statuses`, one each, in order.
+    pub fn fail_next_announces(&self, statuses: Vec<tonic::Status>) {
+        self.state.lock().unwrap().failures.extend(statuses);
+    }
+
+    /// How many announces were answered with a failure.
+    pub fn failed_announces(&self) -> usize {
+        self.state.lock().unwrap().failed
+    }
+
     /// Forgets every lease, like a restarted registry.
     pub fn forget_leases(&self) {
         self.state.lock().unwrap().live.clear();
@@ -219,6 +234,10 @@ impl Registration for FakeRegistry {
         request: tonic::Request<pb::AnnounceRequest>,
     ) -> Result<tonic::Response<pb::AnnounceResponse>, tonic::Status> {
         let mut state = self.state.lock().unwrap();
+        if let Some(status) = state.failures.pop_front() {
+            state.failed += 1;
+            return Err(status);
+        }
         state.next += 1;
         let lease = format!("lease-{}", state.next);
         state.live.push(lease.clone());

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use tonic_types::StatusExt as _;
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::tool_event::Kind;
-use toolmesh_sidecar::Tool;
 use toolmesh_sidecar::sdk::{self, ToolError};
+use toolmesh_sidecar::server::{ServeOptions, serve};
+use toolmesh_sidecar::{SidecarError, Tool};
 use toolmesh_test_support::tools::add_tool;
 
 use crate::common::{TestRegistry, fake_registry, reserved_port, sidecar, stays, wait_until};
@@ -246,25 +248,151 @@ async fn shutdown_without_a_reachable_registry_still_returns() {
     .await;
 }
 
-#[tokio::test]
-async fn invalid_tool_sets_and_registry_urls_are_refused() {
+/// `serve`s `tools` on loopback as `instance`, announcing to `registry`,
+/// and returns what it returned within [`PATIENCE`].
+async fn served(
+    registry: &str,
+    instance: &str,
+    tools: Vec<Tool>,
+) -> Result<(), toolmesh_sidecar::SidecarError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let opts = toolmesh_sidecar::server::ServeOptions {
-        registry: "http://127.0.0.1:1".into(),
-        ..Default::default()
+    let opts = ServeOptions {
+        registry: registry.into(),
+        instance_id: Some(instance.into()),
+        ..ServeOptions::default()
     };
-    let err = toolmesh_sidecar::server::serve(listener, vec![], opts, std::future::pending())
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("no tools"), "{err}");
+    tokio::time::timeout(
+        PATIENCE,
+        serve(listener, tools, opts, std::future::pending()),
+    )
+    .await
+    .expect("serve returns")
+}
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let opts = toolmesh_sidecar::server::ServeOptions {
-        registry: "not a url\n".into(),
-        ..Default::default()
-    };
-    let err = toolmesh_sidecar::server::serve(listener, vec![noop()], opts, std::future::pending())
+#[tokio::test]
+async fn invalid_tool_sets_and_addresses_are_refused_before_any_announce() {
+    let err = served("http://127.0.0.1:1", "x", vec![]).await.unwrap_err();
+    assert_eq!(err.to_string(), "no tools to serve");
+
+    for (registry, expected) in [
+        (
+            "not a url\n",
+            "registry: \"not a url\\n\" is not a server address: only a host and a port may be given; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+        ),
+        (
+            "https://127.0.0.1:50051",
+            "registry: \"https://127.0.0.1:50051\" is not a server address: https:// needs TLS, which toolmesh does not support yet; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+        ),
+    ] {
+        let err = served(registry, "x", vec![noop()]).await.unwrap_err();
+        assert_eq!(err.to_string(), expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_address_without_a_scheme_works_like_http() {
+    let registry = TestRegistry::start(TTL).await;
+    let sidecar = sidecar(&registry.addr.to_string(), "plain", vec![noop()]).await;
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+    let response = registry.invoke("noop", "{}").await.unwrap();
+    assert_eq!(response.instance_id, "plain");
+    sidecar.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_announce_ends_serve_with_the_difference_named() {
+    let registry = TestRegistry::start(TTL).await;
+    let first = sidecar(&registry.url(), "first", vec![noop()]).await;
+    registry.wait_for_instances("noop", 1, PATIENCE).await;
+
+    let other = sdk::tool(
+        "noop",
+        "Does nothing, differently",
+        |_: serde_json::Value| async { Ok::<_, ToolError>(()) },
+    )
+    .build();
+    let err = served(&registry.url(), "second", vec![other])
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("invalid registry URL"), "{err}");
+    let SidecarError::Refused(refused) = &err else {
+        panic!("not a refusal: {err}");
+    };
+    assert_eq!(refused.code, tonic::Code::FailedPrecondition);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the registry at {} refused this sidecar's tools (FAILED_PRECONDITION): descriptor of \"noop\" conflicts with the one its live instances announced: description: live \"Does nothing\" != announced \"Does nothing, differently\"",
+            registry.url()
+        )
+    );
+    // The live instance is untouched.
+    assert_eq!(registry.instances("noop").await, 1);
+    assert!(!first.is_finished());
+    first.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_descriptor_ends_serve_with_the_registry_s_reason() {
+    let registry = TestRegistry::start(TTL).await;
+    // Valid for the sidecar (a rate above 0), below the registry's minimum.
+    let rare = sdk::tool("rare", "Once a week", |_: serde_json::Value| async {
+        Ok::<_, ToolError>(())
+    })
+    .rate_limit(0.000_001, 1)
+    .build();
+    let err = served(&registry.url(), "rare", vec![rare])
+        .await
+        .unwrap_err();
+    let SidecarError::Refused(refused) = &err else {
+        panic!("not a refusal: {err}");
+    };
+    assert_eq!(refused.code, tonic::Code::InvalidArgument);
+    assert!(
+        err.to_string().contains(
+            "(INVALID_ARGUMENT): descriptor of \"rare\" is invalid: 0.000001 must be between"
+        ),
+        "{err}"
+    );
+    assert_eq!(registry.tool("rare").await, None);
+}
+
+#[tokio::test]
+async fn failures_that_may_heal_are_retried_and_refusals_are_final() {
+    // Fake: the real registry answers UNAVAILABLE only with its Redis down,
+    // and puts everything in the message; a fake can fail on cue and put a
+    // reason in the status details alone.
+    let (registry, server) = fake_registry(TTL).await;
+    registry.fail_next_announces(vec![
+        tonic::Status::unavailable("catalog store unavailable"),
+        tonic::Status::deadline_exceeded("slow"),
+    ]);
+    let sidecar = sidecar(&server.url(), "healing", vec![noop()]).await;
+    wait_until(PATIENCE, "an announce after two failures", || {
+        registry.announces().len() == 1
+    })
+    .await;
+    assert_eq!(registry.failed_announces(), 2);
+    assert!(!sidecar.is_finished());
+    sidecar.stop().await;
+
+    registry.fail_next_announces(vec![tonic::Status::with_error_details(
+        tonic::Code::InvalidArgument,
+        "announce refused",
+        tonic_types::ErrorDetails::with_bad_request_violation(
+            "tools[0].description",
+            "longer than 16384 bytes",
+        ),
+    )]);
+    let err = served(&server.url(), "refused", vec![noop()])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the registry at {} refused this sidecar's tools (INVALID_ARGUMENT): announce refused; tools[0].description: longer than 16384 bytes",
+            server.url()
+        )
+    );
+    assert_eq!(registry.failed_announces(), 3, "refused once, not retried");
+    assert_eq!(registry.announces().len(), 1);
 }

@@ -217,7 +217,7 @@ async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_conflicting_sidecar_is_refused_until_the_live_one_withdraws() {
+async fn a_conflicting_sidecar_exits_with_the_conflict_named_and_the_live_one_stays() {
     let Some(bin) = binary("toolmesh-sidecar") else {
         return;
     };
@@ -235,28 +235,45 @@ async fn a_conflicting_sidecar_is_refused_until_the_live_one_withdraws() {
     registry.wait_for_instances("shared", 1, PATIENCE).await;
     let live = registry.descriptor("shared").await.unwrap();
 
-    // The binary, for its log: the refusal is visible nowhere else.
-    let second = SidecarProcess::start(
+    let second_yaml = format!("tools:\n{}", echo_tool("shared", "The second"));
+    let mut second = SidecarProcess::spawn(
         &bin,
-        &registry.url(),
-        "second",
-        &format!("tools:\n{}", echo_tool("shared", "The second")),
-    )
-    .await;
-    wait_until(PATIENCE, "the second sidecar to be refused", || {
-        second
-            .log()
-            .lines()
-            .any(|l| l.contains("announce failed") && l.contains("FailedPrecondition"))
-    })
-    .await;
+        &second_yaml,
+        &[
+            "--registry",
+            &registry.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--instance-id",
+            "second",
+        ],
+        &[],
+    );
+    // The registry will not take it while the first lives: it stops at
+    // once, saying why, rather than retry for ever.
+    let status = second.exited(PATIENCE).await;
+    let log = second.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let errors: Vec<_> = log.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "error: the registry at {} refused this sidecar's tools (FAILED_PRECONDITION): descriptor of \"shared\" conflicts with the one its live instances announced: description: live \"The first\" != announced \"The second\"",
+            registry.url()
+        )],
+        "{log}"
+    );
+    assert_eq!(log.matches("announce failed").count(), 0, "{log}");
+
     assert_eq!(registry.descriptor("shared").await.unwrap(), live);
     assert_eq!(registry.instances("shared").await, 1);
     let response = registry.invoke("shared", "{}").await.unwrap();
     assert_eq!(response.instance_id, "first");
 
+    // Changing a tool's descriptor: stop its live instances, then start
+    // the new one.
     first.stop().await;
-    // Backoff is capped at 5 s.
+    let _second = SidecarProcess::start(&bin, &registry.url(), "second", &second_yaml).await;
     eventually(PATIENCE, "the second sidecar's tool", || async {
         registry
             .descriptor("shared")
@@ -266,6 +283,42 @@ async fn a_conflicting_sidecar_is_refused_until_the_live_one_withdraws() {
     .await;
     let response = registry.invoke("shared", "{}").await.unwrap();
     assert_eq!(response.instance_id, "second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_and_addresses_without_a_scheme_work() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let mut process = SidecarProcess::spawn(
+        &bin,
+        &format!("tools:\n{}", echo_tool("named", "Echo")),
+        &[
+            "--registry",
+            &registry.addr.to_string(),
+            "--listen",
+            "localhost:0",
+            "--advertise",
+            "127.0.0.1:1",
+            "--instance-id",
+            "named",
+        ],
+        &[],
+    );
+    let bound = process.bound(PATIENCE).await;
+    assert!(bound.ip().is_loopback(), "bound {bound}");
+    let log = process.log();
+    assert!(
+        log.lines().any(
+            |l| l.contains("host name resolved; listening on its first address")
+                && l.contains(&format!("listen=localhost:0 addr={}:0", bound.ip()))
+        ),
+        "{log}"
+    );
+    // Announced (to a registry given as host:port), with the advertised
+    // host:port made a URL: the registry refuses anything else.
+    registry.wait_for_instances("named", 1, PATIENCE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -151,12 +151,13 @@ async fn non_zero_exit_is_an_error_result_with_stderr_and_code() {
 }
 
 #[tokio::test]
-async fn missing_program_is_unavailable() {
+async fn a_program_gone_after_start_is_unavailable() {
+    // A missing program stops the sidecar at start (see the config
+    // tests); one removed while it runs fails the call, retryably.
     let dir = tempfile::tempdir().unwrap();
-    let rt = runtime(
-        dir.path(),
-        "    backend:\n      command: [./no-such-program]\n",
-    );
+    script(dir.path(), "tool.sh", "#!/bin/sh\necho '{}'\n");
+    let rt = runtime(dir.path(), "    backend:\n      command: [./tool.sh]\n");
+    std::fs::remove_file(dir.path().join("tool.sh")).unwrap();
     let err = rt.execute("t", "{}", None).await.unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::Unavailable);
 }

@@ -1,0 +1,163 @@
+//! The rules of a config that serde cannot express: tool names unique and
+//! well formed, schemas that compile, limits above 0, one backend per tool,
+//! addresses that parse. Each broken rule is a [`Problem`] at its key.
+
+use std::collections::HashMap;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use serde_json::Value;
+use toolmesh_proto::endpoint;
+use toolmesh_proto::listen::ListenAddr;
+
+use super::key::KeyPath;
+use super::problem::Problem;
+use super::{SidecarConfig, ToolConfig};
+use crate::tool::validate_tool_name;
+use crate::{arguments, schema};
+
+/// Checks every rule of `config`; the first broken one is the error.
+pub(super) fn check(config: &SidecarConfig) -> Result<(), Problem> {
+    let root = KeyPath::root();
+    for (key, address) in [
+        ("registry", &config.registry),
+        ("advertise", &config.advertise),
+    ] {
+        if let Some(address) = address {
+            endpoint::url(address).map_err(|e| Problem::new(root.key(key), e.to_string()))?;
+        }
+    }
+    if let Some(address) = &config.listen {
+        address
+            .parse::<ListenAddr>()
+            .map_err(|e| Problem::new(root.key("listen"), e.to_string()))?;
+    }
+    let mut names = HashMap::new();
+    for (index, tool) in config.tools.iter().enumerate() {
+        let at = root.key("tools").index(index);
+        if validate_tool_name(&tool.name).is_err() {
+            return Err(Problem::found(at.key("name"), format!("{:?}", tool.name)));
+        }
+        if let Some(first) = names.insert(tool.name.as_str(), index) {
+            return Err(Problem::new(
+                at.key("name"),
+                format!(
+                    "{:?} is already the name of tools[{first}]; each tool needs a name of its own",
+                    tool.name
+                ),
+            ));
+        }
+        check_tool(tool, &at)?;
+    }
+    Ok(())
+}
+
+fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
+    if let Some(args) = &tool.arguments {
+        if tool.input_schema.is_some() {
+            return Err(Problem::new(
+                at.key("input_schema"),
+                "set arguments or input_schema, not both",
+            ));
+        }
+        arguments::compile(args)
+            .map_err(|e| Problem::new(at.key("arguments").index(e.index).key(e.key), e.problem))?;
+        for (index, arg) in args.iter().enumerate() {
+            if let Some(items @ (Value::Object(_) | Value::Bool(_))) = &arg.items {
+                check_schema(items, &at.key("arguments").index(index).key("items"))?;
+            }
+        }
+    }
+    for key in ["input_schema", "output_schema"] {
+        let schema = if key == "input_schema" {
+            &tool.input_schema
+        } else {
+            &tool.output_schema
+        };
+        if let Some(schema) = schema {
+            check_schema(schema, &at.key(key))?;
+        }
+    }
+    if let Some(limit) = tool.rate_limit
+        && !(limit.rate.is_finite() && limit.rate > 0.0)
+    {
+        return Err(Problem::found(at.key("rate_limit").key("rate"), limit.rate));
+    }
+    if let Some(timeout) = tool.timeout
+        && timeout.is_zero()
+    {
+        return Err(Problem::found(at.key("timeout"), "0s"));
+    }
+    if tool.max_output_bytes == Some(0) {
+        return Err(Problem::found(at.key("max_output_bytes"), 0));
+    }
+    check_backend(tool, &at.key("backend"))
+}
+
+fn check_schema(schema: &Value, at: &KeyPath) -> Result<(), Problem> {
+    let kind = match schema {
+        Value::Object(_) | Value::Bool(_) => None,
+        Value::Array(_) => Some("a list".to_owned()),
+        Value::Null => Some("nothing".to_owned()),
+        other => Some(other.to_string()),
+    };
+    if let Some(kind) = kind {
+        return Err(Problem::found(at.clone(), kind));
+    }
+    schema::check(schema).map_err(|e| Problem::new(at.join(&e.at), e.message))
+}
+
+fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
+    let backend = &tool.backend;
+    match (&backend.http, &backend.command) {
+        (Some(_), Some(_)) => Err(Problem::new(
+            at.clone(),
+            "has both http and command; keep one of them",
+        )),
+        (None, None) => Err(Problem::found(at.clone(), "neither http nor command")),
+        (Some(http), None) => {
+            for (key, set) in [
+                ("env", backend.env.is_some()),
+                ("cwd", backend.cwd.is_some()),
+            ] {
+                if set {
+                    return Err(Problem::new(
+                        at.key(key),
+                        "only applies to a command backend; remove it",
+                    ));
+                }
+            }
+            let at = at.key("http");
+            http_url(&http.url)
+                .map_err(|why| Problem::found(at.key("url"), format!("{:?} ({why})", http.url)))?;
+            for (name, value) in &http.headers {
+                let header = at.key("headers").key(name.clone());
+                if HeaderName::try_from(name.as_str()).is_err() {
+                    return Err(Problem::new(
+                        header,
+                        format!("{name:?} is not a valid header name"),
+                    ));
+                }
+                if HeaderValue::try_from(value.as_str()).is_err() {
+                    return Err(Problem::found(header, format!("{value:?}")));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(command)) => match command.first() {
+            None => Err(Problem::found(at.key("command"), "an empty list")),
+            Some(program) if program.is_empty() => {
+                Err(Problem::found(at.key("command"), "an empty program name"))
+            }
+            Some(_) => Ok(()),
+        },
+    }
+}
+
+/// `url` parsed, if it is an `http://` or `https://` URL.
+pub(super) fn http_url(url: &str) -> Result<reqwest::Url, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+    match parsed.scheme() {
+        "http" | "https" => Ok(parsed),
+        _ => Err("it does not start with http:// or https://".into()),
+    }
+}
