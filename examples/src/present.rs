@@ -3,7 +3,7 @@
 //! with their google.rpc details decoded.
 
 use serde_json::{Value, json};
-use tonic::{Code, Status};
+use tonic::Status;
 use tonic_types::StatusExt as _;
 use toolmesh_proto::pb;
 
@@ -94,35 +94,12 @@ pub fn function_definition(descriptor: &pb::ToolDescriptor) -> Value {
     })
 }
 
-/// The canonical name of a gRPC code, e.g. `INVALID_ARGUMENT`.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
-
 /// A status as lines: code and message, then every google.rpc detail the
 /// registry attached, decoded with `tonic_types`.
 pub fn describe_status(status: &Status) -> Vec<String> {
     let mut lines = vec![format!(
         "{}: {}",
-        code_name(status.code()),
+        toolmesh_proto::code::name(status.code()),
         status.message()
     )];
     let details = status.get_error_details();
@@ -215,7 +192,8 @@ mod tests {
         let mut details =
             ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(500)));
         details.add_quota_failure_violation("tool:t", "1/s");
-        let status = Status::with_error_details(Code::ResourceExhausted, "slow down", details);
+        let status =
+            Status::with_error_details(tonic::Code::ResourceExhausted, "slow down", details);
         let lines = describe_status(&status);
         assert_eq!(lines[0], "RESOURCE_EXHAUSTED: slow down");
         assert!(

@@ -27,6 +27,7 @@ use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_test_support::catalog;
 use toolmesh_test_support::process::{SidecarProcess, binary, is_dead};
+use toolmesh_test_support::registry_process::RegistryProcess;
 use toolmesh_test_support::wait::{eventually, wait_until};
 
 /// How long processes may take to start and tools to appear.
@@ -43,61 +44,24 @@ fn tools_dir() -> PathBuf {
 /// A `toolmesh-registry` on a loopback port of its choosing, killed when
 /// dropped.
 struct Registry {
-    _child: Child,
+    _process: RegistryProcess,
     addr: SocketAddr,
-    _dir: tempfile::TempDir,
 }
 
 impl Registry {
     async fn start(binary: &Path) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log_path = dir.path().join("registry.log");
-        let log = std::fs::File::create(&log_path).expect("create the log");
-        let mut child = Command::new(binary)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("share the log"))
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start toolmesh-registry");
-        let deadline = Instant::now() + STARTUP;
-        let addr = loop {
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if let Some(addr) = text.lines().find_map(listening_address) {
-                break addr;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("toolmesh-registry exited ({status}) before listening:\n{text}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "toolmesh-registry did not listen within {STARTUP:?}:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let (process, addr) =
+            RegistryProcess::start(binary, &["--listen", "127.0.0.1:0"], &[("NO_COLOR", "1")])
+                .await;
         Self {
-            _child: child,
+            _process: process,
             addr,
-            _dir: dir,
         }
     }
 
     fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
-}
-
-/// The address in the registry's `... listening address=…` log line.
-fn listening_address(line: &str) -> Option<SocketAddr> {
-    if !line.contains("listening") {
-        return None;
-    }
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix("address="))
-        .and_then(|addr| addr.trim_matches('"').parse().ok())
 }
 
 /// The shipped `examples/tools/<language>/sidecar.yaml`, as the sidecar

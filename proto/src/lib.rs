@@ -9,6 +9,7 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
 //! - [`timeout`]: the `grpc-timeout` header, read by both servers, and the
 //!   margin both keep back to answer within it.
+//! - [`code`]: gRPC status codes by their canonical names.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port` or `http://host:port`).
 //! - [`listen`]: addresses a server listens on (`IP:port`, or `host:port`
@@ -35,6 +36,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub use prost_types::Duration;
 
+pub mod code;
 pub mod endpoint;
 pub mod listen;
 pub mod timeout;

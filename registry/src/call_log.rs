@@ -35,7 +35,7 @@ impl CallLog {
             tool: tool.to_owned(),
             started: Instant::now(),
             enabled,
-            outcome: code_name(Code::Cancelled),
+            outcome: toolmesh_proto::code::name(Code::Cancelled),
             instance: None,
             attempts: 0,
             replayed: false,
@@ -92,30 +92,7 @@ pub fn outcome(result: &Result<InvokeResponse, RegistryError>) -> &'static str {
     match result {
         Ok(response) if response.is_error => "tool_error",
         Ok(_) => "ok",
-        Err(error) => code_name(error.code()),
-    }
-}
-
-/// The canonical name of a gRPC status code, as grpc.io writes it.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
+        Err(error) => toolmesh_proto::code::name(error.code()),
     }
 }
 

@@ -9,7 +9,7 @@ use tonic_types::StatusExt as _;
 /// unchanged (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`): the sidecar stops
 /// instead of retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the registry at {registry} refused this sidecar's tools ({}): {}", code_name(*.code), self.reason())]
+#[error("the registry at {registry} refused this sidecar's tools ({}): {}", toolmesh_proto::code::name(*.code), self.reason())]
 pub struct AnnounceRefused {
     /// The registry's URL.
     pub registry: String,
@@ -86,29 +86,6 @@ pub fn is_final(code: Code) -> bool {
         | Code::Unavailable
         | Code::DataLoss
         | Code::Unauthenticated => false,
-    }
-}
-
-/// The canonical name of `code`, as grpcurl and the docs write it.
-pub fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
     }
 }
 

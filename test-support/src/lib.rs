@@ -16,6 +16,8 @@
 //!   through a oneshot with its result checked; the sidecar served that way.
 //! - [`process`]: the workspace's binaries, a `toolmesh-sidecar` process
 //!   with its log and ready signal, and "is this pid dead?".
+//! - [`registry_process`]: the `toolmesh-registry` binary as a process,
+//!   its address read from its own "listening" line.
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
 
@@ -23,6 +25,7 @@ pub mod catalog;
 pub mod ports;
 pub mod process;
 pub mod redis;
+pub mod registry_process;
 pub mod server;
 pub mod suite;
 pub mod tools;

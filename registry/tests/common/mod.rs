@@ -5,7 +5,6 @@
 
 pub mod processes;
 pub mod redis_probe;
-pub mod registry_process;
 
 use std::{net::SocketAddr, time::Duration};
 

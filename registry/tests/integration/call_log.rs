@@ -15,7 +15,9 @@ use toolmesh_proto::pb::{
 };
 use toolmesh_registry::catalog::lease_tag;
 
-use crate::common::{registry_process::*, *};
+use toolmesh_test_support::{process::binary, registry_process::*};
+
+use crate::common::*;
 
 /// One call line's fields, from text or JSON, quotes removed.
 type Fields = BTreeMap<String, String>;

@@ -3,7 +3,9 @@
 
 use std::net::SocketAddr;
 
-use crate::common::{registry_process::*, *};
+use toolmesh_test_support::{process::binary, registry_process::*};
+
+use crate::common::*;
 
 /// What clap prints after a refused flag value.
 const CLAP_TAIL: &str =

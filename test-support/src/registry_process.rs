@@ -10,8 +10,6 @@ use std::{
 
 use tokio::process::{Child, Command};
 
-pub use toolmesh_test_support::process::binary;
-
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
 const CLEARED_ENV: [&str; 5] = [
@@ -77,8 +75,11 @@ impl RegistryProcess {
 
 /// What a run that ended printed.
 pub struct Finished {
+    /// How it ended.
     pub status: ExitStatus,
+    /// Its standard output.
     pub stdout: String,
+    /// Its standard error.
     pub stderr: String,
 }
 
