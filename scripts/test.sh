@@ -51,6 +51,16 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 step "Python and TypeScript agents"
 bash examples/agents/test.sh 2>&1 | tee -a "$log" || status=1
 
+# The image (a static release build into target/static, then podman build,
+# by scripts/image.sh) and the charts: lint, render, Kubernetes' schemas,
+# then the registry and a tool on `podman kube play`.
+step "Helm charts and the image (charts/tests)"
+{
+    PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
+        "$PYTHON" -m pip install --quiet -r charts/tests/requirements.txt &&
+        "$PYTHON" -m pytest -q -p no:cacheprovider charts/tests
+} 2>&1 | tee -a "$log" || status=1
+
 # One closing line over every runner. cargo: "test result: ok. 3 passed;
 # 1 failed; 2 ignored"; pytest -q: "1 failed, 8 passed, 1 skipped in 2.1s";
 # node --test: "ℹ pass 9", "ℹ fail 0", "ℹ skipped 0".

@@ -22,6 +22,8 @@
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
 //! - [`call_log`]: the one `info` line every call writes.
+//! - [`probe`]: `toolmesh-registry health`, a health check of a running
+//!   registry.
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
@@ -35,6 +37,7 @@ pub mod descriptor;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
+pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis_pool;

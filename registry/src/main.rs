@@ -1,11 +1,14 @@
 //! The `toolmesh-registry` binary: parse flags, bind, serve until SIGTERM or
-//! SIGINT. A failure is printed once, as one `error:` line on stderr, and
-//! the exit code is 1 (2 for a flag clap refuses).
+//! SIGINT; or, as `toolmesh-registry health`, check a running registry's
+//! health ([`toolmesh_registry::probe`]). A failure is printed once, as one
+//! `error:` line on stderr, and the exit code is 1 (2 for a flag clap
+//! refuses).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser as _;
+use clap::{Parser, Subcommand};
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
@@ -17,16 +20,71 @@ use toolmesh_registry::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The command line: the registry's flags, or another command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmesh-registry",
+    version,
+    about,
+    long_about = None,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    config: Config,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a running registry's gRPC health and exit 0 only if every
+    /// service asked about is SERVING (for `helm test` and exec probes: the
+    /// image has no shell and no grpcurl).
+    Health(HealthArgs),
+}
+
+/// `toolmesh-registry health`.
+#[derive(Debug, clap::Args)]
+struct HealthArgs {
+    /// The registry: host:port or http://host:port.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    address: String,
+    /// A service to check, repeatable: "" (the whole server),
+    /// toolmesh.v1.ToolRegistry, toolmesh.v1.Registration [default: ""].
+    #[arg(long = "service")]
+    services: Vec<String>,
+    /// Longest the whole check may take, e.g. 5s or 500ms.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = Config::parse();
-    match serve(config).await {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Health(args)) => health(args).await,
+        None => serve(cli.config).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+async fn health(args: HealthArgs) -> anyhow::Result<()> {
+    let services = if args.services.is_empty() {
+        vec![String::new()]
+    } else {
+        args.services
+    };
+    toolmesh_registry::probe::check(&args.address, &services, args.timeout).await?;
+    let names: Vec<String> = services.iter().map(|s| format!("{s:?}")).collect();
+    println!("{}: SERVING ({})", args.address, names.join(", "));
+    Ok(())
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

@@ -48,29 +48,14 @@ pub enum ServeError {
 
 impl From<tonic_reflection::server::Error> for ServeError {
     fn from(error: tonic_reflection::server::Error) -> Self {
-        Self::Reflection(with_causes(&error))
+        Self::Reflection(toolmesh_telemetry::causes(&error))
     }
 }
 
 impl From<tonic::transport::Error> for ServeError {
     fn from(error: tonic::transport::Error) -> Self {
-        Self::Transport(with_causes(&error))
+        Self::Transport(toolmesh_telemetry::causes(&error))
     }
-}
-
-/// `error: cause: cause…`, each once (a cause its parent already quotes is
-/// not repeated).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text = format!("{text}: {line}");
-        }
-        next = cause.source();
-    }
-    text
 }
 
 /// The descriptor sets server reflection serves: the contract, gRPC health,
@@ -304,7 +289,12 @@ impl Registry {
         health
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
-        tokio::time::sleep(self.config.shutdown_delay).await;
+        // Still accepting: new connections (probes, agents whose balancer
+        // has not heard yet) are served during the delay.
+        tokio::select! {
+            result = &mut server => return result.map_err(ServeError::from),
+            () = tokio::time::sleep(self.config.shutdown_delay) => {}
+        }
         watchers.cancel();
         stop.cancel();
         if let Ok(result) = tokio::time::timeout(self.config.shutdown_grace, &mut server).await {
@@ -386,27 +376,5 @@ async fn janitor(
             }
         }
         live = now;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An error that quotes its cause and also returns it as `source`, as
-    /// many do.
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer: {0}")]
-    struct Quoting(#[source] std::io::Error);
-
-    #[test]
-    fn causes_are_written_once() {
-        let quoting = Quoting(std::io::Error::other("inner"));
-        assert_eq!(with_causes(&quoting), "outer: inner");
-        #[derive(Debug, thiserror::Error)]
-        #[error("outer")]
-        struct Wrapping(#[source] std::io::Error);
-        let wrapping = Wrapping(std::io::Error::other("inner"));
-        assert_eq!(with_causes(&wrapping), "outer: inner");
     }
 }

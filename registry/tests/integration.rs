@@ -15,6 +15,8 @@ mod faults;
 mod flags;
 #[path = "integration/grpcurl.rs"]
 mod grpcurl;
+#[path = "integration/health_command.rs"]
+mod health_command;
 #[path = "integration/idempotency.rs"]
 mod idempotency;
 #[path = "integration/keys.rs"]

@@ -1,7 +1,9 @@
 //! Keeps this sidecar in the registry's catalog: announce, heartbeat every
 //! TTL/3, announce again when a heartbeat answers NOT_FOUND, back off (with
-//! jitter) while the registry is unreachable, withdraw on shutdown. An
-//! announce refused for good ([`crate::refusal::is_final`]) ends it.
+//! jitter) while the registry is unreachable, withdraw when told to stop.
+//! An announce refused for good ([`crate::refusal::is_final`]) ends it. The
+//! first announce that succeeds turns the sidecar's health SERVING
+//! ([`crate::health`] says why a lost lease does not turn it back).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,6 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
 
+use crate::health::Readiness;
 use crate::refusal::{self, AnnounceRefused};
 
 /// First retry delay after a failed call.
@@ -67,6 +70,9 @@ pub(crate) struct Announcer {
     request: pb::AnnounceRequest,
     lease: Option<Lease>,
     backoff: Backoff,
+    readiness: Readiness,
+    /// Whether an announce has succeeded (health reported SERVING).
+    announced: bool,
 }
 
 fn ttl_of(ttl: Option<prost_types::Duration>) -> Duration {
@@ -96,10 +102,12 @@ fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
 
 impl Announcer {
     /// An announcer for `request` talking to the registry at `registry`
-    /// (connects lazily: an unreachable registry is retried, not an error).
+    /// (connects lazily: an unreachable registry is retried, not an error),
+    /// reporting its first announce to `readiness`.
     pub(crate) fn new(
         registry: &str,
         request: pb::AnnounceRequest,
+        readiness: Readiness,
     ) -> Result<Self, tonic::transport::Error> {
         let channel = Endpoint::from_shared(registry.to_owned())?
             .connect_timeout(RPC_TIMEOUT_CAP)
@@ -110,25 +118,27 @@ impl Announcer {
             request,
             lease: None,
             backoff: Backoff::new(),
+            readiness,
+            announced: false,
         })
     }
 
-    /// Keeps the lease alive until `shutdown` completes, then withdraws it;
-    /// or until the registry refuses the announce for good (no lease is held
-    /// then).
-    pub(crate) async fn run_until(
+    /// Keeps the lease alive until `stop` completes, then withdraws it and
+    /// returns what `stop` returned; or until the registry refuses the
+    /// announce for good (no lease is held then).
+    pub(crate) async fn run_until<T>(
         mut self,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<(), AnnounceRefused> {
-        tokio::select! {
+        stop: impl Future<Output = T>,
+    ) -> Result<T, AnnounceRefused> {
+        let stopped = tokio::select! {
             result = self.keep_alive() => {
                 let Err(refused) = result;
                 return Err(refused);
             }
-            () = shutdown => {}
-        }
+            stopped = stop => stopped,
+        };
         self.withdraw().await;
-        Ok(())
+        Ok(stopped)
     }
 
     /// Announces, then heartbeats, until an announce is refused for good.
@@ -163,6 +173,10 @@ impl Announcer {
                     ttl,
                 });
                 self.backoff.reset();
+                if !self.announced {
+                    self.announced = true;
+                    self.readiness.serving().await;
+                }
             }
             Err(status) if refusal::is_final(status.code()) => {
                 tracing::error!(instance, registry = %self.registry, code = ?status.code(), "announce refused; stopping");
@@ -210,6 +224,7 @@ impl Announcer {
     /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
     async fn withdraw(&mut self) {
         let Some(lease) = self.lease.take() else {
+            tracing::info!(instance = %self.request.instance_id, "no lease to withdraw");
             return;
         };
         let message = pb::WithdrawRequest {

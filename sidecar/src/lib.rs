@@ -21,9 +21,15 @@
 //!   with backoff and jitter.
 //! - [`refusal`]: which announce refusals are final, and the error that
 //!   ends the sidecar on one.
-//! - [`server`]: [`server::serve`], which ties the runtime and announcer
-//!   to a listener and a shutdown future.
-//! - [`shutdown`]: the SIGTERM / SIGINT future a sidecar process stops on.
+//! - [`health`]: `grpc.health.v1.Health` on the runtime's port: whether
+//!   the registry knows this sidecar (for readiness probes).
+//! - [`server`]: [`server::serve`], which ties the runtime, health and
+//!   announcer to a listener, a shutdown future and (with
+//!   [`server::serve_with_withdraw`]) a withdraw request.
+//! - [`shutdown`]: the signals a sidecar process acts on: SIGTERM / SIGINT
+//!   (stop), SIGUSR1 (withdraw, keep serving).
+//! - [`withdraw`]: `toolmesh-sidecar withdraw` (Kubernetes' `preStop`):
+//!   signal the running sidecar, wait until its health says it withdrew.
 //! - [`sdk`]: Rust tools with schemas derived from their types, and an
 //!   embedded [`sdk::Sidecar`].
 
@@ -31,6 +37,7 @@ mod announcer;
 pub mod arguments;
 pub mod backend;
 pub mod config;
+pub mod health;
 pub mod refusal;
 pub mod runtime;
 mod schema;
@@ -38,6 +45,7 @@ pub mod sdk;
 pub mod server;
 pub mod shutdown;
 pub mod tool;
+pub mod withdraw;
 
 pub use tool::{Backend, BackendError, Outcome, Tool};
 

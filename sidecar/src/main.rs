@@ -1,5 +1,8 @@
 //! `toolmesh-sidecar`: serves the tools of a YAML config and keeps them
-//! announced to the registry. SIGTERM / SIGINT shut it down gracefully.
+//! announced to the registry. SIGTERM / SIGINT shut it down gracefully;
+//! SIGUSR1 makes it withdraw from the registry and keep serving until then.
+//! `toolmesh-sidecar withdraw` sends that SIGUSR1, for Kubernetes' `preStop`
+//! hook ([`toolmesh_sidecar::withdraw`]).
 //!
 //! Everything is checked before the port is bound: the config (every key,
 //! every schema, every command's program), the registry, advertise and
@@ -8,14 +11,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser};
+use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use toolmesh_proto::endpoint;
 use toolmesh_proto::listen::ListenAddr;
 use toolmesh_sidecar::config::SidecarConfig;
-use toolmesh_sidecar::server::{ServeOptions, serve};
+use toolmesh_sidecar::server::{ServeOptions, serve_with_withdraw};
+use toolmesh_sidecar::withdraw::{self, Withdrawn};
 
 const DEFAULT_REGISTRY: &str = "http://127.0.0.1:50051";
 const DEFAULT_LISTEN: &str = "127.0.0.1:50061";
@@ -28,11 +33,21 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Command line; each flag may also come from its environment variable.
 /// Precedence: flag/env, then the config file, then the default.
 #[derive(Debug, Parser)]
-#[command(name = "toolmesh-sidecar", version, about)]
+#[command(
+    name = "toolmesh-sidecar",
+    version,
+    about,
+    after_help = AFTER_HELP,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    /// Another command instead of serving.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// YAML file declaring the tools.
-    #[arg(long, env = "TOOLMESH_SIDECAR_CONFIG")]
-    config: PathBuf,
+    #[arg(long, env = "TOOLMESH_SIDECAR_CONFIG", required = true)]
+    config: Option<PathBuf>,
     /// Registry address, host:port or http://host:port [default: http://127.0.0.1:50051].
     #[arg(long, env = "TOOLMESH_REGISTRY")]
     registry: Option<String>,
@@ -52,11 +67,65 @@ struct Cli {
     log: toolmesh_telemetry::LogArgs,
 }
 
+const AFTER_HELP: &str = "\
+Health: grpc.health.v1.Health on the --listen port, for the services \"\" and
+toolmesh.v1.ToolRuntime: NOT_SERVING until the first announce succeeded,
+SERVING from then on (also while a lost lease is announced again), and
+NOT_SERVING again once withdrawn.
+
+Signals: SIGTERM or SIGINT: withdraw, finish the calls in flight (up to 10s),
+exit. SIGUSR1: withdraw, keep serving calls until SIGTERM
+(`toolmesh-sidecar withdraw` sends it).";
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make the sidecar running in this container withdraw from the
+    /// registry, for Kubernetes' preStop hook.
+    #[command(long_about = WITHDRAW_ABOUT)]
+    Withdraw(WithdrawArgs),
+}
+
+const WITHDRAW_ABOUT: &str = "\
+Make the sidecar running in this container withdraw from the registry, for
+Kubernetes' preStop hook (the image has no shell: the hook runs this binary).
+
+It checks that the sidecar's health answers on --listen, sends SIGUSR1 to
+--pid, and waits until the sidecar reports NOT_SERVING, which it does once the
+registry answered its Withdraw. The sidecar stops announcing, keeps serving
+calls (those in flight, and any the registry still sends) until SIGTERM, then
+finishes them and exits. Exit status 0 once withdrawn, 1 with one line on
+stderr otherwise.";
+
+/// `toolmesh-sidecar withdraw`.
+#[derive(Debug, clap::Args)]
+struct WithdrawArgs {
+    /// The sidecar's process id: 1 is the sidecar in its own container.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+    pid: i32,
+    /// Where the sidecar listens (its --listen); 0.0.0.0 is reached on
+    /// 127.0.0.1 [default: the `listen` key of --config, else 127.0.0.1:50061].
+    #[arg(long, env = "TOOLMESH_SIDECAR_LISTEN")]
+    listen: Option<String>,
+    /// The sidecar's YAML file, read only for its `listen` key when
+    /// --listen is not set.
+    #[arg(long, env = "TOOLMESH_SIDECAR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Longest to wait for the sidecar to withdraw, e.g. 5s or 500ms.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Before anything else: until it is handled, SIGUSR1 ends the process.
+    let withdraw = toolmesh_sidecar::shutdown::withdraw_requested();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    match run(cli, &matches).await {
+    let result = match cli.command {
+        Some(Command::Withdraw(args)) => request_withdraw(args, &matches).await,
+        None => run(cli, &matches, withdraw).await,
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", said_once(&error));
@@ -65,15 +134,55 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
+/// `toolmesh-sidecar withdraw`.
+async fn request_withdraw(args: WithdrawArgs, matches: &ArgMatches) -> anyhow::Result<()> {
+    let matches = matches
+        .subcommand_matches("withdraw")
+        .context("no withdraw arguments")?;
+    let (listen, from) = match (args.listen, &args.config) {
+        (Some(listen), _) => {
+            let from = match matches.value_source("listen") {
+                Some(ValueSource::EnvVariable) => "TOOLMESH_SIDECAR_LISTEN",
+                _ => "--listen",
+            };
+            (listen, from.to_owned())
+        }
+        (None, Some(file)) => match SidecarConfig::load(file)?.listen {
+            Some(listen) => (listen, format!("{}: listen", file.display())),
+            None => (DEFAULT_LISTEN.to_owned(), "--listen".to_owned()),
+        },
+        (None, None) => (DEFAULT_LISTEN.to_owned(), "--listen".to_owned()),
+    };
+    let addr = withdraw::target(&listen).map_err(|e| anyhow!("{from}: {e}"))?;
+    match withdraw::request(args.pid, addr, args.timeout).await? {
+        Withdrawn::Now => println!(
+            "the sidecar on {addr} (pid {}) withdrew from the registry; it serves calls until SIGTERM",
+            args.pid
+        ),
+        Withdrawn::NotServingBefore => println!(
+            "the sidecar on {addr} (pid {}) was not serving (not announced yet, or withdrawn already); it was told to withdraw",
+            args.pid
+        ),
+    }
+    Ok(())
+}
+
+async fn run(
+    cli: Cli,
+    matches: &ArgMatches,
+    withdraw: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     toolmesh_telemetry::init(&cli.log)?;
 
     // Config first, ports second.
-    let config = SidecarConfig::load(&cli.config)?;
-    let tools = config.build_tools(cli.config.parent().unwrap_or(Path::new("")))?;
+    let Some(config_file) = cli.config else {
+        anyhow::bail!("--config is required");
+    };
+    let config = SidecarConfig::load(&config_file)?;
+    let tools = config.build_tools(config_file.parent().unwrap_or(Path::new("")))?;
     let setting = Setting {
         matches,
-        config_file: &cli.config,
+        config_file: &config_file,
     };
     let (registry, from) = setting.pick(
         "registry",
@@ -126,10 +235,11 @@ async fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         advertise,
         instance_id: cli.instance_id.or(config.instance_id),
     };
-    serve(
+    serve_with_withdraw(
         listener,
         tools,
         opts,
+        withdraw,
         toolmesh_sidecar::shutdown::signal_received(),
     )
     .await?;

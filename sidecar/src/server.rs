@@ -1,5 +1,7 @@
-//! [`serve`]: the sidecar as a library: serve `ToolRuntime` on a bound
-//! listener, keep the registry informed, and shut down gracefully.
+//! [`serve`]: the sidecar as a library: serve `ToolRuntime` and
+//! `grpc.health.v1.Health` ([`crate::health`]) on a bound listener, keep
+//! the registry informed, withdraw on request ([`serve_with_withdraw`]),
+//! and shut down gracefully.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,6 +15,8 @@ use toolmesh_proto::{endpoint, pb};
 
 use crate::SidecarError;
 use crate::announcer::Announcer;
+use crate::health::Readiness;
+use crate::refusal::AnnounceRefused;
 use crate::runtime::{Runtime, RuntimeService};
 use crate::tool::Tool;
 
@@ -62,6 +66,10 @@ pub fn default_advertise(addr: SocketAddr) -> String {
 /// accepting calls, lets in-flight ones finish (up to [`DRAIN_GRACE`]) and
 /// returns `Ok`.
 ///
+/// It serves `grpc.health.v1.Health` on the same listener:
+/// `NOT_SERVING` until the first announce succeeded, `SERVING` from then
+/// on, `NOT_SERVING` again once withdrawn (see [`crate::health`]).
+///
 /// An announce the registry refuses for good (`INVALID_ARGUMENT`,
 /// `FAILED_PRECONDITION`) stops it the same way, and it returns
 /// [`SidecarError::Refused`] with the registry's reason; an unreachable or
@@ -73,6 +81,23 @@ pub async fn serve(
     listener: TcpListener,
     tools: Vec<Tool>,
     opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), SidecarError> {
+    serve_with_withdraw(listener, tools, opts, std::future::pending(), shutdown).await
+}
+
+/// [`serve`], which also withdraws when `withdraw` completes (the
+/// `toolmesh-sidecar` binary: on SIGUSR1, see
+/// [`crate::shutdown::withdraw_requested`]), before `shutdown`: it leaves
+/// the registry (health `NOT_SERVING` once the registry answered, within a
+/// few seconds), stops announcing for good, and keeps serving calls, those
+/// in flight and any the registry still sends, until `shutdown` completes;
+/// then it drains and returns as [`serve`] does.
+pub async fn serve_with_withdraw(
+    listener: TcpListener,
+    tools: Vec<Tool>,
+    opts: ServeOptions,
+    withdraw: impl Future<Output = ()> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SidecarError> {
     let addr = listener.local_addr().map_err(SidecarError::Io)?;
@@ -88,9 +113,13 @@ pub async fn serve(
         endpoint: endpoint.clone(),
         tools: runtime.descriptors(),
     };
-    let announcer = Announcer::new(&registry, announce).map_err(|e| SidecarError::RegistryUri {
-        reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
-        url: registry.clone(),
+    let (mut readiness, health) = Readiness::new().await;
+    let announcer = Announcer::new(&registry, announce, readiness.clone()).map_err(|e| {
+        SidecarError::RegistryUri {
+            reason: std::error::Error::source(&e)
+                .map_or_else(|| e.to_string(), ToString::to_string),
+            url: registry.clone(),
+        }
     })?;
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
 
@@ -98,11 +127,12 @@ pub async fn serve(
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(health)
         .add_service(ToolRuntimeServer::new(RuntimeService::new(runtime)))
         .serve_with_incoming_shutdown(incoming(listener), async {
             let _ = drain_rx.await;
         });
-    let control = announcer.run_until(shutdown);
+    let control = control(announcer, readiness.clone(), withdraw, shutdown);
     tokio::pin!(server, control);
     let refused = tokio::select! {
         result = &mut server => {
@@ -112,6 +142,9 @@ pub async fn serve(
         }
         outcome = &mut control => outcome.err(),
     };
+    // Health watchers would hold the drain open: they have seen
+    // NOT_SERVING, end their streams.
+    readiness.end_watches().await;
     let _ = drain_tx.send(());
     match tokio::time::timeout(DRAIN_GRACE, server).await {
         Ok(result) => result?,
@@ -124,6 +157,32 @@ pub async fn serve(
         Some(refused) => Err(refused.into()),
         None => Ok(()),
     }
+}
+
+/// Keeps the sidecar announced until `withdraw` or `shutdown` completes,
+/// or an announce is refused for good; then withdraws and reports
+/// NOT_SERVING. After a withdraw request, waits for `shutdown` too.
+async fn control(
+    announcer: Announcer,
+    readiness: Readiness,
+    withdraw: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AnnounceRefused> {
+    tokio::pin!(shutdown);
+    let requested = announcer
+        .run_until(async {
+            tokio::select! {
+                () = withdraw => true,
+                () = &mut shutdown => false,
+            }
+        })
+        .await;
+    readiness.not_serving().await;
+    if requested? {
+        tracing::info!("left the registry on request; serving calls until shutdown");
+        shutdown.await;
+    }
+    Ok(())
 }
 
 /// Accepted connections with `TCP_NODELAY` and keepalive set: a custom

@@ -12,9 +12,13 @@ mod binary;
 mod command;
 #[path = "integration/execute.rs"]
 mod execute;
+#[path = "integration/health.rs"]
+mod health;
 #[path = "integration/http.rs"]
 mod http;
 #[path = "integration/mistakes.rs"]
 mod mistakes;
 #[path = "integration/sdk.rs"]
 mod sdk;
+#[path = "integration/withdraw.rs"]
+mod withdraw;

@@ -84,6 +84,23 @@ pub fn init(args: &LogArgs) -> Result<(), TelemetryError> {
     installed.map_err(|_| TelemetryError::AlreadySet)
 }
 
+/// `error` and its sources on one line, `outer: inner`, each said once: a
+/// source whose text the line already contains (many errors quote their
+/// source) is left out.
+pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -115,5 +132,24 @@ mod tests {
         })
         .expect_err("invalid");
         assert!(error.to_string().contains("try `info`"), "{error}");
+    }
+
+    #[test]
+    fn each_cause_is_written_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {0}")]
+        struct Quoting(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Wrapping(#[source] std::io::Error);
+
+        assert_eq!(
+            causes(&Quoting(std::io::Error::other("inner"))),
+            "outer: inner"
+        );
+        assert_eq!(
+            causes(&Wrapping(std::io::Error::other("inner"))),
+            "outer: inner"
+        );
     }
 }

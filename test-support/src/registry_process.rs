@@ -42,6 +42,11 @@ impl RegistryProcess {
         (process, addr)
     }
 
+    /// Its process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("toolmesh-registry still runs")
+    }
+
     /// Everything it printed so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()

@@ -312,3 +312,135 @@ pub fn tools_from_yaml(yaml: &str, dir: &std::path::Path) -> Vec<toolmesh_sideca
         .build_tools(dir)
         .unwrap()
 }
+
+/// The sidecar's health on `addr`: a client for `grpc.health.v1.Health`.
+pub async fn health_client(
+    addr: SocketAddr,
+) -> tonic_health::pb::health_client::HealthClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+}
+
+/// `Health/Check(service)` of the sidecar on `addr`.
+pub async fn health_check(addr: SocketAddr, service: &str) -> ServingStatus {
+    health_client(addr)
+        .await
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status()
+}
+
+/// A `Health/Watch(service)` stream of the sidecar on `addr`.
+pub struct HealthWatch {
+    stream: tonic::Streaming<tonic_health::pb::HealthCheckResponse>,
+}
+
+pub use tonic_health::pb::health_check_response::ServingStatus;
+
+impl HealthWatch {
+    pub async fn start(addr: SocketAddr, service: &str) -> Self {
+        let stream = health_client(addr)
+            .await
+            .watch(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        Self { stream }
+    }
+
+    /// The next status, within `within`; panics if none comes.
+    pub async fn next(&mut self, within: Duration) -> ServingStatus {
+        match tokio::time::timeout(within, self.stream.message()).await {
+            Ok(Ok(Some(response))) => response.status(),
+            Ok(Ok(None)) => panic!("the health stream ended"),
+            Ok(Err(status)) => panic!("the health stream failed: {status:?}"),
+            Err(_) => panic!("no health status within {within:?}"),
+        }
+    }
+
+    /// Asserts that no status comes for `period`.
+    pub async fn quiet_for(&mut self, period: Duration, why: &str) {
+        if let Ok(message) = tokio::time::timeout(period, self.stream.message()).await {
+            panic!("{why}, but the health stream said {message:?}");
+        }
+    }
+
+    /// Asserts that the stream ends (without an error) within `within`.
+    pub async fn ends(&mut self, within: Duration) {
+        match tokio::time::timeout(within, self.stream.message()).await {
+            Ok(Ok(None)) => {}
+            other => panic!("the health stream did not end within {within:?}: {other:?}"),
+        }
+    }
+}
+
+/// How long a test waits for what must happen.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The YAML of a tool `slow` (indented as an item of `tools:`): run in the
+/// config's folder, it creates `started`, waits for a `release` file there,
+/// then answers `{"done": true}`. [`SlowCall`] drives it.
+pub const SLOW_TOOL: &str = r#"  - name: slow
+    description: Waits for the release file
+    timeout: 60s
+    backend:
+      command: [sh, -c, 'touch started; while [ ! -e release ]; do sleep 0.02; done; echo "{\"done\": true}"']
+"#;
+
+/// A call to [`SLOW_TOOL`] through a registry, running in the tool.
+pub struct SlowCall {
+    dir: std::path::PathBuf,
+    call: tokio::task::JoinHandle<Result<tonic::Response<pb::InvokeResponse>, tonic::Status>>,
+}
+
+impl SlowCall {
+    /// Invokes `slow` through `registry`, and waits until the tool runs in
+    /// `dir` (the sidecar config's folder).
+    pub async fn start(registry: &TestRegistry, dir: &std::path::Path) -> Self {
+        let mut client = registry.client();
+        let call = tokio::spawn(async move {
+            client
+                .invoke(toolmesh_test_support::catalog::invoke("slow", "{}"))
+                .await
+        });
+        toolmesh_test_support::wait::wait_until(PATIENCE, "the call to start", || {
+            dir.join("started").exists()
+        })
+        .await;
+        Self {
+            dir: dir.to_owned(),
+            call,
+        }
+    }
+
+    /// Whether the call has ended.
+    pub fn is_finished(&self) -> bool {
+        self.call.is_finished()
+    }
+
+    /// Lets the tool answer; asserts that the call succeeds with its answer.
+    pub async fn release(self) -> pb::InvokeResponse {
+        std::fs::write(self.dir.join("release"), "").expect("write the release file");
+        let response = tokio::time::timeout(PATIENCE, self.call)
+            .await
+            .expect("the call completes")
+            .expect("the call's task")
+            .expect("the call succeeds")
+            .into_inner();
+        assert_eq!(
+            (response.result_json.as_str(), response.is_error),
+            (r#"{"done": true}"#, false)
+        );
+        response
+    }
+}

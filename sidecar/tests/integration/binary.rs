@@ -9,8 +9,8 @@ use nix::sys::signal::Signal;
 use toolmesh_sidecar::server::DRAIN_GRACE;
 
 use crate::common::{
-    SidecarProcess, TestRegistry, binary, eventually, fake_registry, reserved_port, send, sidecar,
-    tools_from_yaml, wait_until,
+    SLOW_TOOL, SidecarProcess, SlowCall, TestRegistry, binary, eventually, fake_registry,
+    reserved_port, send, sidecar, tools_from_yaml, wait_until,
 };
 
 /// Registry lease for tests not about expiry.
@@ -29,36 +29,11 @@ async fn sigterm_withdraws_drains_the_call_in_flight_and_exits_0() {
         return;
     };
     let registry = TestRegistry::start(TTL).await;
-    // Runs in the config's directory: says it started, then waits for the
-    // test's release.
-    let yaml = r#"
-tools:
-  - name: slow
-    description: Waits for the release file
-    timeout: 60s
-    backend:
-      command: [sh, -c, 'touch started; while [ ! -e release ]; do sleep 0.02; done; echo "{\"done\": true}"']
-"#;
-    let mut process = SidecarProcess::start(&bin, &registry.url(), "draining", yaml).await;
+    let yaml = format!("tools:\n{SLOW_TOOL}");
+    let mut process = SidecarProcess::start(&bin, &registry.url(), "draining", &yaml).await;
     registry.wait_for_instances("slow", 1, PATIENCE).await;
 
-    let call = {
-        let mut client = registry.client();
-        tokio::spawn(async move {
-            client
-                .invoke(toolmesh_proto::pb::InvokeRequest {
-                    tool: "slow".into(),
-                    arguments_json: "{}".into(),
-                    idempotency_key: String::new(),
-                })
-                .await
-        })
-    };
-    let dir = process.dir().to_owned();
-    wait_until(PATIENCE, "the call to start", || {
-        dir.join("started").exists()
-    })
-    .await;
+    let call = SlowCall::start(&registry, process.dir()).await;
 
     process.signal(Signal::SIGTERM);
     // Withdrawn, not expired: gone well before the TTL, while the call is
@@ -73,17 +48,7 @@ tools:
         "the sidecar exited with a call in flight"
     );
 
-    std::fs::write(dir.join("release"), "").unwrap();
-    let response = tokio::time::timeout(PATIENCE, call)
-        .await
-        .expect("the call completes")
-        .unwrap()
-        .expect("the call succeeds")
-        .into_inner();
-    assert_eq!(
-        (response.result_json.as_str(), response.is_error),
-        (r#"{"done": true}"#, false)
-    );
+    let response = call.release().await;
     assert_eq!(response.instance_id, "draining");
     // Once the call is done it stops at once, not at the end of the grace.
     let status = process.exited(DRAIN_GRACE / 2).await;

@@ -1,0 +1,640 @@
+"""The Helm charts, checked without a cluster: `helm lint --strict`,
+rendering with the defaults and with every ``ci/*.yaml`` (and the
+``kube-play/`` values), every rendered object validated strictly against
+Kubernetes' own schemas (``kubernetes-validate``) at the oldest version the
+chart supports and the newest known, the restricted security context,
+probes and resources of every container, what the values schema refuses,
+the combinations the chart refuses, and the values documentation.
+
+Helm runs in-process through the ``helm-python-sdk`` package (the Helm v4
+SDK); the charts are rendered from a copy (``prepared_charts``) so that
+``helm dependency update`` never writes the work tree.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import helm_python as helm
+
+import values_doc
+from chartlib import (
+    CHARTS,
+    EXAMPLE,
+    KUBE_PLAY_VALUES,
+    REGISTRY,
+    REPO,
+    SIDECAR,
+    ChartInfo,
+    Rendered,
+    is_hook,
+    kn,
+    load_values,
+    merged,
+    prepared,
+    render,
+    without_origin,
+    workloads,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKSPACE_VERSION = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["package"]["version"]
+LATEST_KUBERNETES = kubernetes_validate.utils.latest_version()
+
+#: Charts that render objects.
+APPLICATIONS = [c for c in CHARTS.values() if not c.library]
+
+
+def values_cases(with_defaults: bool = True) -> list[Any]:
+    """(chart, values file or None for the defaults) for every application
+    chart: defaults, each ci/*.yaml, its kube-play values."""
+    cases = []
+    for chart in APPLICATIONS:
+        files: list[Path | None] = [None] if with_defaults else []
+        files += chart.ci_values()
+        kube_play = KUBE_PLAY_VALUES / f"{chart.name}.yaml"
+        if kube_play.is_file():
+            files.append(kube_play)
+        for f in files:
+            label = "defaults" if f is None else f.relative_to(REPO).as_posix()
+            cases.append(pytest.param(chart, f, id=f"{chart.name}:{label}"))
+    return cases
+
+
+@pytest.fixture(scope="session")
+def prepared_charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every chart copied to a temporary folder, dependencies updated."""
+    return prepared(tmp_path_factory.mktemp("charts"))
+
+
+def render_case(prepared_charts: dict[str, Path], chart: ChartInfo, values_file: Path | None) -> Rendered:
+    values = load_values(values_file) if values_file else {}
+    return render(prepared_charts[chart.name], values, name="toolmesh", namespace="toolmesh")
+
+
+def min_kubernetes(chart_dir: Path) -> str:
+    """The oldest Kubernetes a chart supports (its `kubeVersion: >=X.Y`)."""
+    metadata = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
+    match = re.match(r"^>=\s*(\d+\.\d+)", metadata["kubeVersion"])
+    assert match, f"{chart_dir.name}: kubeVersion {metadata['kubeVersion']!r} is not `>=X.Y...`"
+    return match[1]
+
+
+# --- lint -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chart", list(CHARTS.values()), ids=lambda c: c.name)
+def test_lint_strict_with_defaults(prepared_charts, chart):
+    report = helm.lint(str(prepared_charts[chart.name]), strict=True, quiet=False)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, f"helm lint --strict {chart.path}: {report}"
+
+
+@pytest.mark.parametrize(("chart", "values_file"), values_cases(with_defaults=False))
+def test_lint_strict_with_values(prepared_charts, chart, values_file):
+    report = helm.lint(str(prepared_charts[chart.name]), load_values(values_file), strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, f"helm lint --strict -f {values_file}: {report}"
+
+
+# --- render and validate ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("chart", "values_file"), values_cases())
+def test_renders_valid_kubernetes_objects(prepared_charts, chart, values_file):
+    rendered = render_case(prepared_charts, chart, values_file)
+    assert rendered.objects, "nothing rendered"
+    versions = sorted({min_kubernetes(prepared_charts[chart.name]), LATEST_KUBERNETES})
+    failures = []
+    for obj in rendered.objects:
+        for version in versions:
+            try:
+                kubernetes_validate.validate(without_origin(obj), version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                path = ".".join(str(p) for p in e.path)
+                failures.append(f"{kn(obj)} on Kubernetes {version}: {path}: {e.message}")
+            except kubernetes_validate.SchemaNotFoundError as e:
+                failures.append(f"{kn(obj)}: no schema on Kubernetes {version}: {e.message}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(("chart", "values_file"), values_cases())
+def test_objects_have_standard_labels(prepared_charts, chart, values_file):
+    rendered = render_case(prepared_charts, chart, values_file)
+    for obj in rendered.objects:
+        labels = obj["metadata"].get("labels") or {}
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/managed-by"):
+            assert labels.get(key), f"{kn(obj)} has no {key} label: {labels}"
+        if obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
+            template_labels = obj["spec"]["template"]["metadata"]["labels"]
+            selector = obj["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= template_labels.items(), f"{kn(obj)}: selector {selector} not in pod labels"
+
+
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+}
+
+
+def container_problems(obj: dict[str, Any], pod: dict[str, Any]) -> list[str]:
+    """What a workload's containers lack: probes (long-running workloads),
+    resources, the restricted security context."""
+    problems = []
+    pod_security = pod.get("securityContext") or {}
+    long_running = obj["kind"] in ("Deployment", "StatefulSet", "DaemonSet") and not is_hook(obj)
+    if pod.get("automountServiceAccountToken") is not False:
+        problems.append(f"{kn(obj)}: automountServiceAccountToken is not false")
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        where = f"{kn(obj)} container {container['name']}"
+        security = container.get("securityContext") or {}
+
+        def effective(key: str, security=security) -> Any:
+            return security.get(key, pod_security.get(key))
+
+        for key, wanted in RESTRICTED.items():
+            value = security.get(key) if key != "runAsNonRoot" else effective(key)
+            if value is not wanted:
+                problems.append(f"{where}: {key} is {value!r}, not {wanted!r}")
+        seccomp = (effective("seccompProfile") or {}).get("type")
+        if seccomp != "RuntimeDefault":
+            problems.append(f"{where}: seccompProfile.type is {seccomp!r}, not 'RuntimeDefault'")
+        if effective("runAsUser") == 0:
+            problems.append(f"{where}: runs as uid 0")
+        drop = (security.get("capabilities") or {}).get("drop") or []
+        if "ALL" not in drop:
+            problems.append(f"{where}: capabilities.drop is {drop}, without ALL")
+        if (security.get("capabilities") or {}).get("add"):
+            problems.append(f"{where}: adds capabilities {security['capabilities']['add']}")
+        if security.get("privileged"):
+            problems.append(f"{where}: is privileged")
+        resources = container.get("resources") or {}
+        for kind, names in (("requests", ("cpu", "memory")), ("limits", ("memory",))):
+            for name in names:
+                if not (resources.get(kind) or {}).get(name):
+                    problems.append(f"{where}: no resources.{kind}.{name}")
+        if long_running:
+            for probe in ("livenessProbe", "readinessProbe"):
+                if not container.get(probe):
+                    problems.append(f"{where}: no {probe}")
+    return problems
+
+
+@pytest.mark.parametrize(("chart", "values_file"), values_cases())
+def test_workloads_have_probes_resources_and_restricted_security(prepared_charts, chart, values_file):
+    rendered = render_case(prepared_charts, chart, values_file)
+    found = list(workloads(rendered.objects))
+    assert found, "no workload rendered"
+    problems = [p for obj, pod in found for p in container_problems(obj, pod)]
+    assert not problems, "\n".join(problems)
+
+
+def test_registry_probes_are_native_grpc_health(prepared_charts):
+    deployment = render(prepared_charts["toolmesh"]).one("Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["grpc"] == {"port": 50051}, probe
+    assert container["ports"] == [{"name": "grpc", "containerPort": 50051, "protocol": "TCP"}]
+
+
+# --- the values schema --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chart", "values", "named"),
+    [
+        pytest.param(REGISTRY, {"replicas": "three"}, "replicas", id="toolmesh:replicas-as-text"),
+        pytest.param(REGISTRY, {"config": {"leaseTtl": 10}}, "leaseTtl", id="toolmesh:duration-as-number"),
+        pytest.param(REGISTRY, {"config": {"leaseTtl": "10"}}, "leaseTtl", id="toolmesh:duration-without-unit"),
+        pytest.param(REGISTRY, {"config": {"logCalls": "yes"}}, "logCalls", id="toolmesh:bool-as-text"),
+        pytest.param(REGISTRY, {"redis": {"outage": "open"}}, "outage", id="toolmesh:enum"),
+        pytest.param(REGISTRY, {"replica": 3}, "replica", id="toolmesh:unknown-key"),
+        pytest.param(REGISTRY, {"config": {"leaseTTL": "5s"}}, "leaseTTL", id="toolmesh:unknown-nested-key"),
+        pytest.param(REGISTRY, {"redis": {"internal": {"enable": True}}}, "enable", id="toolmesh:unknown-deep-key"),
+        pytest.param(EXAMPLE, {"port": "8080"}, "port", id="inventory-tool:port-as-text"),
+        pytest.param(EXAMPLE, {"replica": 1}, "replica", id="inventory-tool:unknown-key"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"port": "x"}}, "port", id="toolmesh-sidecar:port-as-text"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registy": "r:1"}}, "registy", id="toolmesh-sidecar:unknown-key"),
+        pytest.param(
+            EXAMPLE,
+            {"toolmesh-sidecar": {"tools": [{"name": "t", "backend": {"http": {"url": "x"}}, "timout": "2s"}]}},
+            "timout",
+            id="toolmesh-sidecar:unknown-tool-key",
+        ),
+    ],
+)
+def test_schema_refuses(prepared_charts, chart, values, named):
+    with pytest.raises(helm.HelmValuesError) as refused:
+        render(prepared_charts[chart.name], values)
+    assert named in str(refused.value), f"the error does not name {named!r}: {refused.value}"
+
+
+@pytest.mark.parametrize("chart", list(CHARTS.values()), ids=lambda c: c.name)
+def test_schema_closes_every_object_of_its_own(chart):
+    """`additionalProperties: false` on the values' top level and on every
+    map of the chart's own (Kubernetes' own types, left open, are
+    validated after rendering)."""
+    schema = json.loads((chart.source / "values.schema.json").read_text())
+    assert schema.get("additionalProperties") is False
+    defaults = yaml.safe_load((chart.source / "values.yaml").read_text())
+
+    def walk(node: dict[str, Any], values: Any, path: str) -> None:
+        for key, sub in node.get("properties", {}).items():
+            if sub.get("type") == "object" and "properties" in sub:
+                assert sub.get("additionalProperties") is False, f"{chart.name}: {path}{key} is open"
+                walk(sub, (values or {}).get(key), f"{path}{key}.")
+
+    walk(schema, defaults, "")
+    # Every default value is one the schema knows.
+    with helm.Chart.load(str(chart.source)) as loaded:
+        loaded.validate_schema(defaults)
+
+
+# --- what the chart refuses ---------------------------------------------------
+
+
+def test_replicas_without_redis_fail_with_a_clear_message(prepared_charts):
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(prepared_charts["toolmesh"], {"replicas": 3})
+    message = str(refused.value)
+    assert "replicas: 3 needs Redis" in message
+    assert "redis.url" in message and "redis.internal.enabled" in message
+    assert message in (REPO / "docs" / "kubernetes.md").read_text(), "docs/kubernetes.md quotes another message"
+
+
+def test_autoscaling_without_redis_fails(prepared_charts):
+    with pytest.raises(helm.HelmRenderError, match="autoscaling.enabled needs Redis"):
+        render(prepared_charts["toolmesh"], {"autoscaling": {"enabled": True}})
+
+
+@pytest.mark.parametrize(
+    "redis", [{"url": "redis://redis:6379/0"}, {"internal": {"enabled": True}}], ids=["external", "internal"]
+)
+def test_replicas_with_redis_render(prepared_charts, redis):
+    deployment = render(prepared_charts["toolmesh"], {"replicas": 3, "redis": redis}).one("Deployment", "toolmesh")
+    assert deployment["spec"]["replicas"] == 3
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"redis": {"url": "redis://:hunter2@redis:6379"}}, "redis.url carries a password"),
+        ({"redis": {"url": "redis://redis:6379", "internal": {"enabled": True}}}, "not both"),
+        ({"redis": {"url": "rediss://r:6380", "internal": {"enabled": False}}, "terminationGracePeriodSeconds": 10},
+         "terminationGracePeriodSeconds (10) is shorter"),
+        ({"redis": {"url": "redis://r"}, "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+         "minReplicas (5) is above"),
+    ],
+    ids=["password-in-url", "two-redis", "grace-too-short", "min-above-max"],
+)
+def test_refused_combinations(prepared_charts, values, message):
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        render(prepared_charts["toolmesh"], values)
+
+
+def test_sidecar_without_tools_fails(prepared_charts):
+    with pytest.raises(helm.HelmRenderError, match=r"toolmesh-sidecar.tools is empty"):
+        render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"tools": []}})
+
+
+# --- the registry chart, point by point ---------------------------------------
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def registry_flags_envs() -> set[str]:
+    """Every environment variable of README's registry flag tables."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Registry flags", 1)[1].split("\nDurations are written", 1)[0]
+    return set(re.findall(r"^\| `--[a-z-]+[^|]*\| `([A-Z_]+)` \|", section, re.MULTILINE))
+
+
+def test_every_registry_flag_is_reachable_from_values(prepared_charts):
+    envs = registry_flags_envs()
+    assert len(envs) >= 20, f"README's flag tables not found: {envs}"
+    everything = {
+        "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
+    }
+    container = render(prepared_charts["toolmesh"], everything).one("Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    set_ = set(env_of(container))
+    # The password goes in a file (TOOLMESH_REDIS_PASSWORD_FILE), never in
+    # the environment: TOOLMESH_REDIS_PASSWORD is deliberately not used.
+    missing = envs - set_ - {"TOOLMESH_REDIS_PASSWORD"}
+    assert not missing, f"registry flags with no value in the chart: {sorted(missing)}"
+
+
+def test_registry_settings_reach_the_environment(prepared_charts):
+    values = {
+        "config": {"leaseTtl": "1m 30s", "maxTools": 7, "logCalls": False, "port": 6000, "listenHost": "[::]"},
+        "redis": {"url": "redis://r:6379", "outage": "degrade", "poolSize": 9},
+    }
+    rendered = render(prepared_charts["toolmesh"], values)
+    container = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(container)
+    assert env["TOOLMESH_LEASE_TTL"] == "1m 30s"
+    assert env["TOOLMESH_MAX_TOOLS"] == "7"
+    assert env["TOOLMESH_LOG_CALLS"] == "false"
+    assert env["TOOLMESH_LISTEN"] == "[::]:6000"
+    assert env["TOOLMESH_REDIS_OUTAGE"] == "degrade"
+    assert env["TOOLMESH_REDIS_POOL_SIZE"] == "9"
+    assert container["readinessProbe"]["grpc"]["port"] == 6000
+    service = rendered.one("Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "grpc"
+
+
+@pytest.mark.parametrize(
+    ("delay", "grace", "explicit", "expected"),
+    [(5, 10, None, 20), (0, 30, None, 35), (10, 20, 60, 60)],
+)
+def test_shutdown_delay_is_tied_to_the_grace_period(prepared_charts, delay, grace, explicit, expected):
+    values: dict[str, Any] = {"config": {"shutdownDelaySeconds": delay, "shutdownGraceSeconds": grace}}
+    if explicit is not None:
+        values["terminationGracePeriodSeconds"] = explicit
+    pod = render(prepared_charts["toolmesh"], values).one("Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == expected
+    env = env_of(pod["containers"][0])
+    assert env["TOOLMESH_SHUTDOWN_DELAY"] == f"{delay}s"
+    assert env["TOOLMESH_SHUTDOWN_GRACE"] == f"{grace}s"
+
+
+def test_service_account_token_is_never_mounted(prepared_charts):
+    rendered = render(prepared_charts["toolmesh"])
+    assert rendered.one("ServiceAccount")["automountServiceAccountToken"] is False
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "toolmesh"
+
+
+def test_external_redis_password_comes_from_a_secret_file(prepared_charts):
+    for redis, secret, key in [
+        ({"url": "redis://r:6379", "existingSecret": "mine", "existingSecretPasswordKey": "pw"}, "mine", "pw"),
+        ({"url": "redis://r:6379", "password": "hunter2"}, "toolmesh-redis", "redis-password"),
+    ]:
+        rendered = render(prepared_charts["toolmesh"], {"redis": redis})
+        pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+        env = env_of(pod["containers"][0])
+        assert env["TOOLMESH_REDIS_PASSWORD_FILE"] == "/var/run/secrets/toolmesh/redis/password"
+        assert "TOOLMESH_REDIS_PASSWORD" not in env
+        volume = next(v for v in pod["volumes"] if v["name"] == "redis-password")
+        assert volume["secret"]["secretName"] == secret
+        assert volume["secret"]["items"] == [{"key": key, "path": "password"}]
+        text = yaml.safe_dump_all([without_origin(o) for o in rendered.objects if o["kind"] != "Secret"])
+        assert "hunter2" not in text, "the password shows outside its Secret"
+        if "password" in redis:
+            data = rendered.one("Secret")["data"]
+            assert base64.b64decode(data["redis-password"]).decode() == "hunter2"
+
+
+def test_internal_redis(prepared_charts):
+    rendered = render(prepared_charts["toolmesh"], {"replicas": 2, "redis": {"internal": {"enabled": True}}})
+    secret = rendered.one("Secret", "toolmesh-redis")
+    password = base64.b64decode(secret["data"]["redis-password"]).decode()
+    assert len(password) == 32, "a random password is generated"
+    conf = base64.b64decode(secret["data"]["redis.conf"]).decode()
+    assert f'requirepass "{password}"' in conf and "maxmemory-policy noeviction" in conf
+    redis = rendered.one("Deployment", "toolmesh-redis")
+    redis_pod = redis["spec"]["template"]["spec"]
+    assert redis["spec"]["replicas"] == 1 and redis["spec"]["strategy"]["type"] == "Recreate"
+    assert redis_pod["containers"][0]["command"] == ["redis-server", "/etc/redis/redis.conf"]
+    assert rendered.one("Service", "toolmesh-redis")["spec"]["ports"][0]["port"] == 6379
+    registry = env_of(rendered.one("Deployment", "toolmesh")["spec"]["template"]["spec"]["containers"][0])
+    assert registry["TOOLMESH_REDIS_URL"] == "redis://toolmesh-redis:6379/0"
+    assert registry["TOOLMESH_REDIS_PASSWORD_FILE"] == "/var/run/secrets/toolmesh/redis/password"
+    for obj in rendered.objects:
+        if obj["kind"] != "Secret":
+            assert password not in json.dumps(obj), f"{kn(obj)} holds the Redis password"
+
+
+def test_internal_redis_config_runs_on_redis_server(prepared_charts, tmp_path):
+    """The internal Redis's redis.conf, as rendered, read by a real
+    redis-server (Debian's; on a loopback port, not the conf's), with a
+    password that needs quoting: it takes the password and only it."""
+    redis_server, redis_cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not (redis_server and redis_cli):
+        message = "needs redis-server and redis-cli (scripts/test.sh installs them)"
+        if os.environ.get("TOOLMESH_FULL_SUITE") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    password = 'p a"s\\s $(x)'
+    rendered = render(prepared_charts["toolmesh"], {"redis": {"internal": {"enabled": True, "password": password}}})
+    secret = rendered.one("Secret", "toolmesh-redis")
+    assert base64.b64decode(secret["data"]["redis-password"]).decode() == password
+    conf = tmp_path / "redis.conf"
+    text = base64.b64decode(secret["data"]["redis.conf"]).decode()
+    # The pod mounts an emptyDir at /data; here, a folder of the test's.
+    assert "\ndir /data\n" in text
+    conf.write_text(text.replace("\ndir /data\n", f"\ndir {tmp_path}\n"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Command-line directives win over the file's: loopback, a free port.
+    server = subprocess.Popen(
+        [redis_server, str(conf), "--port", str(port), "--bind", "127.0.0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        def cli(*args: str, auth: str | None) -> str:
+            env = {k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}
+            if auth is not None:
+                env["REDISCLI_AUTH"] = auth
+            return subprocess.run([redis_cli, "-p", str(port), *args], capture_output=True, text=True,
+                                  timeout=5, env=env).stdout.strip()
+
+        deadline = time.monotonic() + 10
+        while cli("ping", auth=password) != "PONG":
+            assert server.poll() is None, f"redis-server refused the rendered redis.conf:\n{server.communicate()[0]}"
+            assert time.monotonic() < deadline, "redis-server did not answer"
+            time.sleep(0.1)
+        assert "NOAUTH" in cli("ping", auth=None)
+        assert cli("config", "get", "maxmemory-policy", auth=password).splitlines() == ["maxmemory-policy", "noeviction"]
+        assert cli("config", "get", "maxmemory", auth=password).splitlines() == ["maxmemory", str(200 * 1024 * 1024)]
+        assert cli("config", "get", "save", auth=password) == "save", "no snapshots (an empty `save`)"
+        assert cli("config", "get", "appendonly", auth=password).splitlines() == ["appendonly", "no"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_pdb_hpa_spread(prepared_charts):
+    rendered = render(prepared_charts["toolmesh"], load_values(REGISTRY.source / "ci" / "redis-ha-values.yaml"))
+    deployment = rendered.one("Deployment")
+    assert "replicas" not in deployment["spec"], "the HPA owns replicas"
+    hpa = rendered.one("HorizontalPodAutoscaler")
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 6)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    pdb = rendered.one("PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 2, "selector": deployment["spec"]["selector"]}
+    spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    for constraint in spread:
+        assert constraint["labelSelector"] == deployment["spec"]["selector"]
+
+
+def test_optional_objects_are_off_by_default(prepared_charts):
+    kinds = {o["kind"] for o in render(prepared_charts["toolmesh"]).objects}
+    assert kinds == {"Deployment", "Service", "ServiceAccount", "Pod"}, kinds
+
+
+def test_network_policies(prepared_charts):
+    values = load_values(REGISTRY.source / "ci" / "networkpolicy-values.yaml")
+    values["redis"]["url"] = "redis://10.20.0.5:6390/2"
+    policy = render(prepared_charts["toolmesh"], values).one("NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    [ingress] = spec["ingress"]
+    assert ingress["ports"] == [{"port": 50051, "protocol": "TCP"}]
+    assert {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "toolmesh", "app.kubernetes.io/instance": "toolmesh",
+        "app.kubernetes.io/component": "test"}}} in ingress["from"], "the helm test pod is let in"
+    egress_ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
+    assert egress_ports == [[53, 53], [50061, 50062], [6390], [4317]]
+
+    internal = render(prepared_charts["toolmesh"], load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
+    redis_policy = internal.one("NetworkPolicy", "toolmesh-redis")["spec"]
+    assert redis_policy["egress"] == [] and redis_policy["policyTypes"] == ["Ingress", "Egress"]
+    assert redis_policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "registry"
+
+
+def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
+    rendered = render(prepared_charts["toolmesh"], name="tm", namespace="tools")
+    [hook] = rendered.hooks()
+    assert hook["kind"] == "Pod" and hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    container = hook["spec"]["containers"][0]
+    assert "command" not in container, "the image's entrypoint (toolmesh-registry) runs the check"
+    assert container["args"][:3] == ["health", "--address", "tm-toolmesh.tools.svc:50051"]
+    services = [container["args"][i + 1] for i, a in enumerate(container["args"]) if a == "--service"]
+    assert services == ["", "toolmesh.v1.ToolRegistry", "toolmesh.v1.Registration"]
+    assert hook["spec"]["restartPolicy"] == "Never"
+    assert not render(prepared_charts["toolmesh"], {"tests": {"enabled": False}}).hooks()
+
+
+def test_notes(prepared_charts):
+    notes = render(prepared_charts["toolmesh"], name="tm", namespace="tools").notes
+    assert "tm-toolmesh.tools.svc:50051" in notes and "embedded" in notes
+    notes = render(prepared_charts["toolmesh"], {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
+    assert "not for production" in notes and "Replicas: 3" in notes
+
+
+# --- the sidecar library and the example tool chart -----------------------------
+
+
+def test_sidecar_container(prepared_charts):
+    rendered = render(prepared_charts["inventory-tool"], name="inventory", namespace="tools")
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"inventory", "toolmesh-sidecar"}
+    sidecar = containers["toolmesh-sidecar"]
+    assert sidecar["command"] == ["/usr/local/bin/toolmesh-sidecar"]
+    env = env_of(sidecar)
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["TOOLMESH_ADVERTISE"] == "http://$(POD_IP):50061"
+    names = [e["name"] for e in sidecar["env"]]
+    assert names.index("POD_IP") < names.index("TOOLMESH_ADVERTISE"), "$(POD_IP) must be defined first"
+    assert env["TOOLMESH_INSTANCE_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["TOOLMESH_SIDECAR_LISTEN"] == "0.0.0.0:50061"
+    assert env["TOOLMESH_REGISTRY"] == "toolmesh.toolmesh.svc:50051"
+    assert env["TOOLMESH_SIDECAR_CONFIG"] == "/etc/toolmesh-sidecar/tools.yaml"
+    assert sidecar["lifecycle"]["preStop"]["exec"]["command"] == [
+        "/usr/local/bin/toolmesh-sidecar", "withdraw", "--timeout", "5s"]
+    assert sidecar["readinessProbe"]["grpc"] == {"port": 50061}
+    assert sidecar["livenessProbe"]["tcpSocket"] == {"port": 50061}
+    # The sidecar's own security context is complete, whatever the pod's.
+    assert container_problems({"kind": "Deployment", "metadata": {"name": "x"}},
+                              {"containers": [sidecar], "automountServiceAccountToken": False}) == []
+    # Its YAML: the tools, rendered with tpl, mounted from the ConfigMap.
+    configmap = rendered.one("ConfigMap")
+    volume = next(v for v in pod["volumes"] if v["name"] == "toolmesh-sidecar")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert {"name": "toolmesh-sidecar", "mountPath": "/etc/toolmesh-sidecar", "readOnly": True} in sidecar[
+        "volumeMounts"]
+    tools = yaml.safe_load(configmap["data"]["tools.yaml"])["tools"]
+    assert [t["name"] for t in tools] == ["lookup"]
+    assert tools[0]["backend"]["http"]["url"] == "http://127.0.0.1:8080/lookup"
+    # The grace period holds the withdraw (5 s) and the sidecar's drain (10 s).
+    assert pod["terminationGracePeriodSeconds"] >= 15
+
+
+def test_sidecar_explicit_addresses_and_tools_rollout(prepared_charts):
+    values = {"port": 9000, "toolmesh-sidecar": {"advertise": "http://10.1.2.3:50061", "instanceId": "inv-1"}}
+    rendered = render(prepared_charts["inventory-tool"], values)
+    pod = rendered.one("Deployment")["spec"]["template"]
+    sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == "toolmesh-sidecar")
+    env = env_of(sidecar)
+    assert "POD_IP" not in env
+    assert env["TOOLMESH_ADVERTISE"] == "http://10.1.2.3:50061"
+    assert env["TOOLMESH_INSTANCE_ID"] == "inv-1"
+    tools = yaml.safe_load(rendered.one("ConfigMap")["data"]["tools.yaml"])["tools"]
+    assert tools[0]["backend"]["http"]["url"] == "http://127.0.0.1:9000/lookup"
+    # A change to the tools changes the pods' checksum: they roll.
+    default = render(prepared_charts["inventory-tool"]).one("Deployment")["spec"]["template"]
+    key = "checksum/toolmesh-sidecar"
+    assert pod["metadata"]["annotations"][key] != default["metadata"]["annotations"][key]
+
+
+def test_sidecar_schema_knows_every_tool_key():
+    """The library's schema takes exactly the tool keys the sidecar takes
+    (sidecar/src/config/allowed.rs)."""
+    allowed = (REPO / "sidecar" / "src" / "config" / "allowed.rs").read_text()
+    sidecar_keys = set(re.findall(r'"tools\[\]\.([a-z_]+)"', allowed))
+    schema = json.loads((SIDECAR.source / "values.schema.json").read_text())
+    tool = schema["properties"]["tools"]["items"]
+    assert set(tool["properties"]) == sidecar_keys
+    backend_keys = set(re.findall(r'"tools\[\]\.backend\.([a-z_]+)"', allowed))
+    assert set(tool["properties"]["backend"]["properties"]) == backend_keys
+
+
+def test_example_readme_shows_the_lines_a_team_adds():
+    readme = (EXAMPLE.source / "README.md").read_text()
+    deployment = (EXAMPLE.source / "templates" / "deployment.yaml").read_text()
+    sidecar_file = (EXAMPLE.source / "templates" / "toolmesh-sidecar.yaml").read_text()
+    for line in re.findall(r'^\s*(\{\{.*include "toolmesh-sidecar\.[a-zA-Z]+".*\}\})\s*$', readme, re.MULTILINE):
+        assert line in deployment or line in sidecar_file, f"README line not in the chart: {line}"
+    for template in ("container", "volume", "podAnnotations", "configmap"):
+        assert f'include "toolmesh-sidecar.{template}"' in readme
+
+
+# --- versions, documentation ----------------------------------------------------
+
+
+def test_versions_match_the_workspace():
+    for chart in CHARTS.values():
+        metadata = yaml.safe_load((chart.source / "Chart.yaml").read_text())
+        assert metadata["appVersion"] == WORKSPACE_VERSION, chart.name
+    assert load_values(SIDECAR.source / "values.yaml")["image"]["tag"] == WORKSPACE_VERSION
+    example = yaml.safe_load((EXAMPLE.source / "Chart.yaml").read_text())
+    sidecar = yaml.safe_load((SIDECAR.source / "Chart.yaml").read_text())
+    [dependency] = example["dependencies"]
+    assert dependency["version"] == sidecar["version"]
+    assert (EXAMPLE.source / dependency["repository"].removeprefix("file://")).resolve() == SIDECAR.source
+
+
+@pytest.mark.parametrize("chart", list(CHARTS.values()), ids=lambda c: c.name)
+def test_every_value_is_documented(chart):
+    missing = values_doc.undocumented(chart.source / "values.yaml")
+    assert not missing, f"{chart.path}/values.yaml: values without a `# --` comment: {missing}"
+
+
+def test_docs_values_tables_are_current():
+    doc = values_doc.DOC.read_text()
+    assert sorted(values_doc.tables_in(doc)) == sorted(f"{c.path}/values.yaml" for c in CHARTS.values())
+    assert values_doc.updated(doc) == doc, "docs/kubernetes.md is stale: run python3 charts/tests/values_doc.py"

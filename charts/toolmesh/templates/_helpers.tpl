@@ -1,0 +1,214 @@
+{{/*
+Names, labels and the checks every template shares.
+*/}}
+
+{{/* The chart's name, or nameOverride. */}}
+{{- define "toolmesh.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name of the objects: fullnameOverride, else the release name,
+followed by the chart's name unless the release name already contains it.
+Truncated to 63 characters (DNS label); suffixed objects truncate further.
+*/}}
+{{- define "toolmesh.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* `<fullname>-<suffix>`, still a DNS label. */}}
+{{- define "toolmesh.suffixed" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "toolmesh.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
+{{- define "toolmesh.redisName" -}}
+{{- include "toolmesh.suffixed" (list . "redis") }}
+{{- end }}
+
+{{- define "toolmesh.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "toolmesh.labels" -}}
+helm.sh/chart: {{ include "toolmesh.chart" . }}
+{{ include "toolmesh.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: toolmesh
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the release's pods (never change them on upgrade). */}}
+{{- define "toolmesh.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolmesh.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selector of the registry's pods. */}}
+{{- define "toolmesh.registrySelectorLabels" -}}
+{{ include "toolmesh.selectorLabels" . }}
+app.kubernetes.io/component: registry
+{{- end }}
+
+{{/* Selector of the internal Redis pod. */}}
+{{- define "toolmesh.redisSelectorLabels" -}}
+{{ include "toolmesh.selectorLabels" . }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{/* Selector of the helm test pod. */}}
+{{- define "toolmesh.testSelectorLabels" -}}
+{{ include "toolmesh.selectorLabels" . }}
+app.kubernetes.io/component: test
+{{- end }}
+
+{{- define "toolmesh.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "toolmesh.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The toolmesh image: repository, then the digest or the tag. */}}
+{{- define "toolmesh.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* "external", "internal" or "" (embedded). */}}
+{{- define "toolmesh.redisMode" -}}
+{{- if .Values.redis.internal.enabled }}internal{{- else if .Values.redis.url }}external{{- end }}
+{{- end }}
+
+{{/* The Redis URL the registry is given. */}}
+{{- define "toolmesh.redisUrl" -}}
+{{- if .Values.redis.internal.enabled }}
+{{- printf "redis://%s:6379/0" (include "toolmesh.redisName" .) }}
+{{- else }}
+{{- .Values.redis.url }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the Redis password, if any, and its key. */}}
+{{- define "toolmesh.redisPasswordSecret" -}}
+{{- if .Values.redis.internal.enabled }}
+{{- include "toolmesh.redisName" . }}
+{{- else if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecret }}
+{{- else if .Values.redis.password }}
+{{- include "toolmesh.redisName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "toolmesh.redisPasswordKey" -}}
+{{- if and (not .Values.redis.internal.enabled) .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecretPasswordKey }}
+{{- else }}redis-password{{- end }}
+{{- end }}
+
+{{/*
+The internal Redis's password: the value, else the one already in the
+cluster's Secret (kept across upgrades), else a new random one.
+*/}}
+{{- define "toolmesh.internalRedisPassword" -}}
+{{- if .Values.redis.internal.password }}
+{{- .Values.redis.internal.password }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "toolmesh.redisName" .) }}
+{{- if and $existing (index ($existing.data | default dict) "redis-password") }}
+{{- index $existing.data "redis-password" | b64dec }}
+{{- else }}
+{{- randAlphaNum 32 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Seconds Kubernetes waits after SIGTERM. */}}
+{{- define "toolmesh.terminationGracePeriodSeconds" -}}
+{{- $needed := add .Values.config.shutdownDelaySeconds .Values.config.shutdownGraceSeconds }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add $needed 5 }}
+{{- else }}
+{{- .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+Every combination of values the chart refuses, each with what to write
+instead. Included by the Deployment, so a failed check fails the render.
+*/}}
+{{- define "toolmesh.validate" -}}
+{{- $mode := include "toolmesh.redisMode" . }}
+{{- if and .Values.redis.internal.enabled .Values.redis.url }}
+{{- fail "toolmesh: redis.url and redis.internal.enabled are both set: use an external Redis (redis.url) or the in-chart one (redis.internal.enabled=true), not both" }}
+{{- end }}
+{{- if and (not $mode) (gt (int .Values.replicas) 1) (not .Values.autoscaling.enabled) }}
+{{- fail (printf "toolmesh: replicas: %d needs Redis: without it each replica keeps a catalog of its own, and a tool announced to one replica is unknown to the others. Set redis.url (an external Redis, see docs/kubernetes.md) or redis.internal.enabled=true (one Redis in the release, for trying it out), or keep replicas: 1" (int .Values.replicas)) }}
+{{- end }}
+{{- if and (not $mode) .Values.autoscaling.enabled }}
+{{- fail "toolmesh: autoscaling.enabled needs Redis: without it each replica keeps a catalog of its own. Set redis.url or redis.internal.enabled=true, or leave autoscaling off" }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- fail (printf "toolmesh: autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (kindIs "invalid" .Values.autoscaling.targetCPUUtilizationPercentage) (kindIs "invalid" .Values.autoscaling.targetMemoryUtilizationPercentage) }}
+{{- fail "toolmesh: autoscaling.enabled needs a target: set autoscaling.targetCPUUtilizationPercentage or autoscaling.targetMemoryUtilizationPercentage" }}
+{{- end }}
+{{- if .Values.redis.url }}
+{{- $url := urlParse .Values.redis.url }}
+{{- if not (has $url.scheme (list "redis" "rediss")) }}
+{{- fail (printf "toolmesh: redis.url %q is not a Redis URL: write redis://host:port/db, or rediss://host:port/db for TLS" .Values.redis.url) }}
+{{- end }}
+{{- if contains ":" ($url.userinfo | default "") }}
+{{- fail "toolmesh: redis.url carries a password, which the registry refuses (it would show in the pod spec): put the password in a Secret named by redis.existingSecret, or in redis.password, and remove it from the URL" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.redis.caSecret (not .Values.redis.url) }}
+{{- fail "toolmesh: redis.caSecret is for an external rediss:// Redis: set redis.url too" }}
+{{- end }}
+{{- $needed := add .Values.config.shutdownDelaySeconds .Values.config.shutdownGraceSeconds }}
+{{- if and (not (kindIs "invalid" .Values.terminationGracePeriodSeconds)) (lt (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
+{{- fail (printf "toolmesh: terminationGracePeriodSeconds (%d) is shorter than config.shutdownDelaySeconds + config.shutdownGraceSeconds (%d): Kubernetes would kill the registry while it drains. Raise it, or leave it empty to have it computed" (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
+{{- end }}
+{{- end }}
+
+{{/* The port of an external Redis URL (6379 when it has none). */}}
+{{- define "toolmesh.redisPort" -}}
+{{- $host := (urlParse (include "toolmesh.redisUrl" .)).host }}
+{{- if regexMatch ":[0-9]+$" $host }}
+{{- regexFind "[0-9]+$" $host }}
+{{- else }}6379{{- end }}
+{{- end }}
+
+{{/* redis.conf of the internal Redis; `password` and `root` are given. */}}
+{{- define "toolmesh.redisConf" -}}
+# toolmesh's internal Redis: one instance, data in memory only.
+port 6379
+bind * -::*
+requirepass {{ .password | quote }}
+save ""
+appendonly no
+dir /data
+maxmemory {{ .root.Values.redis.internal.maxmemory }}
+# Evicting a lease or a rate-limit key would silently lose state: refuse
+# writes instead, which the registry reports.
+maxmemory-policy noeviction
+{{- end }}
