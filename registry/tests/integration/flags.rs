@@ -9,7 +9,7 @@ use crate::common::*;
 
 /// What clap prints after a refused flag value.
 const CLAP_TAIL: &str =
-    "\n\nUsage: toolmesh-registry [OPTIONS]\n\nFor more information, try '--help'.\n";
+    "\n\nUsage: toolmesh-registry [OPTIONS]\n       toolmesh-registry <COMMAND>\n\nFor more information, try '--help'.\n";
 
 /// A refused flag value and what the registry prints for it (before
 /// clap's tail).
