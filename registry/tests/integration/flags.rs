@@ -8,8 +8,7 @@ use toolmesh_test_support::{process::binary, registry_process::*};
 use crate::common::*;
 
 /// What clap prints after a refused flag value.
-const CLAP_TAIL: &str =
-    "\n\nUsage: toolmesh-registry [OPTIONS]\n       toolmesh-registry <COMMAND>\n\nFor more information, try '--help'.\n";
+const CLAP_TAIL: &str = "\n\nUsage: toolmesh-registry [OPTIONS]\n       toolmesh-registry <COMMAND>\n\nFor more information, try '--help'.\n";
 
 /// A refused flag value and what the registry prints for it (before
 /// clap's tail).
