@@ -332,6 +332,7 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
     assert len(envs) >= 20, f"README's flag tables not found: {envs}"
     everything = {
         "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
+        "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]},
     }
     container = render(prepared_charts["toolmesh"], everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -357,6 +358,10 @@ def test_registry_settings_reach_the_environment(prepared_charts):
     assert env["TOOLMESH_LISTEN"] == "[::]:6000"
     assert env["TOOLMESH_REDIS_OUTAGE"] == "degrade"
     assert env["TOOLMESH_REDIS_POOL_SIZE"] == "9"
+    assert "TOOLMESH_ENDPOINT_ALLOW" not in env, "empty: any host"
+    allowed = render(prepared_charts["toolmesh"], {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
+    allowed_env = env_of(allowed.one("Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert allowed_env["TOOLMESH_ENDPOINT_ALLOW"] == "10.0.0.0/8,*.svc.cluster.local"
     assert container["readinessProbe"]["grpc"]["port"] == 6000
     service = rendered.one("Service")
     assert service["spec"]["ports"][0]["targetPort"] == "grpc"

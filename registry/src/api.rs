@@ -3,37 +3,55 @@
 use std::{pin::Pin, sync::Arc};
 
 use futures::Stream;
-use tokio::sync::{broadcast::error::RecvError, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use toolmesh_proto::{pb, timeout};
+use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::{
-    catalog::{Catalog, CatalogEvent, ChangeKind, lease_tag},
+    catalog::{Catalog, lease_tag},
     error::RegistryError,
     invoke::Invoker,
+    watch::{self, Watchers},
 };
-
-/// Events buffered per watcher before the watcher task waits for the client.
-const WATCH_BUFFER: usize = 64;
 
 /// `toolmesh.v1.ToolRegistry`, for agents.
 pub struct ToolRegistryApi {
     catalog: Arc<Catalog>,
     invoker: Arc<Invoker>,
+    watchers: Arc<Watchers>,
     shutdown: CancellationToken,
+    list_limit: usize,
 }
 
+/// What a `ListTools` answer leaves for everything but its tools.
+const LIST_MARGIN: usize = 1024;
+
 impl ToolRegistryApi {
-    /// The service over a catalog and an invoker; watch streams end when
-    /// `shutdown` is cancelled.
-    pub fn new(catalog: Arc<Catalog>, invoker: Arc<Invoker>, shutdown: CancellationToken) -> Self {
+    /// The service over a catalog and an invoker; watch streams are held to
+    /// `watchers`' limits and end when `shutdown` is cancelled.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        invoker: Arc<Invoker>,
+        watchers: Arc<Watchers>,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
             catalog,
             invoker,
+            watchers,
             shutdown,
+            list_limit: (4 << 20) - LIST_MARGIN,
         }
+    }
+
+    /// Keeps `ListTools` answers under `max_message_bytes` (the server's
+    /// encoding limit): a longer list stops before it, `truncated` set.
+    #[must_use]
+    pub fn max_message_bytes(mut self, max_message_bytes: usize) -> Self {
+        self.list_limit = max_message_bytes.saturating_sub(LIST_MARGIN);
+        self
     }
 }
 
@@ -46,14 +64,25 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tags = request.into_inner().tags;
-        let tools = self
+        let mut answer = pb::ListToolsResponse::default();
+        let mut size = 0;
+        for tool in self
             .catalog
             .list()
             .iter()
             .filter(|t| tags.iter().all(|tag| t.descriptor.tags.contains(tag)))
-            .map(|t| t.to_proto())
-            .collect();
-        Ok(Response::new(pb::ListToolsResponse { tools }))
+        {
+            let tool = tool.to_proto();
+            // A repeated field costs its message, a tag and a length prefix.
+            let cost = tool.encoded_len() + 1 + prost::length_delimiter_len(tool.encoded_len());
+            if size + cost > self.list_limit {
+                answer.truncated = true;
+                break;
+            }
+            size += cost;
+            answer.tools.push(tool);
+        }
+        Ok(Response::new(answer))
     }
 
     async fn get_tool(
@@ -67,7 +96,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(tool = %request.get_ref().tool))]
+    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX)))]
     async fn invoke(
         &self,
         request: Request<pb::InvokeRequest>,
@@ -90,68 +119,15 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
 
     async fn watch_tools(
         &self,
-        _request: Request<pb::WatchToolsRequest>,
+        request: Request<pb::WatchToolsRequest>,
     ) -> Result<Response<Self::WatchToolsStream>, Status> {
-        let (snapshot, mut changes) = self.catalog.watch();
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            for tool in snapshot {
-                if tx
-                    .send(Ok(event(ChangeKind::Added, Some(tool.to_proto()))))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            if tx.send(Ok(synced())).await.is_err() {
-                return;
-            }
-            loop {
-                let next = tokio::select! {
-                    () = shutdown.cancelled() => {
-                        let _ = tx.send(Err(Status::unavailable("registry shutting down; watch again"))).await;
-                        return;
-                    }
-                    () = tx.closed() => return,
-                    next = changes.recv() => next,
-                };
-                let item = match next {
-                    Ok(CatalogEvent { kind, tool }) => Ok(event(kind, Some(tool.to_proto()))),
-                    Err(RecvError::Lagged(missed)) => Err(Status::aborted(format!(
-                        "watcher fell {missed} events behind; watch again"
-                    ))),
-                    Err(RecvError::Closed) => {
-                        Err(Status::unavailable("catalog closed; watch again"))
-                    }
-                };
-                let last = item.is_err();
-                if tx.send(item).await.is_err() || last {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-}
-
-fn event(kind: ChangeKind, tool: Option<pb::Tool>) -> pb::ToolEvent {
-    let kind = match kind {
-        ChangeKind::Added => pb::tool_event::Kind::Added,
-        ChangeKind::Updated => pb::tool_event::Kind::Updated,
-        ChangeKind::Removed => pb::tool_event::Kind::Removed,
-    };
-    pb::ToolEvent {
-        kind: kind.into(),
-        tool,
-    }
-}
-
-fn synced() -> pb::ToolEvent {
-    pb::ToolEvent {
-        kind: pb::tool_event::Kind::Synced.into(),
-        tool: None,
+        let permit = self.watchers.admit(request.remote_addr())?;
+        Ok(Response::new(Box::pin(watch::stream(
+            self.catalog.clone(),
+            self.watchers.limits(),
+            self.shutdown.clone(),
+            permit,
+        ))))
     }
 }
 
@@ -169,7 +145,7 @@ impl RegistrationApi {
 
 #[tonic::async_trait]
 impl pb::registration_server::Registration for RegistrationApi {
-    #[tracing::instrument(skip_all, fields(instance = %request.get_ref().instance_id))]
+    #[tracing::instrument(skip_all, fields(instance = %clip(&request.get_ref().instance_id, QUOTED_MAX)))]
     async fn announce(
         &self,
         request: Request<pb::AnnounceRequest>,

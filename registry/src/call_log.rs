@@ -12,6 +12,7 @@
 use tokio::time::Instant;
 use tonic::Code;
 use toolmesh_proto::pb::InvokeResponse;
+use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::error::RegistryError;
 
@@ -75,10 +76,15 @@ impl Drop for CallLog {
         // No parent span: the line carries the tool itself, once.
         tracing::info!(
             parent: None,
-            tool = self.tool.as_str(),
+            tool = clip(&self.tool, QUOTED_MAX).as_str(),
             outcome = %self.outcome,
             latency_ms,
-            instance = self.instance.as_deref().filter(|i| !i.is_empty()),
+            instance = self
+                .instance
+                .as_deref()
+                .filter(|i| !i.is_empty())
+                .map(|i| clip(i, QUOTED_MAX))
+                .as_deref(),
             attempts = self.attempts,
             replayed = self.replayed.then_some(true),
             "call"

@@ -14,6 +14,7 @@ use toolmesh_proto::pb;
 
 use crate::{
     descriptor,
+    endpoint_policy::EndpointPolicy,
     error::RegistryError,
     store::CatalogStore,
     validate::{self, ArgumentValidator},
@@ -22,7 +23,40 @@ use crate::{
 /// Most tools one announce may carry.
 pub const MAX_TOOLS_PER_ANNOUNCE: usize = 1024;
 /// Longest instance id accepted.
-pub const MAX_INSTANCE_ID_LEN: usize = 256;
+pub const MAX_INSTANCE_ID_LEN: usize = 128;
+/// Longest endpoint URL accepted.
+pub const MAX_ENDPOINT_LEN: usize = 512;
+
+/// Whether `id` is a usable instance id: 1 to [`MAX_INSTANCE_ID_LEN`] of
+/// letters, digits and `. _ - : @ /` (pod names, host names, UUIDs). It is
+/// logged, so nothing else is taken.
+pub fn is_valid_instance_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_INSTANCE_ID_LEN
+        && id.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'@' | b'/')
+        })
+}
+
+/// Bounds on what one announce may carry (the registry's flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnnounceLimits {
+    /// Longest `timeout` a tool may declare.
+    pub max_tool_timeout: Duration,
+    /// Most bytes of descriptors one announce may carry, schemas and
+    /// descriptions of all its tools together: what one instance can add
+    /// to every `ListTools` answer.
+    pub max_announce_bytes: usize,
+}
+
+impl Default for AnnounceLimits {
+    fn default() -> Self {
+        Self {
+            max_tool_timeout: Duration::from_secs(3600),
+            max_announce_bytes: 1 << 20,
+        }
+    }
+}
 
 /// A live sidecar instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +80,14 @@ impl ToolState {
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.descriptor.name
+    }
+
+    /// About how many bytes its wire form takes, for bounding what a
+    /// watcher may fall behind by.
+    pub fn size(&self) -> u64 {
+        use prost::Message as _;
+        let instances = 64 * self.instances.len();
+        u64::try_from(self.descriptor.encoded_len() + instances).unwrap_or(u64::MAX)
     }
 
     /// The wire form.
@@ -75,6 +117,9 @@ pub struct CatalogEvent {
     pub kind: ChangeKind,
     /// The tool after the change; for `Removed`, as it was.
     pub tool: Arc<ToolState>,
+    /// Bytes of every event published up to and including this one
+    /// ([`ToolState::size`]).
+    pub published: u64,
 }
 
 /// A validated announce.
@@ -97,17 +142,10 @@ pub struct Lease {
     pub ttl: Duration,
 }
 
-/// How logs name a lease: the first 8 hex digits of its sha256. A lease id
-/// is a bearer token (whoever holds it can heartbeat or withdraw the
-/// instance), so it is never logged whole; the tag still tells one lease's
-/// lines from another's.
+/// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a
+/// lease id is a bearer token, never logged whole.
 pub fn lease_tag(lease_id: &str) -> String {
-    use sha2::{Digest as _, Sha256};
-    Sha256::digest(lease_id.as_bytes())
-        .iter()
-        .take(4)
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    toolmesh_telemetry::shown::secret_tag(lease_id)
 }
 
 /// A tool's compiled input schema, and the descriptor it was compiled for.
@@ -123,20 +161,40 @@ struct Compiled {
 pub struct Catalog {
     store: Arc<dyn CatalogStore>,
     validators: DashMap<String, Compiled>,
+    limits: AnnounceLimits,
+    endpoints: EndpointPolicy,
 }
 
 impl Catalog {
-    /// A catalog over `store`.
+    /// A catalog over `store`, with the default [`AnnounceLimits`], taking
+    /// any endpoint the default [`EndpointPolicy`] takes.
     pub fn new(store: Arc<dyn CatalogStore>) -> Self {
+        Self::with_limits(store, AnnounceLimits::default(), EndpointPolicy::default())
+    }
+
+    /// A catalog over `store` that refuses announces beyond `limits`, or
+    /// with an endpoint `endpoints` refuses.
+    pub fn with_limits(
+        store: Arc<dyn CatalogStore>,
+        limits: AnnounceLimits,
+        endpoints: EndpointPolicy,
+    ) -> Self {
         Self {
             store,
             validators: DashMap::new(),
+            limits,
+            endpoints,
         }
+    }
+
+    /// The rules announced endpoints are checked against.
+    pub fn endpoints(&self) -> &EndpointPolicy {
+        &self.endpoints
     }
 
     /// Checks an announce, compiles its schemas, and registers the instance.
     pub async fn announce(&self, request: pb::AnnounceRequest) -> Result<Lease, RegistryError> {
-        let announcement = check_announce(request)?;
+        let announcement = check_announce(request, &self.limits, &self.endpoints)?;
         let mut compiled = Vec::with_capacity(announcement.tools.len());
         for (i, tool) in announcement.tools.iter().enumerate() {
             let input = validate::compile(&tool.input_schema_json).map_err(|reason| {
@@ -192,6 +250,11 @@ impl Catalog {
         self.store.watch()
     }
 
+    /// Bytes of every change event published so far.
+    pub fn published_bytes(&self) -> u64 {
+        self.store.published_bytes()
+    }
+
     /// The compiled input schema of `tool`, compiling it if this replica has
     /// not seen it yet (a tool announced to another replica).
     pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
@@ -241,27 +304,53 @@ impl Catalog {
 }
 
 /// Checks the parts of an announce that do not need the catalog's state.
-fn check_announce(request: pb::AnnounceRequest) -> Result<Announcement, RegistryError> {
+fn check_announce(
+    request: pb::AnnounceRequest,
+    limits: &AnnounceLimits,
+    endpoints: &EndpointPolicy,
+) -> Result<Announcement, RegistryError> {
     let invalid = |field: &str, reason: &str| RegistryError::InvalidRequest {
         field: field.into(),
         reason: reason.into(),
     };
-    if request.instance_id.is_empty() || request.instance_id.len() > MAX_INSTANCE_ID_LEN {
+    if !is_valid_instance_id(&request.instance_id) {
         return Err(invalid(
             "instance_id",
-            "must be 1 to 256 bytes: a stable id such as the pod name",
+            "must be 1 to 128 of letters, digits and . _ - : @ /: a stable id such as the pod name",
         ));
     }
-    check_endpoint(&request.endpoint)?;
+    if request.endpoint.len() > MAX_ENDPOINT_LEN {
+        return Err(invalid("endpoint", "longer than 512 bytes"));
+    }
+    endpoints
+        .check(&request.endpoint)
+        .map_err(|reason| RegistryError::InvalidRequest {
+            field: "endpoint".into(),
+            reason,
+        })?;
     if request.tools.is_empty() {
         return Err(invalid("tools", "an announce must carry at least one tool"));
     }
     if request.tools.len() > MAX_TOOLS_PER_ANNOUNCE {
         return Err(invalid("tools", "more than 1024 tools in one announce"));
     }
+    let size: usize = request
+        .tools
+        .iter()
+        .map(|t| t.description.len() + t.input_schema_json.len() + t.output_schema_json.len())
+        .sum();
+    if size > limits.max_announce_bytes {
+        return Err(RegistryError::InvalidRequest {
+            field: "tools".into(),
+            reason: format!(
+                "the descriptions and schemas add up to {size} bytes, more than the {} one announce may carry (--max-announce-bytes)",
+                limits.max_announce_bytes
+            ),
+        });
+    }
     let mut names = BTreeSet::new();
     for (i, tool) in request.tools.iter().enumerate() {
-        descriptor::check(tool, &format!("tools[{i}]"))?;
+        descriptor::check(tool, &format!("tools[{i}]"), limits.max_tool_timeout)?;
         if !names.insert(tool.name.as_str()) {
             return Err(RegistryError::InvalidDescriptor {
                 tool: tool.name.clone(),
@@ -275,29 +364,6 @@ fn check_announce(request: pb::AnnounceRequest) -> Result<Announcement, Registry
         endpoint: request.endpoint,
         tools: request.tools,
     })
-}
-
-fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
-    let invalid = |reason: String| RegistryError::InvalidRequest {
-        field: "endpoint".into(),
-        reason,
-    };
-    let uri: tonic::codegen::http::Uri = endpoint
-        .parse()
-        .map_err(|e| invalid(format!("{endpoint:?} is not a URL: {e}")))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err(invalid(
-                "https endpoints need TLS to sidecars, which this registry build does not configure yet".into(),
-            ));
-        }
-        _ => return Err(invalid(format!("{endpoint:?} must be an http:// URL"))),
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(invalid(format!("{endpoint:?} has no host")));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -345,19 +411,26 @@ mod tests {
         let mut r = request();
         r.instance_id.clear();
         assert!(
-            matches!(check_announce(r), Err(RegistryError::InvalidRequest { field, .. }) if field == "instance_id")
+            matches!(check_announce(r, &AnnounceLimits::default(), &EndpointPolicy::default()), Err(RegistryError::InvalidRequest { field, .. }) if field == "instance_id")
         );
 
         let mut r = request();
         r.endpoint = "ftp://x".into();
-        assert!(check_announce(r).is_err());
+        assert!(check_announce(r, &AnnounceLimits::default(), &EndpointPolicy::default()).is_err());
 
         let mut r = request();
         r.tools.push(r.tools[0].clone());
         assert!(
-            matches!(check_announce(r), Err(RegistryError::InvalidDescriptor { field, .. }) if field == "tools[1].name")
+            matches!(check_announce(r, &AnnounceLimits::default(), &EndpointPolicy::default()), Err(RegistryError::InvalidDescriptor { field, .. }) if field == "tools[1].name")
         );
 
-        assert!(check_announce(request()).is_ok());
+        assert!(
+            check_announce(
+                request(),
+                &AnnounceLimits::default(),
+                &EndpointPolicy::default()
+            )
+            .is_ok()
+        );
     }
 }

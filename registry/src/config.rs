@@ -6,6 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Parser};
 use toolmesh_proto::listen::ListenAddr;
 
+use crate::endpoint_policy::Allowed;
 use crate::ratelimit::redis::OutagePolicy;
 
 pub mod values;
@@ -59,6 +60,49 @@ pub struct Config {
     /// completed ones are evicted first.
     #[arg(long, env = "TOOLMESH_IDEMPOTENCY_CAPACITY", default_value_t = 100_000)]
     pub idempotency_capacity: usize,
+
+    /// Longest `timeout` a tool may declare; an announce with a longer one
+    /// is refused.
+    #[arg(long, env = "TOOLMESH_MAX_TOOL_TIMEOUT", default_value = "1h", value_parser = values::duration())]
+    pub max_tool_timeout: Duration,
+
+    /// Most bytes of descriptions and schemas one announce may carry, all
+    /// its tools together: what one instance can add to every ListTools.
+    #[arg(long, env = "TOOLMESH_MAX_ANNOUNCE_BYTES", default_value_t = 1 << 20)]
+    pub max_announce_bytes: usize,
+
+    /// Hosts announced endpoints may name, comma-separated: CIDRs and IP
+    /// addresses (`10.0.0.0/8`), host names and `*.suffix` patterns
+    /// (`*.svc.cluster.local`). Empty: any host. Set it in production:
+    /// the registry sends agents' arguments wherever endpoints point.
+    #[arg(long, env = "TOOLMESH_ENDPOINT_ALLOW", value_delimiter = ',')]
+    pub endpoint_allow: Vec<Allowed>,
+
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
+    /// connection may have open at once.
+    #[arg(long, env = "TOOLMESH_MAX_CONCURRENT_STREAMS", default_value_t = 256)]
+    pub max_concurrent_streams: u32,
+
+    /// Most WatchTools streams open at once.
+    #[arg(long, env = "TOOLMESH_MAX_WATCHERS", default_value_t = 1024)]
+    pub max_watchers: usize,
+
+    /// Most WatchTools streams open at once on one connection.
+    #[arg(
+        long,
+        env = "TOOLMESH_MAX_WATCHERS_PER_CONNECTION",
+        default_value_t = 16
+    )]
+    pub max_watchers_per_connection: usize,
+
+    /// A watcher this many events behind is ended with ABORTED (it watches
+    /// again and gets the full list).
+    #[arg(long, env = "TOOLMESH_WATCH_LAG_EVENTS", default_value_t = 512)]
+    pub watch_lag_events: usize,
+
+    /// A watcher this many bytes of events behind is ended with ABORTED.
+    #[arg(long, env = "TOOLMESH_WATCH_LAG_BYTES", default_value_t = 16 << 20)]
+    pub watch_lag_bytes: u64,
 
     /// On shutdown, how long health reports NOT_SERVING while calls are
     /// still taken, so load balancers stop sending new ones first (a few
@@ -138,6 +182,14 @@ impl Default for Config {
             max_tools: 10_000,
             idempotency_retention: Duration::from_secs(24 * 3600),
             idempotency_capacity: 100_000,
+            max_tool_timeout: Duration::from_secs(3600),
+            max_announce_bytes: 1 << 20,
+            endpoint_allow: Vec::new(),
+            max_concurrent_streams: 256,
+            max_watchers: 1024,
+            max_watchers_per_connection: 16,
+            watch_lag_events: 512,
+            watch_lag_bytes: 16 << 20,
             shutdown_delay: Duration::ZERO,
             shutdown_grace: Duration::from_secs(10),
             redis: None,

@@ -15,6 +15,8 @@ pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 /// Most tags on one tool.
 pub const MAX_TAGS: usize = 32;
+/// Longest tag, and longest `version`, in bytes.
+pub const MAX_LABEL_BYTES: usize = 64;
 /// Smallest accepted rate: one call a day.
 pub const MIN_RATE: f64 = 1.0 / 86_400.0;
 /// Largest accepted rate.
@@ -73,8 +75,13 @@ pub fn timeout(descriptor: &ToolDescriptor) -> Option<Duration> {
 }
 
 /// Checks a descriptor's fields (not its schemas, see [`crate::validate`]).
-/// `field` names it in errors, e.g. `tools[2]`.
-pub fn check(descriptor: &ToolDescriptor, field: &str) -> Result<(), RegistryError> {
+/// `field` names it in errors, e.g. `tools[2]`; a `timeout` may be at most
+/// `max_timeout`.
+pub fn check(
+    descriptor: &ToolDescriptor,
+    field: &str,
+    max_timeout: Duration,
+) -> Result<(), RegistryError> {
     let name = &descriptor.name;
     let invalid = |sub: &str, reason: String| RegistryError::InvalidDescriptor {
         tool: name.clone(),
@@ -106,8 +113,24 @@ pub fn check(descriptor: &ToolDescriptor, field: &str) -> Result<(), RegistryErr
             ));
         }
     }
+    if descriptor.version.len() > MAX_LABEL_BYTES {
+        return Err(invalid(
+            "version",
+            format!("longer than {MAX_LABEL_BYTES} bytes"),
+        ));
+    }
     if descriptor.tags.len() > MAX_TAGS {
         return Err(invalid("tags", format!("more than {MAX_TAGS} tags")));
+    }
+    if let Some(i) = descriptor
+        .tags
+        .iter()
+        .position(|t| t.is_empty() || t.len() > MAX_LABEL_BYTES)
+    {
+        return Err(invalid(
+            &format!("tags[{i}]"),
+            format!("a tag must be 1 to {MAX_LABEL_BYTES} bytes"),
+        ));
     }
     if let Some(limit) = &descriptor.rate_limit
         && !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate))
@@ -120,10 +143,21 @@ pub fn check(descriptor: &ToolDescriptor, field: &str) -> Result<(), RegistryErr
             ),
         ));
     }
-    if let Some(t) = descriptor.timeout
-        && Duration::try_from(t).is_err()
-    {
-        return Err(invalid("timeout", "must not be negative".into()));
+    if let Some(t) = descriptor.timeout {
+        let max = humantime::format_duration(max_timeout);
+        if !(0..1_000_000_000).contains(&t.nanos) {
+            return Err(invalid(
+                "timeout.nanos",
+                format!("{} must be from 0 to 999999999", t.nanos),
+            ));
+        }
+        match Duration::try_from(t) {
+            Err(_) => return Err(invalid("timeout", "must not be negative".into())),
+            Ok(timeout) if timeout > max_timeout => {
+                return Err(invalid("timeout", format!("must be at most {max}")));
+            }
+            Ok(_) => {}
+        }
     }
     Ok(())
 }
@@ -213,6 +247,45 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_versions_and_tags_are_bounded() {
+        let hour = Duration::from_secs(3600);
+        let field = |d: &ToolDescriptor| match check(d, "tools[0]", hour) {
+            Err(RegistryError::InvalidDescriptor { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let with_timeout = |seconds, nanos| ToolDescriptor {
+            timeout: Some(prost_types::Duration { seconds, nanos }),
+            ..descriptor()
+        };
+        assert_eq!(field(&with_timeout(1, -1)), "tools[0].timeout.nanos");
+        assert_eq!(
+            field(&with_timeout(1, 1_000_000_000)),
+            "tools[0].timeout.nanos"
+        );
+        assert_eq!(field(&with_timeout(-1, 0)), "tools[0].timeout");
+        assert_eq!(field(&with_timeout(i64::MAX, 0)), "tools[0].timeout");
+        assert_eq!(field(&with_timeout(3600, 1)), "tools[0].timeout");
+        assert!(check(&with_timeout(3600, 0), "tools[0]", hour).is_ok());
+        assert!(check(&with_timeout(0, 999_999_999), "tools[0]", hour).is_ok());
+
+        let versioned = ToolDescriptor {
+            version: "v".repeat(MAX_LABEL_BYTES + 1),
+            ..descriptor()
+        };
+        assert_eq!(field(&versioned), "tools[0].version");
+        let tagged = ToolDescriptor {
+            tags: vec!["ok".into(), String::new()],
+            ..descriptor()
+        };
+        assert_eq!(field(&tagged), "tools[0].tags[1]");
+        let tagged = ToolDescriptor {
+            tags: vec!["t".repeat(MAX_LABEL_BYTES + 1)],
+            ..descriptor()
+        };
+        assert_eq!(field(&tagged), "tools[0].tags[0]");
+    }
+
+    #[test]
     fn burst_defaults_to_ceil_of_rate() {
         assert_eq!(Limit::of(&descriptor()).map(|l| l.burst), Some(3));
     }
@@ -240,7 +313,10 @@ mod tests {
         for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e9] {
             let mut d = descriptor();
             d.rate_limit = Some(RateLimit { rate, burst: 1 });
-            assert!(check(&d, "tools[0]").is_err(), "rate {rate}");
+            assert!(
+                check(&d, "tools[0]", Duration::from_secs(3600)).is_err(),
+                "rate {rate}"
+            );
         }
     }
 

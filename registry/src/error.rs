@@ -4,6 +4,19 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, FieldViolation, StatusExt};
+use toolmesh_telemetry::shown::{CLIPPED_MAX, Clipped, QUOTED_MAX, Quoted, clip};
+
+/// Most violations listed in an error's message; the details carry up to
+/// [`DETAILED_VIOLATIONS`].
+const SUMMARIZED_VIOLATIONS: usize = 4;
+
+/// Most field violations (or conflicting fields) in an error's details:
+/// with every text in them bounded, an error stays far below a default
+/// gRPC client's 8 KiB metadata limit however large the input was.
+pub const DETAILED_VIOLATIONS: usize = 8;
+
+/// Most bytes of a violation's message shown (it may quote the value).
+const VIOLATION_MAX: usize = 256;
 
 /// The google.rpc `ResourceInfo.resource_type` of a tool.
 pub const TOOL_RESOURCE_TYPE: &str = "toolmesh.v1.Tool";
@@ -23,13 +36,13 @@ pub struct Violation {
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// No live instance serves a tool of this name.
-    #[error("tool {tool:?} not found")]
+    #[error("tool {} not found", Quoted(.tool))]
     ToolNotFound {
         /// The requested tool name.
         tool: String,
     },
     /// `arguments_json` is not JSON.
-    #[error("arguments are not valid JSON: {message} at line {line} column {column}")]
+    #[error("arguments are not valid JSON: {} at line {line} column {column}", Clipped(.message))]
     ArgumentsNotJson {
         /// The parser's message, without the position.
         message: String,
@@ -37,6 +50,14 @@ pub enum RegistryError {
         line: usize,
         /// 1-based column of the error.
         column: usize,
+    },
+    /// An object in `arguments_json` has a key twice.
+    #[error("arguments have the key {} twice in the object at {}: a key may appear once in a JSON object", Quoted(.key), Quoted(.pointer))]
+    ArgumentsDuplicateKey {
+        /// JSON Pointer to the object (`""`: the arguments themselves).
+        pointer: String,
+        /// The repeated key.
+        key: String,
     },
     /// `arguments_json` is larger than the registry accepts.
     #[error("arguments are {size} bytes, more than the limit of {limit}")]
@@ -47,7 +68,7 @@ pub enum RegistryError {
         limit: usize,
     },
     /// The arguments fail the tool's input schema.
-    #[error("arguments do not match the input schema of {tool:?}: {}", summarize(.violations))]
+    #[error("arguments do not match the input schema of {}: {}", Quoted(.tool), summarize(.violations))]
     ArgumentsInvalid {
         /// The tool.
         tool: String,
@@ -55,7 +76,7 @@ pub enum RegistryError {
         violations: Vec<Violation>,
     },
     /// The tool's rate limit has no token left for this call.
-    #[error("rate limit of {tool:?} exceeded ({rate}/s, burst {burst}); retry in {}", rounded(*.retry_after))]
+    #[error("rate limit of {} exceeded ({rate}/s, burst {burst}); retry in {}", Quoted(.tool), rounded(*.retry_after))]
     RateLimited {
         /// The tool.
         tool: String,
@@ -67,7 +88,7 @@ pub enum RegistryError {
         burst: u32,
     },
     /// Every instance was tried, or none is live.
-    #[error("no healthy instance of {tool:?} ({detail})")]
+    #[error("no healthy instance of {} ({})", Quoted(.tool), Clipped(.detail))]
     NoHealthyInstance {
         /// The tool.
         tool: String,
@@ -75,7 +96,7 @@ pub enum RegistryError {
         detail: String,
     },
     /// The call's deadline passed before the tool answered.
-    #[error("deadline of {} exceeded calling {tool:?}", rounded(*.deadline))]
+    #[error("deadline of {} exceeded calling {}", rounded(*.deadline), Quoted(.tool))]
     DeadlineExceeded {
         /// The tool.
         tool: String,
@@ -83,14 +104,14 @@ pub enum RegistryError {
         deadline: Duration,
     },
     /// The agent went away before the tool answered.
-    #[error("call to {tool:?} cancelled")]
+    #[error("call to {} cancelled", Quoted(.tool))]
     Cancelled {
         /// The tool.
         tool: String,
     },
     /// The sidecar answered with a status the registry passes through as-is
     /// (e.g. INTERNAL from a failing sidecar).
-    #[error("instance {instance} of {tool:?} failed: {message}")]
+    #[error("instance {} of {} failed: {}", Quoted(.instance), Quoted(.tool), Clipped(.message))]
     Upstream {
         /// The tool.
         tool: String,
@@ -102,7 +123,7 @@ pub enum RegistryError {
         message: String,
     },
     /// An announce carried a descriptor that breaks the rules (name, limits).
-    #[error("descriptor of {tool:?} is invalid: {reason}")]
+    #[error("descriptor of {} is invalid: {}", Quoted(.tool), Clipped(.reason))]
     InvalidDescriptor {
         /// The tool.
         tool: String,
@@ -112,7 +133,7 @@ pub enum RegistryError {
         reason: String,
     },
     /// An announce carried a JSON Schema that does not compile.
-    #[error("{field} of {tool:?} is not a usable JSON Schema: {reason}")]
+    #[error("{} of {} is not a usable JSON Schema: {}", Clipped(.field), Quoted(.tool), Clipped(.reason))]
     InvalidSchema {
         /// The tool.
         tool: String,
@@ -122,7 +143,7 @@ pub enum RegistryError {
         reason: String,
     },
     /// An announce's descriptor differs from the one live instances serve.
-    #[error("descriptor of {tool:?} conflicts with the one its live instances announced: {}", .differences.join("; "))]
+    #[error("descriptor of {} conflicts with the one its live instances announced: {}", Quoted(.tool), listed(.differences))]
     DescriptorConflict {
         /// The tool.
         tool: String,
@@ -130,7 +151,7 @@ pub enum RegistryError {
         differences: Vec<String>,
     },
     /// A malformed request (missing id, bad endpoint URL, ...).
-    #[error("{field}: {reason}")]
+    #[error("{}: {}", Clipped(.field), Clipped(.reason))]
     InvalidRequest {
         /// The offending field.
         field: String,
@@ -138,33 +159,39 @@ pub enum RegistryError {
         reason: String,
     },
     /// A heartbeat or withdraw named a lease the registry does not hold.
-    #[error("lease {lease:?} not found; announce again")]
+    #[error("lease {} not found; announce again", Quoted(.lease))]
     LeaseNotFound {
         /// The lease id.
         lease: String,
     },
     /// A bound on the catalog's size was reached.
-    #[error("catalog full: {0}")]
+    #[error("catalog full: {}", Clipped(.0))]
     CatalogFull(String),
     /// The shared catalog (Redis) could not be reached; try again.
-    #[error("catalog store unavailable: {reason}")]
+    #[error("catalog store unavailable: {}", Clipped(.reason))]
     StoreUnavailable {
         /// Why.
         reason: String,
     },
     /// An idempotency key was used again with different arguments.
-    #[error("idempotency key {key:?} was used for {tool:?} with other arguments")]
+    #[error("idempotency key {} was used for {} with other arguments", Quoted(.key), Quoted(.tool))]
     IdempotencyKeyReused {
         /// The tool.
         tool: String,
         /// The key.
         key: String,
     },
+    /// As many watch streams are open as the registry allows.
+    #[error("too many watch streams: {reason}")]
+    TooManyWatchers {
+        /// Which limit, and its flag.
+        reason: String,
+    },
     /// The idempotency store holds as many calls in progress as it may.
     #[error("too many calls with idempotency keys in progress")]
     IdempotencyFull,
     /// A repeat of a call whose first run ended with this status.
-    #[error("{message}")]
+    #[error("{}", Clipped(.message))]
     Replayed {
         /// The first run's status code.
         code: Code,
@@ -173,7 +200,7 @@ pub enum RegistryError {
     },
     /// The rate limiter could not decide, and the outage policy is to refuse
     /// calls to rate-limited tools.
-    #[error("rate limiter unavailable for {tool:?}: {reason}")]
+    #[error("rate limiter unavailable for {}: {}", Quoted(.tool), Clipped(.reason))]
     LimiterUnavailable {
         /// The tool.
         tool: String,
@@ -188,18 +215,44 @@ fn rounded(duration: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(Duration::from_millis(millis))
 }
 
+/// The first [`SUMMARIZED_VIOLATIONS`] violations, bounded, and how many
+/// more there are.
 fn summarize(violations: &[Violation]) -> String {
-    violations
+    let mut shown: Vec<String> = violations
         .iter()
+        .take(SUMMARIZED_VIOLATIONS)
         .map(|v| {
+            let message = clip(&v.message, VIOLATION_MAX);
             if v.pointer.is_empty() {
-                v.message.clone()
+                message
             } else {
-                format!("{}: {}", v.pointer, v.message)
+                format!("{}: {message}", clip(&v.pointer, QUOTED_MAX))
             }
         })
-        .collect::<Vec<_>>()
-        .join("; ")
+        .collect();
+    if violations.len() > SUMMARIZED_VIOLATIONS {
+        shown.push(format!(
+            "and {} more in the details",
+            violations.len() - SUMMARIZED_VIOLATIONS
+        ));
+    }
+    shown.join("; ")
+}
+
+/// Conflicting fields, bounded as [`summarize`] bounds violations.
+fn listed(differences: &[String]) -> String {
+    let mut shown: Vec<String> = differences
+        .iter()
+        .take(DETAILED_VIOLATIONS)
+        .map(|d| clip(d, VIOLATION_MAX))
+        .collect();
+    if differences.len() > DETAILED_VIOLATIONS {
+        shown.push(format!(
+            "and {} more",
+            differences.len() - DETAILED_VIOLATIONS
+        ));
+    }
+    shown.join("; ")
 }
 
 impl RegistryError {
@@ -208,14 +261,16 @@ impl RegistryError {
         match self {
             Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } => Code::NotFound,
             Self::ArgumentsNotJson { .. }
+            | Self::ArgumentsDuplicateKey { .. }
             | Self::ArgumentsTooLarge { .. }
             | Self::ArgumentsInvalid { .. }
             | Self::InvalidDescriptor { .. }
             | Self::InvalidSchema { .. }
             | Self::InvalidRequest { .. } => Code::InvalidArgument,
-            Self::RateLimited { .. } | Self::CatalogFull(_) | Self::IdempotencyFull => {
-                Code::ResourceExhausted
-            }
+            Self::RateLimited { .. }
+            | Self::CatalogFull(_)
+            | Self::IdempotencyFull
+            | Self::TooManyWatchers { .. } => Code::ResourceExhausted,
             Self::NoHealthyInstance { .. }
             | Self::StoreUnavailable { .. }
             | Self::LimiterUnavailable { .. } => Code::Unavailable,
@@ -236,7 +291,7 @@ impl RegistryError {
         let details = match self {
             Self::ToolNotFound { tool } => ErrorDetails::with_resource_info(
                 TOOL_RESOURCE_TYPE,
-                tool,
+                clip(tool, QUOTED_MAX),
                 "",
                 "no live instance serves this tool; ListTools shows what is available",
             ),
@@ -246,15 +301,33 @@ impl RegistryError {
                 column,
             } => ErrorDetails::with_bad_request_violation(
                 "arguments_json",
-                format!("not valid JSON: {reason} at line {line} column {column}"),
+                format!(
+                    "not valid JSON: {} at line {line} column {column}",
+                    Clipped(reason)
+                ),
             ),
+            Self::ArgumentsDuplicateKey { pointer, key } => {
+                ErrorDetails::with_bad_request_violation(
+                    clip(
+                        &format!("{pointer}/{}", key.replace('~', "~0").replace('/', "~1")),
+                        QUOTED_MAX,
+                    ),
+                    "this key appears more than once in its object; give it once",
+                )
+            }
             Self::ArgumentsTooLarge { .. } => {
                 ErrorDetails::with_bad_request_violation("arguments_json", message.clone())
             }
             Self::ArgumentsInvalid { violations, .. } => ErrorDetails::with_bad_request(
                 violations
                     .iter()
-                    .map(|v| FieldViolation::new(v.pointer.clone(), v.message.clone()))
+                    .take(DETAILED_VIOLATIONS)
+                    .map(|v| {
+                        FieldViolation::new(
+                            clip(&v.pointer, QUOTED_MAX),
+                            clip(&v.message, VIOLATION_MAX),
+                        )
+                    })
                     .collect::<Vec<_>>(),
             ),
             Self::RateLimited {
@@ -265,34 +338,42 @@ impl RegistryError {
             } => {
                 let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
                 details.add_quota_failure_violation(
-                    format!("tool:{tool}"),
+                    format!("tool:{}", clip(tool, QUOTED_MAX)),
                     format!("rate limit of {rate} calls/s with burst {burst}"),
                 );
                 details
             }
             Self::InvalidDescriptor { field, reason, .. }
             | Self::InvalidSchema { field, reason, .. }
-            | Self::InvalidRequest { field, reason } => {
-                ErrorDetails::with_bad_request_violation(field.clone(), reason.clone())
-            }
+            | Self::InvalidRequest { field, reason } => ErrorDetails::with_bad_request_violation(
+                clip(field, QUOTED_MAX),
+                clip(reason, CLIPPED_MAX),
+            ),
             Self::DescriptorConflict { tool, differences } => {
                 let mut details = ErrorDetails::new();
-                for difference in differences {
+                for difference in differences.iter().take(DETAILED_VIOLATIONS) {
                     details.add_precondition_failure_violation(
                         "DESCRIPTOR_CONFLICT",
-                        format!("tool:{tool}"),
-                        difference.clone(),
+                        format!("tool:{}", clip(tool, QUOTED_MAX)),
+                        clip(difference, VIOLATION_MAX),
                     );
                 }
                 details
             }
-            Self::LeaseNotFound { lease } => {
-                ErrorDetails::with_resource_info("toolmesh.v1.Lease", lease, "", "announce again")
-            }
+            Self::LeaseNotFound { lease } => ErrorDetails::with_resource_info(
+                "toolmesh.v1.Lease",
+                clip(lease, QUOTED_MAX),
+                "",
+                "announce again",
+            ),
             Self::IdempotencyKeyReused { tool, key } => {
                 ErrorDetails::with_precondition_failure_violation(
                     "IDEMPOTENCY_KEY_REUSED",
-                    format!("tool:{tool}/idempotency_key:{key}"),
+                    format!(
+                        "tool:{}/idempotency_key:{}",
+                        clip(tool, QUOTED_MAX),
+                        clip(key, QUOTED_MAX)
+                    ),
                     "a repeat must carry the same arguments as the first call",
                 )
             }
@@ -304,6 +385,7 @@ impl RegistryError {
             | Self::StoreUnavailable { .. }
             | Self::LimiterUnavailable { .. }
             | Self::IdempotencyFull
+            | Self::TooManyWatchers { .. }
             | Self::Replayed { .. } => return Status::new(code, message),
         };
         Status::with_error_details(code, message, details)
@@ -318,6 +400,7 @@ impl RegistryError {
             Self::Upstream { code, .. } => *code == Code::Unavailable,
             Self::ToolNotFound { .. }
             | Self::ArgumentsNotJson { .. }
+            | Self::ArgumentsDuplicateKey { .. }
             | Self::ArgumentsTooLarge { .. }
             | Self::ArgumentsInvalid { .. }
             | Self::RateLimited { .. }
@@ -331,6 +414,7 @@ impl RegistryError {
             | Self::CatalogFull(_)
             | Self::IdempotencyKeyReused { .. }
             | Self::IdempotencyFull
+            | Self::TooManyWatchers { .. }
             | Self::Replayed { .. } => false,
         }
     }

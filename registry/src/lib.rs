@@ -14,8 +14,10 @@
 //!   and [`store::redis`] (shared by replicas), both serving reads from a
 //!   local [`store::view`].
 //! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
+//! - [`endpoint_policy`]: which announced endpoints the registry dials.
 //! - [`descriptor`]: rules for tool descriptors, and how two differ.
-//! - [`validate`]: JSON Schema compilation and argument validation.
+//! - [`validate`]: JSON Schema compilation and argument validation;
+//!   [`strict_json`]: argument parsing that refuses duplicate keys.
 //! - [`ratelimit`]: GCRA per tool behind the [`ratelimit::RateLimiter`] trait.
 //! - [`idempotency`]: idempotency keys, in memory or shared through Redis.
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
@@ -25,6 +27,7 @@
 //! - [`probe`]: `toolmesh-registry health`, a health check of a running
 //!   registry.
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
+//! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
 pub mod api;
@@ -34,6 +37,7 @@ pub mod catalog;
 pub mod config;
 pub mod connections;
 pub mod descriptor;
+pub mod endpoint_policy;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
@@ -44,7 +48,9 @@ pub mod redis_pool;
 pub mod retry;
 pub mod server;
 pub mod store;
+pub mod strict_json;
 pub mod validate;
+pub mod watch;
 
 pub use config::Config;
 pub use error::RegistryError;

@@ -233,17 +233,22 @@ impl Attempts {
             },
             Err(error @ ProxyError::NotSent { .. }) => {
                 self.balancer.record_failure(&instance.id);
+                // The OS's words stay in the log: to a caller they would
+                // tell open ports from closed ones.
                 tracing::warn!(tool = tool.name(), instance = %instance.id, %error, "instance unreachable");
                 Verdict::Fail {
-                    error: no_instance(tool, &error.to_string()),
+                    error: no_instance(tool, "instance unreachable"),
                     retry: true,
                 }
             }
+            // The same words as a connection never made: what the
+            // transport said stays in the log, since to a caller it would
+            // tell an open port from a closed one.
             Err(ProxyError::Transport(status)) => {
                 self.balancer.record_failure(&instance.id);
                 tracing::warn!(tool = tool.name(), instance = %instance.id, message = status.message(), "transport failure mid-call");
                 Verdict::Fail {
-                    error: no_instance(tool, status.message()),
+                    error: no_instance(tool, "instance unreachable"),
                     retry: idempotent,
                 }
             }

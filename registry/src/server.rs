@@ -13,9 +13,10 @@ use toolmesh_proto::{
 use crate::{
     api::{RegistrationApi, ToolRegistryApi},
     balance::Balancer,
-    catalog::{Catalog, ChangeKind},
+    catalog::{AnnounceLimits, Catalog, ChangeKind},
     config::Config,
     connections,
+    endpoint_policy::EndpointPolicy,
     idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
     invoke::{InvokeSettings, Invoker},
     proxy::Proxy,
@@ -26,6 +27,7 @@ use crate::{
         memory::{Limits, MemoryStore},
         redis::{RedisStore, RedisStoreSettings},
     },
+    watch::{WatchLimits, Watchers},
 };
 
 /// How long the server may take to return once its connections are cut.
@@ -174,7 +176,14 @@ impl Registry {
         idempotency: Arc<dyn IdempotencyStore>,
         config: Config,
     ) -> Self {
-        let catalog = Arc::new(Catalog::new(store));
+        let catalog = Arc::new(Catalog::with_limits(
+            store,
+            AnnounceLimits {
+                max_tool_timeout: config.max_tool_timeout,
+                max_announce_bytes: config.max_announce_bytes,
+            },
+            EndpointPolicy::new(config.endpoint_allow.clone()),
+        ));
         let balancer = Arc::new(Balancer::default());
         let proxy = Arc::new(Proxy::new(config.connect_timeout, config.max_message_bytes));
         let stop_janitor = CancellationToken::new();
@@ -234,6 +243,9 @@ impl Registry {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
+        if let Ok(own) = listener.local_addr() {
+            self.catalog.endpoints().set_own_address(own);
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
@@ -247,11 +259,21 @@ impl Registry {
 
         let watchers = CancellationToken::new();
         let max = self.config.max_message_bytes;
-        let registry = ToolRegistryServer::new(ToolRegistryApi::new(
-            self.catalog.clone(),
-            self.invoker.clone(),
-            watchers.clone(),
-        ))
+        let watch_limits = WatchLimits {
+            max_watchers: self.config.max_watchers,
+            max_per_connection: self.config.max_watchers_per_connection,
+            lag_events: self.config.watch_lag_events,
+            lag_bytes: self.config.watch_lag_bytes,
+        };
+        let registry = ToolRegistryServer::new(
+            ToolRegistryApi::new(
+                self.catalog.clone(),
+                self.invoker.clone(),
+                Arc::new(Watchers::new(watch_limits)),
+                watchers.clone(),
+            )
+            .max_message_bytes(max),
+        )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
         let registration = RegistrationServer::new(RegistrationApi::new(self.catalog.clone()))
@@ -261,6 +283,7 @@ impl Registry {
         let stop = CancellationToken::new();
         let cut = CancellationToken::new();
         let server = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(self.config.max_concurrent_streams))
             // Find dead agents and sidecars on idle connections.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))

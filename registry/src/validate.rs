@@ -10,6 +10,7 @@ use jsonschema::{PatternOptions, Validator, error::ValidationErrorKind};
 use serde_json::Value;
 
 use crate::error::{RegistryError, Violation};
+use crate::strict_json::{self, StrictJsonError};
 
 /// At most this many violations are reported for one call.
 pub const MAX_VIOLATIONS: usize = 32;
@@ -43,7 +44,10 @@ pub fn compile(schema_json: &str) -> Result<ArgumentValidator, String> {
     Ok(ArgumentValidator { validator })
 }
 
-/// Parses `arguments_json` (empty means `{}`), bounded by `max_bytes`.
+/// Parses `arguments_json` (empty means `{}`), bounded by `max_bytes`. An
+/// object with the same key twice, at any depth, is refused
+/// ([`crate::strict_json`]): the value validated is then the only value a
+/// tool can read from the text it is sent.
 ///
 /// serde_json's recursion limit (128 levels) bounds the nesting depth.
 pub fn parse_arguments(arguments_json: &str, max_bytes: usize) -> Result<Value, RegistryError> {
@@ -56,7 +60,13 @@ pub fn parse_arguments(arguments_json: &str, max_bytes: usize) -> Result<Value, 
     if arguments_json.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
-    serde_json::from_str(arguments_json).map_err(|e| {
+    strict_json::from_str(arguments_json).map_err(|error| {
+        let e = match error {
+            StrictJsonError::DuplicateKey { pointer, key } => {
+                return RegistryError::ArgumentsDuplicateKey { pointer, key };
+            }
+            StrictJsonError::Syntax(e) => e,
+        };
         let (line, column) = (e.line(), e.column());
         let full = e.to_string();
         let position = format!(" at line {line} column {column}");

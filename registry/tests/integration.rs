@@ -17,6 +17,8 @@ mod flags;
 mod grpcurl;
 #[path = "integration/health_command.rs"]
 mod health_command;
+#[path = "integration/hostile.rs"]
+mod hostile;
 #[path = "integration/idempotency.rs"]
 mod idempotency;
 #[path = "integration/keys.rs"]

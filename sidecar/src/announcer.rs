@@ -14,6 +14,8 @@ use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
 
+use toolmesh_telemetry::shown::secret_tag;
+
 use crate::health::Readiness;
 use crate::refusal::{self, AnnounceRefused};
 
@@ -167,7 +169,7 @@ impl Announcer {
         {
             Ok(response) => {
                 let ttl = ttl_of(response.ttl);
-                tracing::info!(instance, lease = %response.lease_id, ?ttl, "announced to the registry");
+                tracing::info!(instance, lease = %secret_tag(&response.lease_id), ?ttl, "announced to the registry");
                 self.lease = Some(Lease {
                     id: response.lease_id,
                     ttl,
@@ -200,20 +202,20 @@ impl Announcer {
         };
         match with_deadline(timeout, self.client.heartbeat(request(message, timeout))).await {
             Ok(response) => {
-                tracing::debug!(lease = %lease.id, "heartbeat");
+                tracing::debug!(lease = %secret_tag(&lease.id), "heartbeat");
                 if let Some(current) = &mut self.lease {
                     current.ttl = response.ttl.map_or(current.ttl, |t| ttl_of(Some(t)));
                 }
                 self.backoff.reset();
             }
             Err(status) if status.code() == tonic::Code::NotFound => {
-                tracing::warn!(lease = %lease.id, "the registry forgot the lease; announcing again");
+                tracing::warn!(lease = %secret_tag(&lease.id), "the registry forgot the lease; announcing again");
                 self.lease = None;
                 self.backoff.reset();
             }
             Err(status) => {
                 let delay = self.backoff.next_delay().min(timeout);
-                tracing::warn!(lease = %lease.id, code = ?status.code(), reason = status.message(), "heartbeat failed");
+                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = status.message(), "heartbeat failed");
                 // The regular interval sleep follows; this only spaces out a
                 // failing registry further.
                 tokio::time::sleep(delay.saturating_sub(MIN_INTERVAL)).await;
@@ -236,9 +238,9 @@ impl Announcer {
         )
         .await
         {
-            Ok(_) => tracing::info!(lease = %lease.id, "withdrawn from the registry"),
+            Ok(_) => tracing::info!(lease = %secret_tag(&lease.id), "withdrawn from the registry"),
             Err(status) => {
-                tracing::warn!(lease = %lease.id, code = ?status.code(), reason = status.message(), "withdraw failed; the lease will expire")
+                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = status.message(), "withdraw failed; the lease will expire")
             }
         }
     }

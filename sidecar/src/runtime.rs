@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use toolmesh_proto::pb;
+use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
 
@@ -177,7 +178,7 @@ impl RuntimeService {
 
 #[tonic::async_trait]
 impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
-    #[tracing::instrument(skip_all, fields(tool = %request.get_ref().tool, invocation = %request.get_ref().invocation_id))]
+    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX), invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX)))]
     async fn execute(
         &self,
         request: tonic::Request<pb::ExecuteRequest>,

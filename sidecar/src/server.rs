@@ -37,6 +37,11 @@ pub struct ServeOptions {
     pub instance_id: Option<String>,
 }
 
+/// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises: calls one
+/// connection may have in flight (the registry pools its connections, and
+/// queues beyond this rather than fail).
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
 /// `<hostname>-<8 random hex digits>`.
 pub fn default_instance_id() -> String {
     let host = nix::unistd::gethostname()
@@ -125,6 +130,7 @@ pub async fn serve_with_withdraw(
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)

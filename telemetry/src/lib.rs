@@ -7,8 +7,12 @@
 //!   line per event, or one JSON object per line for a log pipeline.
 //! - Colour only when standard output is a terminal and `NO_COLOR` is not
 //!   set, so log files and pipes get plain text.
+//! - [`shown`]: client-supplied text in errors and log lines, bounded and
+//!   escaped; [`causes`]: an error and its sources on one line.
 
 use std::io::IsTerminal as _;
+
+pub mod shown;
 
 /// How each log line is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -283,6 +283,10 @@ impl CatalogStore for MemoryStore {
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
         self.view.watch()
     }
+
+    fn published_bytes(&self) -> u64 {
+        self.view.published_bytes()
+    }
 }
 
 #[cfg(test)]

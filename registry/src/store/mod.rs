@@ -39,4 +39,6 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// The current tools and a receiver of every later change, taken
     /// atomically.
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
+    /// Bytes of every change event published so far.
+    fn published_bytes(&self) -> u64;
 }

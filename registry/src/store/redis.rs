@@ -563,4 +563,8 @@ impl CatalogStore for RedisStore {
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
         self.view.watch()
     }
+
+    fn published_bytes(&self) -> u64 {
+        self.view.published_bytes()
+    }
 }

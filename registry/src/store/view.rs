@@ -7,6 +7,7 @@
 //! subscribing take the same lock, so [`CatalogView::watch`] hands out a
 //! snapshot and a receiver with no gap and no overlap.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dashmap::DashMap;
@@ -22,6 +23,8 @@ pub const EVENT_BUFFER: usize = 1024;
 pub struct CatalogView {
     tools: DashMap<String, Arc<ToolState>>,
     events: broadcast::Sender<CatalogEvent>,
+    /// Bytes of every event sent so far ([`CatalogEvent::published`]).
+    published: AtomicU64,
     publish: Mutex<()>,
 }
 
@@ -30,6 +33,7 @@ impl Default for CatalogView {
         Self {
             tools: DashMap::new(),
             events: broadcast::channel(EVENT_BUFFER).0,
+            published: AtomicU64::new(0),
             publish: Mutex::new(()),
         }
     }
@@ -60,9 +64,21 @@ impl CatalogView {
                 (ChangeKind::Updated, after)
             }
         };
+        let size = tool.size();
+        let published = self.published.fetch_add(size, Ordering::Relaxed) + size;
         // No receiver is not an error: nobody is watching.
-        let _ = self.events.send(CatalogEvent { kind, tool });
+        let _ = self.events.send(CatalogEvent {
+            kind,
+            tool,
+            published,
+        });
         Some(kind)
+    }
+
+    /// Bytes of every event sent so far: a watcher whose last event has a
+    /// [`CatalogEvent::published`] this far behind is that far behind.
+    pub fn published_bytes(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
     }
 
     /// Names of every tool the view holds.
