@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use toolmesh_proto::pb;
-use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
+use toolmesh_telemetry::shown::{QUOTED_MAX, Quoted, clip};
 
 use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
 
@@ -34,8 +34,9 @@ pub enum ToolSetError {
 /// Why an execution produced no result.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
-    /// This sidecar does not serve the tool.
-    #[error("unknown tool {0:?}")]
+    /// This sidecar does not serve the tool (the name is a caller's,
+    /// shown bounded).
+    #[error("unknown tool {}", Quoted(.0))]
     UnknownTool(String),
     /// The backend could not run it.
     #[error(transparent)]

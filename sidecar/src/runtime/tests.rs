@@ -137,3 +137,16 @@ fn effective_timeouts() {
         Duration::from_millis(9900)
     );
 }
+
+#[test]
+fn an_unknown_tool_is_named_bounded_and_on_one_line() {
+    let huge = format!("{}\nforged", "t".repeat(1 << 20));
+    let status = ExecuteError::UnknownTool(huge).to_status();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert!(
+        status.message().len() < 256,
+        "{} bytes",
+        status.message().len()
+    );
+    assert!(!status.message().contains('\n'));
+}
