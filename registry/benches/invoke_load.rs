@@ -107,6 +107,7 @@ async fn main() {
             registry: format!("http://{registry_addr}"),
             advertise: None,
             instance_id: Some("bench".into()),
+            max_concurrent_streams: None,
         },
         async {
             let _ = sidecar_stopped.await;

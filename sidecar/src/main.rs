@@ -62,6 +62,10 @@ struct Cli {
     /// Stable instance id [default: <hostname>-<random 8 hex>].
     #[arg(long, env = "TOOLMESH_INSTANCE_ID")]
     instance_id: Option<String>,
+    /// HTTP/2 MAX_CONCURRENT_STREAMS: calls one connection may have in
+    /// flight [default: 1024].
+    #[arg(long, env = "TOOLMESH_SIDECAR_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_streams: Option<u32>,
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     log: toolmesh_telemetry::LogArgs,
@@ -234,6 +238,7 @@ async fn run(
         registry,
         advertise,
         instance_id: cli.instance_id.or(config.instance_id),
+        max_concurrent_streams: cli.max_concurrent_streams,
     };
     serve_with_withdraw(
         listener,

@@ -35,11 +35,14 @@ pub struct ServeOptions {
     pub advertise: Option<String>,
     /// Stable instance id; default [`default_instance_id`].
     pub instance_id: Option<String>,
+    /// HTTP/2 `MAX_CONCURRENT_STREAMS` to advertise; default
+    /// [`MAX_CONCURRENT_STREAMS`].
+    pub max_concurrent_streams: Option<u32>,
 }
 
-/// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises: calls one
-/// connection may have in flight (the registry pools its connections, and
-/// queues beyond this rather than fail).
+/// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
+/// calls one connection may have in flight (the registry pools its
+/// connections, and queues beyond this rather than fail).
 pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// `<hostname>-<8 random hex digits>`.
@@ -113,6 +116,9 @@ pub async fn serve_with_withdraw(
         None => default_advertise(addr),
     };
     let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
+    let max_streams = opts
+        .max_concurrent_streams
+        .unwrap_or(MAX_CONCURRENT_STREAMS);
     let announce = pb::AnnounceRequest {
         instance_id: instance_id.clone(),
         endpoint: endpoint.clone(),
@@ -130,7 +136,7 @@ pub async fn serve_with_withdraw(
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .max_concurrent_streams(Some(max_streams))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)

@@ -18,10 +18,12 @@
 //!   with its log and ready signal, and "is this pid dead?".
 //! - [`registry_process`]: the `toolmesh-registry` binary as a process,
 //!   its address read from its own "listening" line.
+//! - [`http2`]: what a server advertises in its HTTP/2 SETTINGS.
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
 
 pub mod catalog;
+pub mod http2;
 pub mod ports;
 pub mod process;
 pub mod redis;

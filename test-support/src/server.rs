@@ -131,6 +131,7 @@ pub fn sidecar_on(
         registry: registry.to_owned(),
         advertise: None,
         instance_id: Some(instance_id.to_owned()),
+        max_concurrent_streams: None,
     };
     LoopbackServer::spawn(listener, move |listener, shutdown| {
         serve(listener, tools, options, shutdown)

@@ -72,15 +72,13 @@ fn rss_bytes(pid: u32) -> usize {
 
 /// Opens `streams` WatchTools streams on one raw HTTP/2 connection whose
 /// flow-control window is 0: the registry may send headers, never data.
-/// Returns the connection's handles, to keep it open, and the largest
-/// number of concurrent streams the registry advertised.
+/// Returns the connection's handles, to keep it open.
 async fn idle_watchers(
     addr: SocketAddr,
     streams: usize,
 ) -> (
     Vec<h2::client::ResponseFuture>,
     h2::client::SendRequest<Bytes>,
-    usize,
 ) {
     let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (send, connection) = h2::client::Builder::new()
@@ -92,15 +90,6 @@ async fn idle_watchers(
         let _ = connection.await;
     });
     let mut send = send.ready().await.expect("ready");
-    // usize::MAX until the server's SETTINGS frame has been read.
-    let mut advertised = send.current_max_send_streams();
-    for _ in 0..500 {
-        if advertised != usize::MAX {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        advertised = send.current_max_send_streams();
-    }
     let mut responses = Vec::new();
     for _ in 0..streams {
         let request =
@@ -116,7 +105,7 @@ async fn idle_watchers(
             .expect("send the message");
         responses.push(response);
     }
-    (responses, send, advertised)
+    (responses, send)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,11 +123,15 @@ async fn idle_watchers_and_announce_churn_keep_memory_bounded() {
     let (mut agent, mut sidecar) = clients(addr).await;
     let before = rss_bytes(registry.pid());
 
+    assert_eq!(
+        toolmesh_test_support::http2::advertised_max_concurrent_streams(addr).await,
+        256,
+        "MAX_CONCURRENT_STREAMS is advertised"
+    );
     // 500 streams that never read, on 10 connections.
     let mut connections = Vec::new();
     for _ in 0..10 {
-        let (responses, send, advertised) = idle_watchers(addr, 50).await;
-        assert_eq!(advertised, 256, "MAX_CONCURRENT_STREAMS is advertised");
+        let (responses, send) = idle_watchers(addr, 50).await;
         connections.push((responses, send));
     }
     // Every stream was admitted: the response headers arrive (no data).

@@ -364,3 +364,20 @@ async fn the_demo_config_runs_from_the_repository_root() {
         .unwrap();
     assert!(status.success(), "{status}\n{}", log());
 }
+
+#[tokio::test]
+async fn max_concurrent_streams_is_advertised() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let yaml = format!("tools:\n{}", echo_tool("echo", "Echo"));
+    for (args, expected) in [(&[][..], 1024), (&["--max-concurrent-streams", "7"][..], 7)] {
+        let mut all = vec!["--registry", "127.0.0.1:9", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut process = SidecarProcess::spawn(&bin, &yaml, &all, &[]);
+        let bound = process.bound(PATIENCE).await;
+        let advertised =
+            toolmesh_test_support::http2::advertised_max_concurrent_streams(bound).await;
+        assert_eq!(advertised, expected, "{args:?}");
+    }
+}
