@@ -19,6 +19,9 @@
 # Env: FUZZ_SECONDS  time per target (default 20)
 #      FUZZ_JOBS     targets run at once (default: the number of cores)
 #      FUZZ_RSS_MB   memory limit per target, in MiB (default 2048)
+#      FUZZ_SANITIZER  none (default: the workspace forbids `unsafe`, and
+#                    the build takes a fraction of the time) or address, for
+#                    a longer hunt that also checks the dependencies' unsafe code
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +47,11 @@ done
 seconds=${FUZZ_SECONDS:-20}
 jobs=${FUZZ_JOBS:-$(nproc)}
 rss_mb=${FUZZ_RSS_MB:-2048}
+sanitizer=${FUZZ_SANITIZER:-none}
+if [[ $sanitizer != none && $sanitizer != address ]]; then
+    echo "fuzz.sh: FUZZ_SANITIZER must be none or address, not $sanitizer" >&2
+    exit 2
+fi
 for var in FUZZ_SECONDS:$seconds FUZZ_JOBS:$jobs FUZZ_RSS_MB:$rss_mb; do
     if [[ ! ${var#*:} =~ ^[1-9][0-9]*$ ]]; then
         echo "fuzz.sh: ${var%%:*} must be a whole number above 0, not ${var#*:}" >&2
@@ -70,7 +78,7 @@ if [[ ! -f fuzz/Cargo.lock || Cargo.lock -nt fuzz/Cargo.lock ]]; then
 fi
 
 triple=$(rustc "+$nightly" -vV | sed -n 's/^host: //p')
-target_dir=$PWD/fuzz/target
+target_dir=$PWD/fuzz/target/$sanitizer
 bin_dir=$target_dir/$triple/release
 for target in "${targets[@]}"; do
     if [[ ! -x $bin_dir/$target ]]; then
@@ -80,7 +88,7 @@ for target in "${targets[@]}"; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if ! cargo "+$nightly" fuzz build --target "$triple" --target-dir "$target_dir" \
+if ! cargo "+$nightly" fuzz build --sanitizer "$sanitizer" --target "$triple" --target-dir "$target_dir" \
     >"$work/build.log" 2>&1; then
     cat "$work/build.log" >&2
     echo "fuzz.sh: cargo fuzz build failed" >&2
@@ -131,11 +139,11 @@ for target in "${targets[@]}"; do
     fi
     failed=1
     reproducer=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
-    echo "fuzz.sh: $target failed (exit status $status); the fuzzer's output ends:" >&2
-    tail -n 60 "$log" >&2
+    echo "fuzz.sh: $target failed (exit status $status); the fuzzer's output ends (progress lines left out):" >&2
+    grep -vE '^(#[0-9]+[[:space:]]|INFO: |[[:space:]]+NEW_FUNC)' "$log" | tail -n 60 >&2
     if [[ -n $reproducer ]]; then
         echo "fuzz.sh: $target: reproducer $reproducer" >&2
-        echo "  rerun:    $bin_dir/$target $reproducer" >&2
+        echo "  rerun:    ${bin_dir#"$PWD"/}/$target $reproducer" >&2
         echo "  minimize: cargo +$nightly fuzz tmin $target $reproducer" >&2
     else
         echo "fuzz.sh: $target: no reproducer written; see the output above" >&2

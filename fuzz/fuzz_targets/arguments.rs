@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let value = match validate::parse_arguments(arguments, max_bytes) {
         Ok(value) => value,
         Err(error) => {
-            let _ = error.to_status();
+            assert!(error.to_status().message().len() < 4096, "an unbounded error");
             return;
         }
     };
@@ -50,10 +50,11 @@ fuzz_target!(|data: &[u8]| {
                 violation.pointer
             );
         }
-        let _ = RegistryError::ArgumentsInvalid {
+        let status = RegistryError::ArgumentsInvalid {
             tool: "fuzz".into(),
             violations,
         }
         .to_status();
+        assert!(status.message().len() + status.details().len() < 8192, "an unbounded error");
     }
 });
