@@ -15,8 +15,6 @@ use toolmesh_proto::pb::registration_client::RegistrationClient;
 use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
 use toolmesh_test_support::{process, registry_process::RegistryProcess};
 
-use crate::common::*;
-
 const MIB: usize = 1 << 20;
 
 /// A gRPC client with tonic's defaults, as an agent would have.
@@ -209,45 +207,39 @@ async fn watch_streams_are_capped_per_connection_and_in_total() {
     assert!(refused.message().contains("--max-watchers)"), "{refused:?}");
 }
 
-/// Records the arguments text each call brings.
-struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-#[tonic::async_trait]
-impl toolmesh_sidecar::Backend for Recorder {
-    async fn call(
-        &self,
-        arguments_json: &str,
-        _deadline: tokio::time::Instant,
-    ) -> Result<toolmesh_sidecar::Outcome, toolmesh_sidecar::BackendError> {
-        self.0.lock().unwrap().push(arguments_json.to_owned());
-        Ok(toolmesh_sidecar::Outcome::ok(r#""ok""#))
-    }
-}
-
-/// A sidecar whose tool `text` records the arguments text it receives.
-async fn recording_tool(
-    registry_url: &str,
-) -> (TestSidecar, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let tool = toolmesh_sidecar::Tool::new(
-        pb::ToolDescriptor {
-            name: "text".into(),
-            description: "takes one string".into(),
-            input_schema_json: r#"{"type":"object","properties":{"text":{"type":"string","maxLength":10}},"required":["text"]}"#.into(),
-            ..Default::default()
-        },
-        std::sync::Arc::new(Recorder(seen.clone())),
-    );
-    let sidecar = TestSidecar::start(registry_url, "recorder", vec![tool]).await;
-    (sidecar, seen)
-}
+/// A sidecar YAML with one tool, `text`, that takes `{"text": <string>}`
+/// and appends the arguments text it receives to the file `seen`.
+const RECORDING_TOOL: &str = r#"
+tools:
+  - name: text
+    description: takes one string
+    input_schema:
+      type: object
+      properties: {text: {type: string, maxLength: 10}}
+      required: [text]
+    backend:
+      command: [sh, -c, 'cat >> seen; echo >> seen; echo "\"ok\""']
+"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_key_is_refused_and_never_forwarded() {
-    let registry = TestRegistry::start(toolmesh_registry::Config::default()).await;
-    let (_sidecar, seen) = recording_tool(&registry.url()).await;
-    wait_for_instances(&registry, "text", 1).await;
-    let mut client = registry.client().await;
+    let Some((_registry, addr)) = registry(&[]).await else {
+        return;
+    };
+    let Some(sidecar_bin) = process::binary("toolmesh-sidecar") else {
+        return;
+    };
+    let sidecar = process::SidecarProcess::start(
+        &sidecar_bin,
+        &format!("http://{addr}"),
+        "recorder",
+        RECORDING_TOOL,
+    )
+    .await;
+    let (mut client, _) = clients(addr).await;
+    toolmesh_test_support::catalog::wait_for_instances(&client, "text", 1, Duration::from_secs(20))
+        .await;
+    let seen = || std::fs::read_to_string(sidecar.dir().join("seen")).unwrap_or_default();
     for (arguments, field) in [
         (r#"{"text":5,"text":"second"}"#, "/text"),
         (
@@ -271,7 +263,7 @@ async fn a_duplicate_key_is_refused_and_never_forwarded() {
         let violations = &details.bad_request().expect("bad request").field_violations;
         assert_eq!(violations[0].field, field);
     }
-    assert!(seen.lock().unwrap().is_empty(), "nothing reached the tool");
+    assert_eq!(seen(), "", "nothing reached the tool");
     client
         .invoke(toolmesh_test_support::catalog::invoke(
             "text",
@@ -279,7 +271,7 @@ async fn a_duplicate_key_is_refused_and_never_forwarded() {
         ))
         .await
         .expect("the same call without the duplicate");
-    assert_eq!(seen.lock().unwrap().as_slice(), [r#"{"text":"once"}"#]);
+    assert_eq!(seen(), "{\"text\":\"once\"}\n");
 }
 
 /// Status size as it travels: the message plus the encoded details, which
