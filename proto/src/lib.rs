@@ -12,6 +12,8 @@
 //! - [`code`]: gRPC status codes by their canonical names.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port` or `http://host:port`).
+//! - [`token`]: the shared secret the registry presents to sidecars'
+//!   `ToolRuntime.Execute`.
 //! - [`listen`]: addresses a server listens on (`IP:port`, or `host:port`
 //!   with a name that resolves).
 
@@ -40,3 +42,4 @@ pub mod code;
 pub mod endpoint;
 pub mod listen;
 pub mod timeout;
+pub mod token;

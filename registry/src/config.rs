@@ -6,6 +6,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Parser};
 use toolmesh_proto::listen::ListenAddr;
 
+use toolmesh_proto::token::Token;
+
 use crate::endpoint_policy::Allowed;
 use crate::ratelimit::redis::OutagePolicy;
 
@@ -77,6 +79,18 @@ pub struct Config {
     /// the registry sends agents' arguments wherever endpoints point.
     #[arg(long, env = "TOOLMESH_ENDPOINT_ALLOW", value_delimiter = ',')]
     pub endpoint_allow: Vec<Allowed>,
+
+    /// File holding the token the registry presents to sidecars'
+    /// `ToolRuntime.Execute` (`authorization: Bearer`); sidecars started
+    /// with the same file refuse calls without it.
+    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
+    pub execute_token_file: Option<PathBuf>,
+
+    /// The token itself: read from `execute_token_file` by
+    /// [`crate::Registry::from_config`], or set by a program embedding
+    /// the registry.
+    #[arg(skip)]
+    pub execute_token: Option<Token>,
 
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
     /// connection may have open at once.
@@ -185,6 +199,8 @@ impl Default for Config {
             max_tool_timeout: Duration::from_secs(3600),
             max_announce_bytes: 1 << 20,
             endpoint_allow: Vec::new(),
+            execute_token_file: None,
+            execute_token: None,
             max_concurrent_streams: 256,
             max_watchers: 1024,
             max_watchers_per_connection: 16,

@@ -7,6 +7,7 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
+use toolmesh_proto::token::Token;
 
 /// How an `Execute` failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,7 @@ pub struct Proxy {
     channels: DashMap<String, Channel>,
     connect_timeout: Duration,
     max_message_bytes: usize,
+    token: Option<Token>,
 }
 
 impl Proxy {
@@ -73,7 +75,16 @@ impl Proxy {
             channels: DashMap::new(),
             connect_timeout,
             max_message_bytes,
+            token: None,
         }
+    }
+
+    /// Presents `token` on every `Execute` (sidecars started with the same
+    /// `--execute-token-file` take calls only with it).
+    #[must_use]
+    pub fn with_token(mut self, token: Option<Token>) -> Self {
+        self.token = token;
+        self
     }
 
     /// Runs `request` on the sidecar at `endpoint` by `deadline` (sent on
@@ -111,6 +122,9 @@ impl Proxy {
             .max_encoding_message_size(self.max_message_bytes);
         let mut request = tonic::Request::new(request);
         request.set_timeout(remaining);
+        if let Some(token) = &self.token {
+            token.attach(request.metadata_mut());
+        }
         match client.execute(request).await {
             Ok(response) => Ok(response.into_inner()),
             Err(status) => Err(ProxyError::classify(endpoint, status)),
@@ -143,19 +157,8 @@ impl Proxy {
             .keep_alive_timeout(Duration::from_secs(10))
             .connect()
             .await
-            .map_err(|e| connect_error(error_chain(&e)))?;
+            .map_err(|e| connect_error(toolmesh_telemetry::causes(&e)))?;
         self.channels.insert(endpoint.to_owned(), channel.clone());
         Ok(channel)
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -271,6 +271,17 @@ impl Attempts {
                             retry: false,
                         }
                     }
+                    // The sidecar wants another token (--execute-token-file
+                    // differs): it never ran the tool, and the agent is not
+                    // the one to blame.
+                    Code::Unauthenticated | Code::PermissionDenied => {
+                        self.balancer.record_failure(&instance.id);
+                        tracing::error!(tool = tool.name(), instance = %instance.id, message = status.message(), "the sidecar refused the registry's token: check --execute-token-file on both");
+                        Verdict::Fail {
+                            error: no_instance(tool, "instance refused the registry's credentials"),
+                            retry: true,
+                        }
+                    }
                     // The sidecar does not serve the tool (any more): it never ran.
                     Code::NotFound => Verdict::Fail {
                         error: no_instance(

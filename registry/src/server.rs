@@ -8,6 +8,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
     pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
+    token::Token,
 };
 
 use crate::{
@@ -120,7 +121,12 @@ impl Registry {
 
     /// The registry `config` asks for: over Redis when `--redis` is set,
     /// embedded otherwise. Must be called inside a tokio runtime.
-    pub fn from_config(config: Config) -> Result<Self, ServeError> {
+    pub fn from_config(mut config: Config) -> Result<Self, ServeError> {
+        if let Some(path) = &config.execute_token_file {
+            let token = Token::load(path)
+                .map_err(|e| ServeError::Config(format!("--execute-token-file {e}")))?;
+            config.execute_token = Some(token);
+        }
         let Some(url) = config.redis.clone() else {
             return Ok(Self::embedded(config));
         };
@@ -185,7 +191,10 @@ impl Registry {
             EndpointPolicy::new(config.endpoint_allow.clone()),
         ));
         let balancer = Arc::new(Balancer::default());
-        let proxy = Arc::new(Proxy::new(config.connect_timeout, config.max_message_bytes));
+        let proxy = Arc::new(
+            Proxy::new(config.connect_timeout, config.max_message_bytes)
+                .with_token(config.execute_token.clone()),
+        );
         let stop_janitor = CancellationToken::new();
         tokio::spawn({
             let (catalog, limiter, balancer, proxy) = (

@@ -9,6 +9,8 @@ mod call_log;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
+#[path = "integration/execute_token.rs"]
+mod execute_token;
 #[path = "integration/faults.rs"]
 mod faults;
 #[path = "integration/flags.rs"]

@@ -18,6 +18,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use toolmesh_proto::endpoint;
 use toolmesh_proto::listen::ListenAddr;
+use toolmesh_proto::token::Token;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::server::{ServeOptions, serve_with_withdraw};
 use toolmesh_sidecar::withdraw::{self, Withdrawn};
@@ -66,6 +67,10 @@ struct Cli {
     /// flight [default: 1024].
     #[arg(long, env = "TOOLMESH_SIDECAR_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_streams: Option<u32>,
+    /// File holding the token the registry presents (its own
+    /// --execute-token-file): Execute calls without it are refused.
+    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
+    execute_token_file: Option<PathBuf>,
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     log: toolmesh_telemetry::LogArgs,
@@ -184,6 +189,12 @@ async fn run(
     };
     let config = SidecarConfig::load(&config_file)?;
     let tools = config.build_tools(config_file.parent().unwrap_or(Path::new("")))?;
+    let execute_token = cli
+        .execute_token_file
+        .as_deref()
+        .map(Token::load)
+        .transpose()
+        .map_err(|e| anyhow!("--execute-token-file {e}"))?;
     let setting = Setting {
         matches,
         config_file: &config_file,
@@ -239,6 +250,7 @@ async fn run(
         advertise,
         instance_id: cli.instance_id.or(config.instance_id),
         max_concurrent_streams: cli.max_concurrent_streams,
+        execute_token,
     };
     serve_with_withdraw(
         listener,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use toolmesh_proto::pb;
+use toolmesh_proto::token::Token;
 use toolmesh_telemetry::shown::{QUOTED_MAX, Quoted, clip};
 
 use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
@@ -168,12 +169,24 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
 #[derive(Debug, Clone)]
 pub struct RuntimeService {
     runtime: Arc<Runtime>,
+    token: Option<Token>,
 }
 
 impl RuntimeService {
-    /// The service in front of `runtime`.
+    /// The service in front of `runtime`, taking calls from anyone.
     pub fn new(runtime: Arc<Runtime>) -> Self {
-        Self { runtime }
+        Self {
+            runtime,
+            token: None,
+        }
+    }
+
+    /// Takes only calls that present `token` (the registry's
+    /// `--execute-token-file`); others are `UNAUTHENTICATED`.
+    #[must_use]
+    pub fn with_token(mut self, token: Option<Token>) -> Self {
+        self.token = token;
+        self
     }
 }
 
@@ -184,6 +197,14 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
         &self,
         request: tonic::Request<pb::ExecuteRequest>,
     ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
+        if let Some(token) = &self.token
+            && !token.presented_in(request.metadata())
+        {
+            tracing::warn!("Execute without the registry's token refused");
+            return Err(tonic::Status::unauthenticated(
+                "this sidecar takes calls from the toolmesh registry only: call the tool through the registry's Invoke",
+            ));
+        }
         let caller_timeout = toolmesh_proto::timeout::of(&request);
         let req = request.into_inner();
         match self

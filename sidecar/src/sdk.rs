@@ -243,6 +243,13 @@ impl Sidecar {
         self
     }
 
+    /// Takes `Execute` calls only with `token`, the registry's
+    /// `--execute-token-file` (see [`toolmesh_proto::token`]).
+    pub fn execute_token(mut self, token: toolmesh_proto::token::Token) -> Self {
+        self.options.execute_token = Some(token);
+        self
+    }
+
     /// Serves on an already bound listener until `shutdown` completes.
     pub async fn serve(
         self,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::net::TcpListener;
 use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
+use toolmesh_proto::token::Token;
 use toolmesh_proto::{endpoint, pb};
 
 use crate::SidecarError;
@@ -38,6 +39,9 @@ pub struct ServeOptions {
     /// HTTP/2 `MAX_CONCURRENT_STREAMS` to advertise; default
     /// [`MAX_CONCURRENT_STREAMS`].
     pub max_concurrent_streams: Option<u32>,
+    /// The token `Execute` calls must present (the registry's
+    /// `--execute-token-file`); `None`: any caller that reaches the port.
+    pub execute_token: Option<Token>,
 }
 
 /// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
@@ -133,6 +137,9 @@ pub async fn serve_with_withdraw(
         }
     })?;
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
+    if opts.execute_token.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file: whoever reaches this port can run the tools directly, past the registry's validation and limits");
+    }
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
@@ -140,7 +147,9 @@ pub async fn serve_with_withdraw(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
-        .add_service(ToolRuntimeServer::new(RuntimeService::new(runtime)))
+        .add_service(ToolRuntimeServer::new(
+            RuntimeService::new(runtime).with_token(opts.execute_token.clone()),
+        ))
         .serve_with_incoming_shutdown(incoming(listener), async {
             let _ = drain_rx.await;
         });
