@@ -333,6 +333,7 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
     everything = {
         "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
         "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]},
+        "executeToken": {"existingSecret": "toolmesh-execute-token"},
     }
     container = render(prepared_charts["toolmesh"], everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -577,6 +578,27 @@ def test_sidecar_container(prepared_charts):
     assert tools[0]["backend"]["http"]["url"] == "http://127.0.0.1:8080/lookup"
     # The grace period holds the withdraw (5 s) and the sidecar's drain (10 s).
     assert pod["terminationGracePeriodSeconds"] >= 15
+
+
+def test_execute_token_from_one_secret_on_both_sides(prepared_charts):
+    """The registry and a tool chart read the same Secret as a file; the
+    token is never in the environment or the rendered objects."""
+    secret = {"existingSecret": "toolmesh-execute-token", "existingSecretKey": "t"}
+    registry_pod = render(prepared_charts["toolmesh"], {"executeToken": secret}).one("Deployment")["spec"]["template"]["spec"]
+    tool_pod = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"executeToken": secret}}).one(
+        "Deployment")["spec"]["template"]["spec"]
+    for pod, container_name in ((registry_pod, "registry"), (tool_pod, "toolmesh-sidecar")):
+        container = next(c for c in pod["containers"] if c["name"] == container_name)
+        path = env_of(container)["TOOLMESH_EXECUTE_TOKEN_FILE"]
+        mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+        assert mount["readOnly"] is True
+        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == "toolmesh-execute-token"
+        assert volume["secret"]["items"] == [{"key": "t", "path": path.rsplit("/", 1)[1]}]
+    # Without it, no token file at all.
+    plain = render(prepared_charts["inventory-tool"]).one("Deployment")["spec"]["template"]["spec"]
+    sidecar = next(c for c in plain["containers"] if c["name"] == "toolmesh-sidecar")
+    assert "TOOLMESH_EXECUTE_TOKEN_FILE" not in env_of(sidecar)
 
 
 def test_sidecar_explicit_addresses_and_tools_rollout(prepared_charts):

@@ -74,11 +74,22 @@ data:
 checksum/toolmesh-sidecar: {{ include "toolmesh-sidecar.config" . | sha256sum | trunc 16 | quote }}
 {{- end }}
 
-{{/* The volume the sidecar's YAML is mounted from (one list item). */}}
+{{/* The volumes of the sidecar (list items): its YAML, and the registry's
+token when `executeToken.existingSecret` is set. */}}
 {{- define "toolmesh-sidecar.volume" -}}
+{{- $v := index .Values "toolmesh-sidecar" -}}
 - name: toolmesh-sidecar
   configMap:
     name: {{ include "toolmesh-sidecar.configMapName" . }}
+{{- with $v.executeToken.existingSecret }}
+- name: toolmesh-sidecar-execute-token
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0444
+    items:
+      - key: {{ $v.executeToken.existingSecretKey }}
+        path: token
+{{- end }}
 {{- end }}
 
 {{/* The sidecar container (one list item). */}}
@@ -125,6 +136,10 @@ checksum/toolmesh-sidecar: {{ include "toolmesh-sidecar.config" . | sha256sum | 
       value: {{ $v.log | quote }}
     - name: TOOLMESH_LOG_FORMAT
       value: {{ $v.logFormat | quote }}
+    {{- if $v.executeToken.existingSecret }}
+    - name: TOOLMESH_EXECUTE_TOKEN_FILE
+      value: /var/run/secrets/toolmesh-sidecar/execute-token/token
+    {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -160,6 +175,11 @@ checksum/toolmesh-sidecar: {{ include "toolmesh-sidecar.config" . | sha256sum | 
     - name: toolmesh-sidecar
       mountPath: /etc/toolmesh-sidecar
       readOnly: true
+    {{- if $v.executeToken.existingSecret }}
+    - name: toolmesh-sidecar-execute-token
+      mountPath: /var/run/secrets/toolmesh-sidecar/execute-token
+      readOnly: true
+    {{- end }}
     {{- with $v.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
