@@ -162,14 +162,14 @@ pub struct Catalog {
     store: Arc<dyn CatalogStore>,
     validators: DashMap<String, Compiled>,
     limits: AnnounceLimits,
-    endpoints: EndpointPolicy,
+    endpoints: Arc<EndpointPolicy>,
 }
 
 impl Catalog {
     /// A catalog over `store`, with the default [`AnnounceLimits`], taking
     /// any endpoint the default [`EndpointPolicy`] takes.
     pub fn new(store: Arc<dyn CatalogStore>) -> Self {
-        Self::with_limits(store, AnnounceLimits::default(), EndpointPolicy::default())
+        Self::with_limits(store, AnnounceLimits::default(), Arc::default())
     }
 
     /// A catalog over `store` that refuses announces beyond `limits`, or
@@ -177,7 +177,7 @@ impl Catalog {
     pub fn with_limits(
         store: Arc<dyn CatalogStore>,
         limits: AnnounceLimits,
-        endpoints: EndpointPolicy,
+        endpoints: Arc<EndpointPolicy>,
     ) -> Self {
         Self {
             store,

@@ -9,8 +9,13 @@
 //! - with `--endpoint-allow`, only hosts it lists: CIDRs for IP addresses
 //!   (`10.0.0.0/8`, `fd00::/8`), names and `*.suffix` patterns for host
 //!   names (`*.svc.cluster.local`). Names are matched as written, at
-//!   announce; the addresses they resolve to are not checked (a list of
-//!   CIDRs alone refuses every name).
+//!   announce (a list of CIDRs alone refuses every name).
+//!
+//! When the registry connects, the addresses a host name resolves to are
+//! checked again ([`EndpointPolicy::may_dial`]): a name that resolves to
+//! the registry itself (`127.1`, an alias) or to an unspecified address is
+//! not dialled. Resolved addresses are not held to the CIDRs: a name the
+//! operator allowed is trusted to resolve where it should.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
@@ -183,6 +188,13 @@ impl EndpointPolicy {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the registry may connect to `addr`, an address an allowed
+    /// endpoint's host resolved to: never an unspecified address, nor its
+    /// own (a name such as `127.1` or `my-alias` that resolves to it).
+    pub fn may_dial(&self, addr: SocketAddr) -> bool {
+        !addr.ip().is_unspecified() && !self.is_own(&Host::Ip(addr.ip()), addr.port())
     }
 
     fn is_own(&self, host: &Host, port: u16) -> bool {

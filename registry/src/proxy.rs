@@ -1,13 +1,19 @@
 //! Calls to sidecars' `ToolRuntime.Execute`, over one reused connection per
 //! sidecar endpoint.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
 use toolmesh_proto::token::Token;
+
+use crate::endpoint_policy::EndpointPolicy;
 
 /// How an `Execute` failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +72,7 @@ pub struct Proxy {
     connect_timeout: Duration,
     max_message_bytes: usize,
     token: Option<Token>,
+    endpoints: Arc<EndpointPolicy>,
 }
 
 impl Proxy {
@@ -76,7 +83,16 @@ impl Proxy {
             connect_timeout,
             max_message_bytes,
             token: None,
+            endpoints: Arc::default(),
         }
+    }
+
+    /// Connects only to addresses `endpoints` lets it dial, whatever a
+    /// host name resolves to (the catalog checked the name at announce).
+    #[must_use]
+    pub fn with_endpoint_policy(mut self, endpoints: Arc<EndpointPolicy>) -> Self {
+        self.endpoints = endpoints;
+        self
     }
 
     /// Presents `token` on every `Execute` (sidecars started with the same
@@ -149,16 +165,55 @@ impl Proxy {
             endpoint: endpoint.to_owned(),
             reason,
         };
+        let endpoints = self.endpoints.clone();
+        let connector = tower::service_fn(move |uri: Uri| dial(uri, endpoints.clone()));
         let channel = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| connect_error(e.to_string()))?
             .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10))
-            .connect()
+            .connect_with_connector(connector)
             .await
             .map_err(|e| connect_error(toolmesh_telemetry::causes(&e)))?;
         self.channels.insert(endpoint.to_owned(), channel.clone());
         Ok(channel)
     }
+}
+
+/// Opens a TCP connection (`TCP_NODELAY`) to the first address `uri`'s
+/// host resolves to that `endpoints` lets the registry dial.
+async fn dial(uri: Uri, endpoints: Arc<EndpointPolicy>) -> std::io::Result<TokioIo<TcpStream>> {
+    use std::io::{Error, ErrorKind};
+    let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "the endpoint has no host or port",
+        ));
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut refused = 0;
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        if !endpoints.may_dial(addr) {
+            refused += 1;
+            continue;
+        }
+        match TcpStream::connect(addr).await {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(TokioIo::new(stream));
+            }
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            if refused > 0 {
+                format!("{host} resolves only to addresses the registry does not dial (its own, or unspecified)")
+            } else {
+                format!("{host} resolves to no address")
+            },
+        )
+    }))
 }

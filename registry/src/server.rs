@@ -182,18 +182,20 @@ impl Registry {
         idempotency: Arc<dyn IdempotencyStore>,
         config: Config,
     ) -> Self {
+        let endpoints = Arc::new(EndpointPolicy::new(config.endpoint_allow.clone()));
         let catalog = Arc::new(Catalog::with_limits(
             store,
             AnnounceLimits {
                 max_tool_timeout: config.max_tool_timeout,
                 max_announce_bytes: config.max_announce_bytes,
             },
-            EndpointPolicy::new(config.endpoint_allow.clone()),
+            endpoints.clone(),
         ));
         let balancer = Arc::new(Balancer::default());
         let proxy = Arc::new(
             Proxy::new(config.connect_timeout, config.max_message_bytes)
-                .with_token(config.execute_token.clone()),
+                .with_token(config.execute_token.clone())
+                .with_endpoint_policy(endpoints),
         );
         let stop_janitor = CancellationToken::new();
         tokio::spawn({

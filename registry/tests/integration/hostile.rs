@@ -541,7 +541,7 @@ async fn client_text_cannot_forge_or_flood_log_lines_and_leases_are_not_logged()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_cannot_aim_the_registry_at_itself_or_tell_open_ports_from_closed() {
-    let Some((_registry, addr)) = registry(&[]).await else {
+    let Some((process, addr)) = registry(&[]).await else {
         return;
     };
     let (mut agent, mut sidecar) = clients(addr).await;
@@ -563,6 +563,37 @@ async fn endpoints_cannot_aim_the_registry_at_itself_or_tell_open_ports_from_clo
             "{refused:?}"
         );
     }
+
+    // A name that resolves to the registry itself (`127.1` is 127.0.0.1 to
+    // the resolver) passes the check at announce, and is refused when the
+    // registry would connect: nothing reaches its own port.
+    let alias = format!("http://127.1:{port}");
+    sidecar
+        .announce(pb::AnnounceRequest {
+            endpoint: alias,
+            ..announce("alias", vec![big_tool("self", 10)])
+        })
+        .await
+        .expect("a host name, taken at announce");
+    let failed = agent
+        .invoke(toolmesh_test_support::catalog::invoke("self", "{}"))
+        .await
+        .expect_err("the registry does not dial itself");
+    assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+    assert_eq!(
+        failed.message(),
+        r#"no healthy instance of "self" (instance unreachable)"#
+    );
+    toolmesh_test_support::wait::wait_until(
+        Duration::from_secs(10),
+        "the reason in the log",
+        || {
+            process
+                .log()
+                .contains("resolves only to addresses the registry does not dial")
+        },
+    )
+    .await;
 
     // A closed port, and an open one that is not a sidecar: the agent
     // learns the same from both.
