@@ -62,22 +62,27 @@ async fn direct(
         .map(tonic::Response::into_inner)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_registry_runs_tools_on_a_sidecar_with_a_token() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
-        return;
-    };
+/// A registry (with the token file if `registry_has_token`) and a sidecar
+/// with it, the sidecar's tool `echo` announced.
+struct Mesh {
+    registry: RegistryProcess,
+    sidecar: SidecarProcess,
+    /// Where the sidecar listens.
+    bound: SocketAddr,
+    agent: ToolRegistryClient<Channel>,
+    _dir: tempfile::TempDir,
+}
+
+async fn mesh(registry_has_token: bool) -> Option<Mesh> {
+    let registry_bin = process::binary("toolmesh-registry")?;
+    let sidecar_bin = process::binary("toolmesh-sidecar")?;
     let dir = tempfile::tempdir().expect("temp dir");
     let file = token_file(dir.path(), "token", TOKEN);
-    let (_registry, addr) = RegistryProcess::start(
-        &registry_bin,
-        &["--listen", "127.0.0.1:0", "--execute-token-file", &file],
-        &[],
-    )
-    .await;
+    let mut args = vec!["--listen", "127.0.0.1:0"];
+    if registry_has_token {
+        args.extend(["--execute-token-file", &file]);
+    }
+    let (registry, addr) = RegistryProcess::start(&registry_bin, &args, &[]).await;
     let mut sidecar = SidecarProcess::spawn(
         &sidecar_bin,
         YAML,
@@ -92,9 +97,24 @@ async fn only_the_registry_runs_tools_on_a_sidecar_with_a_token() {
         &[],
     );
     let bound = sidecar.bound(Duration::from_secs(20)).await;
-    let mut agent = registry_client(addr).await;
+    let agent = registry_client(addr).await;
     toolmesh_test_support::catalog::wait_for_instances(&agent, "echo", 1, Duration::from_secs(20))
         .await;
+    Some(Mesh {
+        registry,
+        sidecar,
+        bound,
+        agent,
+        _dir: dir,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_registry_runs_tools_on_a_sidecar_with_a_token() {
+    let Some(mesh) = mesh(true).await else {
+        return;
+    };
+    let (sidecar, bound, mut agent) = (&mesh.sidecar, mesh.bound, mesh.agent.clone());
 
     let answer = agent
         .invoke(toolmesh_test_support::catalog::invoke(
@@ -136,33 +156,10 @@ async fn only_the_registry_runs_tools_on_a_sidecar_with_a_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_without_the_token_is_refused_and_the_agent_is_not_blamed() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some(mesh) = mesh(false).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let file = token_file(dir.path(), "token", TOKEN);
-    let (registry, addr) =
-        RegistryProcess::start(&registry_bin, &["--listen", "127.0.0.1:0"], &[]).await;
-    let mut sidecar = SidecarProcess::spawn(
-        &sidecar_bin,
-        YAML,
-        &[
-            "--registry",
-            &format!("http://{addr}"),
-            "--listen",
-            "127.0.0.1:0",
-            "--execute-token-file",
-            &file,
-        ],
-        &[],
-    );
-    sidecar.bound(Duration::from_secs(20)).await;
-    let mut agent = registry_client(addr).await;
-    toolmesh_test_support::catalog::wait_for_instances(&agent, "echo", 1, Duration::from_secs(20))
-        .await;
+    let (registry, mut agent) = (&mesh.registry, mesh.agent.clone());
     let failed = agent
         .invoke(toolmesh_test_support::catalog::invoke("echo", "{}"))
         .await
