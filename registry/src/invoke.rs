@@ -142,6 +142,7 @@ impl Invoker {
                 request.arguments_json
             },
             invocation_id: uuid::Uuid::new_v4().to_string(),
+            caller: String::new(),
         };
         let attempted = self.attempts.run(&tool, execute, deadline, budget).await;
         log.attempted(attempted.last_instance.as_deref(), attempted.attempts);

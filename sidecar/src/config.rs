@@ -318,6 +318,7 @@ impl ToolConfig {
             }),
             timeout,
             idempotent: self.idempotent,
+            ..pb::ToolDescriptor::default()
         })
     }
 

@@ -49,6 +49,7 @@ async fn direct(
         tool: "echo".into(),
         arguments_json: r#"{"direct":true}"#.into(),
         invocation_id: "attacker".into(),
+        ..Default::default()
     });
     if let Some(token) = token {
         request.metadata_mut().insert(

@@ -23,6 +23,7 @@ fn request(tool: &str, timeout: Option<Duration>) -> tonic::Request<pb::ExecuteR
         tool: tool.into(),
         arguments_json: r#"{"x": 1}"#.into(),
         invocation_id: "inv-1".into(),
+        ..Default::default()
     });
     if let Some(timeout) = timeout {
         request.set_timeout(timeout);

@@ -106,6 +106,7 @@ async fn round_trip_through_an_embedded_sidecar() {
         tool: "add".into(),
         arguments_json: args.into(),
         invocation_id: "inv".into(),
+        ..Default::default()
     };
     let refused = client
         .execute(call(r#"{"a": -1, "b": 3}"#))
