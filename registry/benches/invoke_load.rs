@@ -105,10 +105,8 @@ async fn main() {
         vec![tool.build()],
         ServeOptions {
             registry: format!("http://{registry_addr}"),
-            advertise: None,
             instance_id: Some("bench".into()),
-            max_concurrent_streams: None,
-            execute_token: None,
+            ..ServeOptions::default()
         },
         async {
             let _ = sidecar_stopped.await;

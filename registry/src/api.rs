@@ -13,6 +13,7 @@ use crate::{
     catalog::{Catalog, lease_tag},
     error::RegistryError,
     invoke::Invoker,
+    registrants::{Owner, Registrant, Registrants},
     watch::{self, Watchers},
 };
 
@@ -134,13 +135,49 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
 /// `toolmesh.v1.Registration`, for sidecars.
 pub struct RegistrationApi {
     catalog: Arc<Catalog>,
+    registrants: Option<Arc<Registrants>>,
 }
 
 impl RegistrationApi {
-    /// The service over a catalog.
+    /// The service over a catalog; registration is open unless
+    /// [`Self::registrants`] are given.
     pub fn new(catalog: Arc<Catalog>) -> Self {
-        Self { catalog }
+        Self {
+            catalog,
+            registrants: None,
+        }
     }
+
+    /// Takes registrations only from `registrants`, each for its own tools.
+    #[must_use]
+    pub fn registrants(mut self, registrants: Option<Arc<Registrants>>) -> Self {
+        self.registrants = registrants;
+        self
+    }
+
+    /// Who sent `request`: the anonymous owner when registration is open.
+    fn registrant<T>(&self, request: &Request<T>) -> Result<Option<Arc<Registrant>>, Status> {
+        let Some(registrants) = &self.registrants else {
+            return Ok(None);
+        };
+        let identities = peer_identities(request);
+        match registrants.authenticate(request.metadata(), &identities) {
+            Ok(registrant) => Ok(Some(registrant)),
+            Err(error) => {
+                tracing::warn!(%error, "registration refused");
+                Err(error.into())
+            }
+        }
+    }
+}
+
+/// The verified identities of the client's certificate, if it sent one.
+fn peer_identities<T>(_request: &Request<T>) -> Vec<String> {
+    Vec::new()
+}
+
+fn owner_name(registrant: Option<&Arc<Registrant>>) -> &str {
+    registrant.map_or("", |r| r.owner().name.as_str())
 }
 
 #[tonic::async_trait]
@@ -150,10 +187,23 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::AnnounceRequest>,
     ) -> Result<Response<pb::AnnounceResponse>, Status> {
+        let registrant = self.registrant(&request)?;
         let request = request.into_inner();
         let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let owner = match &registrant {
+            Some(registrant) => {
+                for tool in &tools {
+                    if let Err(error) = registrant.may_announce(tool) {
+                        tracing::warn!(%error, "announce refused");
+                        return Err(error.into());
+                    }
+                }
+                registrant.owner().clone()
+            }
+            None => Owner::default(),
+        };
         let endpoint = request.endpoint.clone();
-        match self.catalog.announce(request).await {
+        match self.catalog.announce_as(request, owner).await {
             Ok(lease) => {
                 tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
                 Ok(Response::new(pb::AnnounceResponse {
@@ -172,9 +222,13 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let registrant = self.registrant(&request)?;
         let ttl = self
             .catalog
-            .heartbeat(&request.into_inner().lease_id)
+            .heartbeat(
+                &request.into_inner().lease_id,
+                owner_name(registrant.as_ref()),
+            )
             .await?;
         Ok(Response::new(pb::HeartbeatResponse {
             ttl: prost_types::Duration::try_from(ttl).ok(),
@@ -185,8 +239,12 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::WithdrawRequest>,
     ) -> Result<Response<pb::WithdrawResponse>, Status> {
+        let registrant = self.registrant(&request)?;
         self.catalog
-            .withdraw(&request.into_inner().lease_id)
+            .withdraw(
+                &request.into_inner().lease_id,
+                owner_name(registrant.as_ref()),
+            )
             .await?;
         Ok(Response::new(pb::WithdrawResponse {}))
     }

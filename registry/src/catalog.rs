@@ -16,6 +16,7 @@ use crate::{
     descriptor,
     endpoint_policy::EndpointPolicy,
     error::RegistryError,
+    registrants::Owner,
     store::CatalogStore,
     validate::{self, ArgumentValidator},
 };
@@ -131,6 +132,9 @@ pub struct Announcement {
     pub endpoint: String,
     /// Its tools; names are unique.
     pub tools: Vec<pb::ToolDescriptor>,
+    /// Who announced it: only the same owner may add instances of its
+    /// tools, reuse its instance id, renew or withdraw its lease.
+    pub owner: Owner,
 }
 
 /// A granted lease.
@@ -192,9 +196,20 @@ impl Catalog {
         &self.endpoints
     }
 
-    /// Checks an announce, compiles its schemas, and registers the instance.
+    /// Checks an announce by the anonymous owner (open registration).
     pub async fn announce(&self, request: pb::AnnounceRequest) -> Result<Lease, RegistryError> {
-        let announcement = check_announce(request, &self.limits, &self.endpoints)?;
+        self.announce_as(request, Owner::default()).await
+    }
+
+    /// Checks an announce, compiles its schemas, and registers the instance
+    /// under `owner`.
+    pub async fn announce_as(
+        &self,
+        request: pb::AnnounceRequest,
+        owner: Owner,
+    ) -> Result<Lease, RegistryError> {
+        let mut announcement = check_announce(request, &self.limits, &self.endpoints)?;
+        announcement.owner = owner;
         let mut compiled = Vec::with_capacity(announcement.tools.len());
         for (i, tool) in announcement.tools.iter().enumerate() {
             let input = validate::compile(&tool.input_schema_json).map_err(|reason| {
@@ -224,14 +239,14 @@ impl Catalog {
         Ok(lease)
     }
 
-    /// Extends a lease.
-    pub async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
-        self.store.heartbeat(lease_id).await
+    /// Extends a lease held by `owner` (`""`: open registration).
+    pub async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError> {
+        self.store.heartbeat(lease_id, owner).await
     }
 
-    /// Ends a lease.
-    pub async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
-        self.store.withdraw(lease_id).await
+    /// Ends a lease held by `owner` (`""`: open registration).
+    pub async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
+        self.store.withdraw(lease_id, owner).await
     }
 
     /// One tool, if it has a live instance.
@@ -363,6 +378,7 @@ fn check_announce(
         instance_id: request.instance_id,
         endpoint: request.endpoint,
         tools: request.tools,
+        owner: Owner::default(),
     })
 }
 

@@ -92,6 +92,12 @@ pub struct Config {
     #[arg(skip)]
     pub execute_token: Option<Token>,
 
+    /// YAML file of the credentials sidecars register with, each with the
+    /// tool-name patterns it may announce (see `docs/security.md`). Unset:
+    /// registration is open to any client that reaches the registry.
+    #[arg(long, env = "TOOLMESH_REGISTRANTS_FILE")]
+    pub registrants_file: Option<PathBuf>,
+
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
     /// connection may have open at once.
     #[arg(long, env = "TOOLMESH_MAX_CONCURRENT_STREAMS", default_value_t = 256)]
@@ -201,6 +207,7 @@ impl Default for Config {
             endpoint_allow: Vec::new(),
             execute_token_file: None,
             execute_token: None,
+            registrants_file: None,
             max_concurrent_streams: 256,
             max_watchers: 1024,
             max_watchers_per_connection: 16,

@@ -198,6 +198,18 @@ pub enum RegistryError {
         /// The first run's status message.
         message: String,
     },
+    /// The request carries no credential the registry accepts.
+    #[error("unauthenticated: {}", Clipped(.reason))]
+    Unauthenticated {
+        /// What is missing or wrong (never the credential itself).
+        reason: String,
+    },
+    /// The credential is known but may not do this.
+    #[error("permission denied: {}", Clipped(.reason))]
+    PermissionDenied {
+        /// What was refused, and which rule refuses it.
+        reason: String,
+    },
     /// The rate limiter could not decide, and the outage policy is to refuse
     /// calls to rate-limited tools.
     #[error("rate limiter unavailable for {}: {}", Quoted(.tool), Clipped(.reason))]
@@ -276,6 +288,8 @@ impl RegistryError {
             | Self::LimiterUnavailable { .. } => Code::Unavailable,
             Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             Self::Cancelled { .. } => Code::Cancelled,
+            Self::Unauthenticated { .. } => Code::Unauthenticated,
+            Self::PermissionDenied { .. } => Code::PermissionDenied,
             Self::DescriptorConflict { .. } | Self::IdempotencyKeyReused { .. } => {
                 Code::FailedPrecondition
             }
@@ -386,6 +400,8 @@ impl RegistryError {
             | Self::LimiterUnavailable { .. }
             | Self::IdempotencyFull
             | Self::TooManyWatchers { .. }
+            | Self::Unauthenticated { .. }
+            | Self::PermissionDenied { .. }
             | Self::Replayed { .. } => return Status::new(code, message),
         };
         Status::with_error_details(code, message, details)
@@ -415,6 +431,8 @@ impl RegistryError {
             | Self::IdempotencyKeyReused { .. }
             | Self::IdempotencyFull
             | Self::TooManyWatchers { .. }
+            | Self::Unauthenticated { .. }
+            | Self::PermissionDenied { .. }
             | Self::Replayed { .. } => false,
         }
     }

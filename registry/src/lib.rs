@@ -15,6 +15,8 @@
 //!   local [`store::view`].
 //! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
 //! - [`endpoint_policy`]: which announced endpoints the registry dials.
+//! - [`registrants`]: who may register which tools (`--registrants-file`);
+//!   [`pattern`]: the tool-name patterns it and the call policy use.
 //! - [`descriptor`]: rules for tool descriptors, and how two differ.
 //! - [`validate`]: JSON Schema compilation and argument validation;
 //!   [`strict_json`]: argument parsing that refuses duplicate keys.
@@ -41,10 +43,12 @@ pub mod endpoint_policy;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
+pub mod pattern;
 pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
 pub mod redis_pool;
+pub mod registrants;
 pub mod retry;
 pub mod server;
 pub mod store;

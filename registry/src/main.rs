@@ -42,6 +42,9 @@ enum Command {
     /// service asked about is SERVING (for `helm test` and exec probes: the
     /// image has no shell and no grpcurl).
     Health(HealthArgs),
+    /// Read a token or API key from stdin (one line) and print its SHA-256,
+    /// as `--registrants-file` and `--api-keys-file` store it.
+    HashKey,
 }
 
 /// `toolmesh-registry health`.
@@ -64,6 +67,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Health(args)) => health(args).await,
+        Some(Command::HashKey) => hash_key(),
         None => serve(cli.config).await,
     };
     match result {
@@ -73,6 +77,15 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn hash_key() -> anyhow::Result<()> {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let key = line.trim_end_matches(['\n', '\r']);
+    anyhow::ensure!(!key.is_empty(), "no key on stdin");
+    println!("{}", toolmesh_registry::registrants::hash_hex(key));
+    Ok(())
 }
 
 async fn health(args: HealthArgs) -> anyhow::Result<()> {

@@ -23,6 +23,7 @@ use crate::{
     proxy::Proxy,
     ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
     redis_pool::{RedisPool, RedisSettings},
+    registrants::Registrants,
     store::{
         CatalogStore,
         memory::{Limits, MemoryStore},
@@ -94,6 +95,7 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 /// The registry's parts, wired together.
 pub struct Registry {
     catalog: Arc<Catalog>,
+    registrants: Option<Arc<Registrants>>,
     proxy: Arc<Proxy>,
     invoker: Arc<Invoker>,
     config: Config,
@@ -127,8 +129,17 @@ impl Registry {
                 .map_err(|e| ServeError::Config(format!("--execute-token-file {e}")))?;
             config.execute_token = Some(token);
         }
+        let registrants = config
+            .registrants_file
+            .as_ref()
+            .map(|path| {
+                Registrants::load(path)
+                    .map(Arc::new)
+                    .map_err(|e| ServeError::Config(format!("--registrants-file {e}")))
+            })
+            .transpose()?;
         let Some(url) = config.redis.clone() else {
-            return Ok(Self::embedded(config));
+            return Ok(Self::embedded(config).with_registrants(registrants));
         };
         let settings = RedisSettings {
             url,
@@ -172,7 +183,14 @@ impl Registry {
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
-        Ok(Self::new(store, Arc::new(limiter), idempotency, config))
+        Ok(Self::new(store, Arc::new(limiter), idempotency, config).with_registrants(registrants))
+    }
+
+    /// Takes registrations only from `registrants` (`None`: open).
+    #[must_use]
+    pub fn with_registrants(mut self, registrants: Option<Arc<Registrants>>) -> Self {
+        self.registrants = registrants;
+        self
     }
 
     /// A registry over the given engines.
@@ -228,6 +246,7 @@ impl Registry {
         ));
         Self {
             catalog,
+            registrants: None,
             proxy,
             invoker,
             config,
@@ -287,9 +306,11 @@ impl Registry {
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
-        let registration = RegistrationServer::new(RegistrationApi::new(self.catalog.clone()))
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max);
+        let registration = RegistrationServer::new(
+            RegistrationApi::new(self.catalog.clone()).registrants(self.registrants.clone()),
+        )
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
 
         let stop = CancellationToken::new();
         let cut = CancellationToken::new();

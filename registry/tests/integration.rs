@@ -39,6 +39,8 @@ mod redis_outages;
 mod redis_replicas;
 #[path = "integration/redis_round_trips.rs"]
 mod redis_round_trips;
+#[path = "integration/registrants.rs"]
+mod registrants;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
 #[path = "integration/watch.rs"]

@@ -13,6 +13,7 @@ use rand::Rng;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
+use toolmesh_proto::token::Token;
 
 use toolmesh_telemetry::shown::secret_tag;
 
@@ -69,6 +70,7 @@ struct Lease {
 pub(crate) struct Announcer {
     registry: String,
     client: RegistrationClient<Channel>,
+    token: Option<Token>,
     request: pb::AnnounceRequest,
     lease: Option<Lease>,
     backoff: Backoff,
@@ -96,19 +98,24 @@ where
     }
 }
 
-fn request<T>(message: T, timeout: Duration) -> tonic::Request<T> {
+fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
+    if let Some(token) = token {
+        token.attach(request.metadata_mut());
+    }
     request
 }
 
 impl Announcer {
     /// An announcer for `request` talking to the registry at `registry`
     /// (connects lazily: an unreachable registry is retried, not an error),
-    /// reporting its first announce to `readiness`.
+    /// reporting its first announce to `readiness`, presenting `token` (the
+    /// registrant's) on every call.
     pub(crate) fn new(
         registry: &str,
         request: pb::AnnounceRequest,
+        token: Option<Token>,
         readiness: Readiness,
     ) -> Result<Self, tonic::transport::Error> {
         let channel = Endpoint::from_shared(registry.to_owned())?
@@ -117,6 +124,7 @@ impl Announcer {
         Ok(Self {
             registry: registry.to_owned(),
             client: RegistrationClient::new(channel),
+            token,
             request,
             lease: None,
             backoff: Backoff::new(),
@@ -163,7 +171,8 @@ impl Announcer {
         let instance = &self.request.instance_id;
         match with_deadline(
             RPC_TIMEOUT_CAP,
-            self.client.announce(request(message, RPC_TIMEOUT_CAP)),
+            self.client
+                .announce(request(message, RPC_TIMEOUT_CAP, self.token.as_ref())),
         )
         .await
         {
@@ -200,7 +209,13 @@ impl Announcer {
         let message = pb::HeartbeatRequest {
             lease_id: lease.id.clone(),
         };
-        match with_deadline(timeout, self.client.heartbeat(request(message, timeout))).await {
+        match with_deadline(
+            timeout,
+            self.client
+                .heartbeat(request(message, timeout, self.token.as_ref())),
+        )
+        .await
+        {
             Ok(response) => {
                 tracing::debug!(lease = %secret_tag(&lease.id), "heartbeat");
                 if let Some(current) = &mut self.lease {
@@ -234,7 +249,8 @@ impl Announcer {
         };
         match with_deadline(
             WITHDRAW_TIMEOUT,
-            self.client.withdraw(request(message, WITHDRAW_TIMEOUT)),
+            self.client
+                .withdraw(request(message, WITHDRAW_TIMEOUT, self.token.as_ref())),
         )
         .await
         {

@@ -71,6 +71,10 @@ struct Cli {
     /// --execute-token-file): Execute calls without it are refused.
     #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
     execute_token_file: Option<PathBuf>,
+    /// File holding the token this sidecar registers with: one of the
+    /// registry's --registrants-file credentials.
+    #[arg(long, env = "TOOLMESH_REGISTRATION_TOKEN_FILE")]
+    registration_token_file: Option<PathBuf>,
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     log: toolmesh_telemetry::LogArgs,
@@ -195,6 +199,12 @@ async fn run(
         .map(Token::load)
         .transpose()
         .map_err(|e| anyhow!("--execute-token-file {e}"))?;
+    let registration_token = cli
+        .registration_token_file
+        .as_deref()
+        .map(Token::load)
+        .transpose()
+        .map_err(|e| anyhow!("--registration-token-file {e}"))?;
     let setting = Setting {
         matches,
         config_file: &config_file,
@@ -251,6 +261,7 @@ async fn run(
         instance_id: cli.instance_id.or(config.instance_id),
         max_concurrent_streams: cli.max_concurrent_streams,
         execute_token,
+        registration_token,
     };
     serve_with_withdraw(
         listener,

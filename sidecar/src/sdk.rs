@@ -250,6 +250,13 @@ impl Sidecar {
         self
     }
 
+    /// Registers with `token`: one of the registry's `--registrants-file`
+    /// credentials.
+    pub fn registration_token(mut self, token: toolmesh_proto::token::Token) -> Self {
+        self.options.registration_token = Some(token);
+        self
+    }
+
     /// Serves on an already bound listener until `shutdown` completes.
     pub async fn serve(
         self,

@@ -42,6 +42,9 @@ pub struct ServeOptions {
     /// The token `Execute` calls must present (the registry's
     /// `--execute-token-file`); `None`: any caller that reaches the port.
     pub execute_token: Option<Token>,
+    /// The token this sidecar registers with (one of the registry's
+    /// `--registrants-file` credentials); `None` when registration is open.
+    pub registration_token: Option<Token>,
 }
 
 /// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
@@ -129,12 +132,15 @@ pub async fn serve_with_withdraw(
         tools: runtime.descriptors(),
     };
     let (mut readiness, health) = Readiness::new().await;
-    let announcer = Announcer::new(&registry, announce, readiness.clone()).map_err(|e| {
-        SidecarError::RegistryUri {
-            reason: std::error::Error::source(&e)
-                .map_or_else(|| e.to_string(), ToString::to_string),
-            url: registry.clone(),
-        }
+    let announcer = Announcer::new(
+        &registry,
+        announce,
+        opts.registration_token.clone(),
+        readiness.clone(),
+    )
+    .map_err(|e| SidecarError::RegistryUri {
+        reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
+        url: registry.clone(),
     })?;
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
     if opts.execute_token.is_none() && !addr.ip().is_loopback() {

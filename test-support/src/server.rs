@@ -127,13 +127,23 @@ pub fn sidecar_on(
     instance_id: &str,
     tools: Vec<Tool>,
 ) -> LoopbackServer {
-    let options = ServeOptions {
-        registry: registry.to_owned(),
-        advertise: None,
-        instance_id: Some(instance_id.to_owned()),
-        max_concurrent_streams: None,
-        execute_token: None,
-    };
+    sidecar_with(
+        listener,
+        tools,
+        ServeOptions {
+            registry: registry.to_owned(),
+            instance_id: Some(instance_id.to_owned()),
+            ..ServeOptions::default()
+        },
+    )
+}
+
+/// A sidecar library server serving `tools` on `listener` with `options`.
+pub fn sidecar_with(
+    listener: TcpListener,
+    tools: Vec<Tool>,
+    options: ServeOptions,
+) -> LoopbackServer {
     LoopbackServer::spawn(listener, move |listener, shutdown| {
         serve(listener, tools, options, shutdown)
     })

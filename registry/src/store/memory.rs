@@ -43,11 +43,14 @@ struct LeaseRecord {
     instance: Arc<Instance>,
     tools: Vec<String>,
     expires: Instant,
+    owner: String,
 }
 
 struct ToolRecord {
     descriptor: Arc<ToolDescriptor>,
     instances: BTreeMap<String, Arc<Instance>>,
+    /// The registrant holding every instance of the tool.
+    owner: String,
 }
 
 #[derive(Default)]
@@ -55,6 +58,8 @@ struct State {
     leases: HashMap<String, LeaseRecord>,
     lease_of_instance: HashMap<String, String>,
     tools: HashMap<String, ToolRecord>,
+    /// Live leases per owner.
+    held: HashMap<String, usize>,
 }
 
 /// The in-memory [`CatalogStore`].
@@ -135,6 +140,12 @@ async fn sweep(store: Weak<MemoryStore>, every: Duration) {
 /// Takes a lease out of `state`, detaching its instance from its tools.
 fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     let record = state.leases.remove(lease_id)?;
+    if let Some(held) = state.held.get_mut(&record.owner) {
+        *held -= 1;
+        if *held == 0 {
+            state.held.remove(&record.owner);
+        }
+    }
     if state
         .lease_of_instance
         .get(&record.instance.id)
@@ -158,10 +169,20 @@ fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
 /// grow the catalog past its limits. Instances of `instance_id` itself do not
 /// count: an instance may change its own tools.
 fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), RegistryError> {
+    let old = state
+        .lease_of_instance
+        .get(&a.instance_id)
+        .and_then(|lease| state.leases.get(lease));
+    if old.is_some_and(|lease| lease.owner != a.owner.name) {
+        return Err(super::instance_held_by_another(&a.instance_id));
+    }
     for tool in &a.tools {
         let Some(live) = state.tools.get(&tool.name) else {
             continue;
         };
+        if live.owner != a.owner.name {
+            return Err(super::tool_held_by_another(&tool.name));
+        }
         let others = live.instances.keys().any(|id| *id != a.instance_id);
         if others {
             let differences = descriptor::differences(&live.descriptor, tool);
@@ -173,7 +194,13 @@ fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), Reg
             }
         }
     }
-    let replacing = state.lease_of_instance.contains_key(&a.instance_id);
+    let replacing = old.is_some();
+    if let Some(max) = a.owner.max_instances
+        && !replacing
+        && state.held.get(&a.owner.name).copied().unwrap_or(0) >= max
+    {
+        return Err(super::owner_full(&a.owner.name, max));
+    }
     if !replacing && state.leases.len() >= limits.max_instances {
         return Err(RegistryError::CatalogFull(format!(
             "{} live instances is the limit",
@@ -222,6 +249,7 @@ impl CatalogStore for MemoryStore {
                 .or_insert_with(|| ToolRecord {
                     descriptor: Arc::new(tool.clone()),
                     instances: BTreeMap::new(),
+                    owner: a.owner.name.clone(),
                 });
             if record.instances.is_empty() || *record.descriptor != tool {
                 // Only reachable when no other instance serves it (see check_fits).
@@ -236,12 +264,14 @@ impl CatalogStore for MemoryStore {
         state
             .lease_of_instance
             .insert(instance.id.clone(), lease_id.clone());
+        *state.held.entry(a.owner.name.clone()).or_default() += 1;
         state.leases.insert(
             lease_id.clone(),
             LeaseRecord {
                 instance,
                 tools: names,
                 expires: Instant::now() + self.ttl,
+                owner: a.owner.name,
             },
         );
         self.publish(&state, touched);
@@ -251,7 +281,7 @@ impl CatalogStore for MemoryStore {
         })
     }
 
-    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError> {
         let mut state = self.lock();
         let lease = state
             .leases
@@ -259,12 +289,18 @@ impl CatalogStore for MemoryStore {
             .ok_or_else(|| RegistryError::LeaseNotFound {
                 lease: lease_id.to_owned(),
             })?;
+        if lease.owner != owner {
+            return Err(super::lease_held_by_another());
+        }
         lease.expires = Instant::now() + self.ttl;
         Ok(self.ttl)
     }
 
-    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
+    async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
         let mut state = self.lock();
+        if state.leases.get(lease_id).is_some_and(|l| l.owner != owner) {
+            return Err(super::lease_held_by_another());
+        }
         if let Some(record) = remove_lease(&mut state, lease_id) {
             tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease withdrawn");
             self.publish(&state, record.tools.into_iter().collect());
@@ -293,7 +329,7 @@ impl CatalogStore for MemoryStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::catalog::ChangeKind;
+    use crate::{catalog::ChangeKind, registrants::Owner};
 
     fn tool(name: &str, version: &str) -> ToolDescriptor {
         ToolDescriptor {
@@ -308,7 +344,97 @@ mod tests {
             instance_id: id.into(),
             endpoint: format!("http://127.0.0.1/{id}"),
             tools,
+            owner: Owner::default(),
         }
+    }
+
+    fn owned(
+        id: &str,
+        tools: Vec<ToolDescriptor>,
+        owner: &str,
+        max: Option<usize>,
+    ) -> Announcement {
+        Announcement {
+            owner: Owner {
+                name: owner.into(),
+                max_instances: max,
+            },
+            ..announcement(id, tools)
+        }
+    }
+
+    fn denied<T: std::fmt::Debug>(result: Result<T, RegistryError>) -> bool {
+        matches!(result, Err(RegistryError::PermissionDenied { .. }))
+    }
+
+    #[tokio::test]
+    async fn a_tool_and_its_leases_belong_to_the_registrant_that_holds_them() {
+        let store = store();
+        let lease = store
+            .announce(owned("a", vec![tool("t", "1")], "alice", None))
+            .await
+            .unwrap();
+        // Another registrant can neither add an instance of the tool, nor
+        // replace its descriptor, nor take over the instance id.
+        assert!(denied(
+            store
+                .announce(owned("m", vec![tool("t", "1")], "mallory", None))
+                .await
+        ));
+        assert!(denied(
+            store
+                .announce(owned("a", vec![tool("t", "2")], "mallory", None))
+                .await
+        ));
+        assert!(denied(
+            store
+                .announce(owned("a", vec![tool("u", "1")], "mallory", None))
+                .await
+        ));
+        assert!(denied(
+            store
+                .announce(announcement("m", vec![tool("t", "1")]))
+                .await
+        ));
+        // Nor renew or end its lease.
+        assert!(denied(store.heartbeat(&lease.id, "mallory").await));
+        assert!(denied(store.withdraw(&lease.id, "mallory").await));
+        assert_eq!(store.get("t").unwrap().instances.len(), 1);
+        // The owner can do all of it.
+        store
+            .announce(owned("b", vec![tool("t", "1")], "alice", None))
+            .await
+            .unwrap();
+        store.heartbeat(&lease.id, "alice").await.unwrap();
+        store.withdraw(&lease.id, "alice").await.unwrap();
+        assert_eq!(store.get("t").unwrap().instances.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_registrant_holds_at_most_its_instances_and_the_others_still_fit() {
+        let store = store();
+        for id in ["a", "b"] {
+            store
+                .announce(owned(id, vec![tool("t", "1")], "alice", Some(2)))
+                .await
+                .unwrap();
+        }
+        assert!(matches!(
+            store
+                .announce(owned("c", vec![tool("t", "1")], "alice", Some(2)))
+                .await,
+            Err(RegistryError::CatalogFull(_))
+        ));
+        // Re-announcing an instance it holds is no new instance.
+        store
+            .announce(owned("a", vec![tool("t", "1")], "alice", Some(2)))
+            .await
+            .unwrap();
+        store
+            .announce(owned("x", vec![tool("u", "1")], "bob", Some(2)))
+            .await
+            .unwrap();
+        assert_eq!(store.lock().held.get("alice"), Some(&2));
     }
 
     fn store() -> Arc<MemoryStore> {
@@ -341,12 +467,12 @@ mod tests {
             .unwrap();
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            store.heartbeat(&lease.id).await.unwrap();
+            store.heartbeat(&lease.id, "").await.unwrap();
         }
         assert!(store.get("t").is_some());
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert!(matches!(
-            store.heartbeat(&lease.id).await,
+            store.heartbeat(&lease.id, "").await,
             Err(RegistryError::LeaseNotFound { .. })
         ));
     }
@@ -395,8 +521,8 @@ mod tests {
             .announce(announcement("a", vec![tool("t", "1")]))
             .await
             .unwrap();
-        assert!(store.heartbeat(&first.id).await.is_err());
-        assert!(store.heartbeat(&second.id).await.is_ok());
+        assert!(store.heartbeat(&first.id, "").await.is_err());
+        assert!(store.heartbeat(&second.id, "").await.is_ok());
         assert!(store.get("u").is_none());
         assert_eq!(store.list().len(), 1);
     }
@@ -413,11 +539,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.get("t").unwrap().instances.len(), 2);
-        store.withdraw(&a.id).await.unwrap();
+        store.withdraw(&a.id, "").await.unwrap();
         let t = store.get("t").unwrap();
         assert_eq!(t.instances.len(), 1);
         assert_eq!(t.instances[0].id, "b");
-        store.withdraw("unknown").await.unwrap();
+        store.withdraw("unknown", "").await.unwrap();
     }
 
     #[tokio::test]

@@ -26,12 +26,16 @@ pub mod view;
 #[async_trait::async_trait]
 pub trait CatalogStore: Send + Sync + 'static {
     /// Registers an instance and its tools under a new lease, replacing any
-    /// earlier lease of the same instance id.
+    /// earlier lease of the same instance id. `PermissionDenied` if another
+    /// owner holds one of the tools or the instance id, or the owner holds
+    /// its most instances.
     async fn announce(&self, announcement: Announcement) -> Result<Lease, RegistryError>;
-    /// Extends a lease by the TTL; `LeaseNotFound` if it is unknown.
-    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError>;
-    /// Ends a lease; an unknown lease is not an error.
-    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError>;
+    /// Extends a lease by the TTL; `LeaseNotFound` if it is unknown,
+    /// `PermissionDenied` if another owner holds it.
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError>;
+    /// Ends a lease; an unknown lease is not an error, another owner's is
+    /// `PermissionDenied`.
+    async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError>;
     /// One tool, if it has a live instance.
     fn get(&self, name: &str) -> Option<Arc<ToolState>>;
     /// Every tool with a live instance, sorted by name.
@@ -41,4 +45,38 @@ pub trait CatalogStore: Send + Sync + 'static {
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
     /// Bytes of every change event published so far.
     fn published_bytes(&self) -> u64;
+}
+
+/// An announce naming a tool whose live instances another registrant holds.
+pub(crate) fn tool_held_by_another(tool: &str) -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: format!(
+            "tool {} is served by another registrant's instances; only that registrant may add instances or change its descriptor",
+            toolmesh_telemetry::shown::Quoted(tool)
+        ),
+    }
+}
+
+/// An announce reusing an instance id another registrant holds.
+pub(crate) fn instance_held_by_another(instance: &str) -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: format!(
+            "instance id {} is held by another registrant",
+            toolmesh_telemetry::shown::Quoted(instance)
+        ),
+    }
+}
+
+/// A heartbeat or withdraw of another registrant's lease.
+pub(crate) fn lease_held_by_another() -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: "the lease is held by another registrant".into(),
+    }
+}
+
+/// An announce past the registrant's own instance cap.
+pub(crate) fn owner_full(owner: &str, max: usize) -> RegistryError {
+    RegistryError::CatalogFull(format!(
+        "registrant {owner:?} holds {max} live instances, its max_instances"
+    ))
 }

@@ -76,6 +76,7 @@ struct LeaseRecord {
     instance: String,
     endpoint: String,
     tools: Vec<String>,
+    owner: String,
 }
 
 impl LeaseRecord {
@@ -88,6 +89,7 @@ impl LeaseRecord {
                 .get("tools")
                 .map(|t| t.lines().map(str::to_owned).collect())
                 .unwrap_or_default(),
+            owner: fields.get("owner").cloned().unwrap_or_default(),
         })
     }
 }
@@ -98,7 +100,8 @@ struct Local {
     /// or learned by a reload since.
     leases: HashMap<String, LeaseRecord>,
     /// Leases heartbeated while Redis was away, to write back.
-    pending: HashSet<String>,
+    /// Each with the owner that heartbeated it.
+    pending: HashMap<String, String>,
     /// When Redis answered again after an outage; no sweeping for a TTL.
     recovered_at: Option<Instant>,
     /// Redis failed and this replica has not written back since.
@@ -288,18 +291,26 @@ impl RedisStore {
     /// knew of (Redis may have come back empty). The script only extends a
     /// lease Redis still has, and re-creates one it lost.
     async fn write_back(&self, everything: bool) -> Result<(), RedisError> {
-        let todo: Vec<(String, Option<LeaseRecord>)> = {
+        let todo: Vec<(String, Option<LeaseRecord>, String)> = {
             let local = self.local();
-            let mut leases: HashSet<&String> = local.pending.iter().collect();
+            let mut leases: HashSet<&String> = local.pending.keys().collect();
             if everything {
                 leases.extend(local.leases.keys());
             }
             leases
                 .into_iter()
-                .map(|l| (l.clone(), local.leases.get(l).cloned()))
+                .map(|l| {
+                    let record = local.leases.get(l).cloned();
+                    let owner = record
+                        .as_ref()
+                        .map(|r| r.owner.clone())
+                        .or_else(|| local.pending.get(l).cloned())
+                        .unwrap_or_default();
+                    (l.clone(), record, owner)
+                })
                 .collect()
         };
-        for (lease, record) in todo {
+        for (lease, record, owner) in todo {
             let mut invocation = self.scripts.restore.prepare_invoke();
             invocation
                 .key(self.key("tools"))
@@ -320,13 +331,14 @@ impl RedisStore {
                     invocation
                         .arg(&record.instance)
                         .arg(&record.endpoint)
+                        .arg(&record.owner)
                         .arg(entries.len());
                     for (name, bytes) in entries {
                         invocation.arg(name).arg(bytes);
                     }
                 }
                 None => {
-                    invocation.arg("").arg("").arg(0);
+                    invocation.arg("").arg("").arg(&owner).arg(0);
                 }
             }
             let outcome: String = self
@@ -390,6 +402,8 @@ impl RedisStore {
             .arg(self.ttl_ms())
             .arg(self.settings.limits.max_instances)
             .arg(self.settings.limits.max_tools)
+            .arg(&a.owner.name)
+            .arg(a.owner.max_instances.unwrap_or(0))
             .arg(a.tools.len());
         for tool in &a.tools {
             invocation.arg(&tool.name).arg(tool.encode_to_vec());
@@ -412,12 +426,18 @@ impl RedisStore {
                     .get(2)
                     .and_then(|b| ToolDescriptor::decode(b.as_slice()).ok())
                     .unwrap_or_default();
-                Ok(AnnounceReply::Conflict(text(1), live))
+                Ok(AnnounceReply::Conflict(text(1), Box::new(live)))
             }
             "full" => Err(RegistryError::CatalogFull(format!(
                 "the {} limit is reached",
                 text(1)
             ))),
+            "denied" if text(1) == "instance" => Err(super::instance_held_by_another(&text(2))),
+            "denied" => Err(super::tool_held_by_another(&text(2))),
+            "owner_full" => Err(super::owner_full(
+                &a.owner.name,
+                a.owner.max_instances.unwrap_or(0),
+            )),
             other => Err(unavailable(RedisError::Redis(format!(
                 "unexpected announce reply {other:?}"
             )))),
@@ -427,7 +447,7 @@ impl RedisStore {
 
 enum AnnounceReply {
     Ok(Vec<String>),
-    Conflict(String, ToolDescriptor),
+    Conflict(String, Box<ToolDescriptor>),
 }
 
 fn unavailable(error: RedisError) -> RegistryError {
@@ -464,6 +484,7 @@ impl CatalogStore for RedisStore {
                             instance: a.instance_id.clone(),
                             endpoint: a.endpoint.clone(),
                             tools: a.tools.iter().map(|t| t.name.clone()).collect(),
+                            owner: a.owner.name.clone(),
                         },
                     );
                     for name in touched {
@@ -486,7 +507,7 @@ impl CatalogStore for RedisStore {
                             differences,
                         });
                     }
-                    *tool = live;
+                    *tool = *live;
                 }
             }
         }
@@ -495,13 +516,14 @@ impl CatalogStore for RedisStore {
         )))
     }
 
-    async fn heartbeat(&self, lease_id: &str) -> Result<Duration, RegistryError> {
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError> {
         let invocation = {
             let mut i = self.scripts.heartbeat.prepare_invoke();
             i.key(self.key("tools"))
                 .arg(&self.tag)
                 .arg(lease_id)
-                .arg(self.ttl_ms());
+                .arg(self.ttl_ms())
+                .arg(owner);
             i
         };
         match self
@@ -510,15 +532,24 @@ impl CatalogStore for RedisStore {
             .await
         {
             Ok(1) => Ok(self.settings.ttl),
+            Ok(-1) => Err(super::lease_held_by_another()),
             Ok(_) => Err(RegistryError::LeaseNotFound {
                 lease: lease_id.to_owned(),
             }),
             Err(error) => {
+                if self
+                    .local()
+                    .leases
+                    .get(lease_id)
+                    .is_some_and(|l| l.owner != owner)
+                {
+                    return Err(super::lease_held_by_another());
+                }
                 // Redis is away: keep the sidecar's lease alive here and
                 // write it back when Redis returns.
                 let mut local = self.local();
                 if local.pending.len() < self.settings.limits.max_instances {
-                    local.pending.insert(lease_id.to_owned());
+                    local.pending.insert(lease_id.to_owned(), owner.to_owned());
                 }
                 tracing::debug!(lease = %lease_tag(lease_id), %error, "heartbeat kept locally while redis is away");
                 Ok(self.settings.ttl)
@@ -526,17 +557,24 @@ impl CatalogStore for RedisStore {
         }
     }
 
-    async fn withdraw(&self, lease_id: &str) -> Result<(), RegistryError> {
+    async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
         let invocation = {
             let mut i = self.scripts.withdraw.prepare_invoke();
-            i.key(self.key("tools")).arg(&self.tag).arg(lease_id);
+            i.key(self.key("tools"))
+                .arg(&self.tag)
+                .arg(lease_id)
+                .arg(owner);
             i
         };
-        let touched: Vec<String> = self
+        let mut reply: Vec<String> = self
             .pool
             .run(async |conn| invocation.invoke_async(conn).await)
             .await
             .map_err(unavailable)?;
+        if reply.first().map(String::as_str) != Some("ok") {
+            return Err(super::lease_held_by_another());
+        }
+        let touched = reply.split_off(1);
         let record = {
             let mut local = self.local();
             local.pending.remove(lease_id);

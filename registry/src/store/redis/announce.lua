@@ -1,14 +1,25 @@
 -- ARGV: prefix, instance, endpoint, lease, ttl_ms, max_instances, max_tools,
---       n, then n (name, descriptor) entries.
--- Returns {'ok', touched...} | {'conflict', name, live_descriptor} | {'full', what}.
+--       owner, owner_max (0: none), n, then n (name, descriptor) entries.
+-- Returns {'ok', touched...} | {'conflict', name, live_descriptor} |
+-- {'full', what} | {'denied', 'instance'|'tool', name} | {'owner_full'}.
 local inst, endpoint, lease = ARGV[2], ARGV[3], ARGV[4]
 local ttl, max_inst, max_tools = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local entries = read_pairs(9, tonumber(ARGV[8]))
+local owner, owner_max = ARGV[8], tonumber(ARGV[9])
+local entries = read_pairs(11, tonumber(ARGV[10]))
+local old = redis.call('GET', p .. ':inst:' .. inst)
+if old and (lease_owner(old) or owner) ~= owner then
+  return { 'denied', 'instance', inst }
+end
+for _, pair in ipairs(entries) do
+  if not owns(pair[1], owner) then return { 'denied', 'tool', pair[1] } end
+end
 for _, pair in ipairs(entries) do
   local ok, live = compatible(pair[1], pair[2], inst)
   if not ok then return { 'conflict', pair[1], live } end
 end
-local old = redis.call('GET', p .. ':inst:' .. inst)
+if not old and owner_max > 0 and redis.call('SCARD', p .. ':held:' .. owner) >= owner_max then
+  return { 'owner_full' }
+end
 if not old and redis.call('ZCARD', p .. ':expiry') >= max_inst then
   return { 'full', 'instances' }
 end
@@ -21,7 +32,7 @@ if redis.call('SCARD', p .. ':tools') + new > max_tools then
 end
 local touched = {}
 if old then drop_lease(old, touched) end
-add_lease(lease, inst, endpoint, ttl, entries, touched)
+add_lease(lease, inst, endpoint, ttl, entries, touched, owner)
 publish(touched)
 local reply = { 'ok' }
 for _, name in ipairs(touched) do reply[#reply + 1] = name end

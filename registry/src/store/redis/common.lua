@@ -14,9 +14,11 @@ local function drop_lease(lease, touched)
   local key = p .. ':lease:' .. lease
   local inst = redis.call('HGET', key, 'instance')
   local tools = redis.call('HGET', key, 'tools')
+  local owner = redis.call('HGET', key, 'owner') or ''
   redis.call('DEL', key)
   redis.call('ZREM', p .. ':expiry', lease)
   if not inst then return end
+  redis.call('SREM', p .. ':held:' .. owner, lease)
   if redis.call('GET', p .. ':inst:' .. inst) == lease then
     redis.call('DEL', p .. ':inst:' .. inst)
   end
@@ -25,12 +27,27 @@ local function drop_lease(lease, touched)
       local ikey = p .. ':tool:' .. name .. ':inst'
       redis.call('HDEL', ikey, inst)
       if redis.call('HLEN', ikey) == 0 then
-        redis.call('DEL', p .. ':tool:' .. name, ikey)
+        redis.call('DEL', p .. ':tool:' .. name, ikey, p .. ':tool:' .. name .. ':owner')
         redis.call('SREM', p .. ':tools', name)
       end
       touched[#touched + 1] = name
     end
   end
+end
+
+-- The registrant holding a lease ('' for open registration); nil if the
+-- lease is unknown.
+local function lease_owner(lease)
+  local key = p .. ':lease:' .. lease
+  if redis.call('EXISTS', key) == 0 then return nil end
+  return redis.call('HGET', key, 'owner') or ''
+end
+
+-- Whether `owner` may add an instance of `name`: nobody holds it, or it does.
+local function owns(name, owner)
+  local held = redis.call('GET', p .. ':tool:' .. name .. ':owner')
+  if held then return held == owner end
+  return redis.call('EXISTS', p .. ':tool:' .. name) == 0 or owner == ''
 end
 
 -- Whether `desc` may be announced for `name` by `inst`: no live descriptor,
@@ -44,19 +61,22 @@ local function compatible(name, desc, inst)
   return true, live
 end
 
--- Creates `lease` for `inst` serving the tools in `entries` (name, descriptor).
-local function add_lease(lease, inst, endpoint, ttl, entries, touched)
+-- Creates `lease` for `inst`, held by `owner`, serving the tools in
+-- `entries` (name, descriptor).
+local function add_lease(lease, inst, endpoint, ttl, entries, touched, owner)
   local names = {}
   for _, pair in ipairs(entries) do
     local name, desc = pair[1], pair[2]
     redis.call('SET', p .. ':tool:' .. name, desc)
+    redis.call('SET', p .. ':tool:' .. name .. ':owner', owner)
     redis.call('HSET', p .. ':tool:' .. name .. ':inst', inst, endpoint)
     redis.call('SADD', p .. ':tools', name)
     names[#names + 1] = name
     touched[#touched + 1] = name
   end
   redis.call('HSET', p .. ':lease:' .. lease, 'instance', inst, 'endpoint', endpoint,
-    'tools', table.concat(names, '\n'))
+    'tools', table.concat(names, '\n'), 'owner', owner)
+  redis.call('SADD', p .. ':held:' .. owner, lease)
   redis.call('SET', p .. ':inst:' .. inst, lease)
   redis.call('ZADD', p .. ':expiry', now_ms() + ttl, lease)
 end
