@@ -105,7 +105,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         let caller_timeout = timeout::of(&request);
         let result = self
             .invoker
-            .invoke(request.into_inner(), caller_timeout)
+            .invoke(request.into_inner(), "", caller_timeout)
             .await;
         match result {
             Ok(response) => Ok(Response::new(response)),

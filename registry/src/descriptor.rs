@@ -43,10 +43,22 @@ pub struct Limit {
 impl Limit {
     /// The limit a descriptor declares, `None` if it is unlimited.
     pub fn of(descriptor: &ToolDescriptor) -> Option<Self> {
-        descriptor.rate_limit.as_ref().map(|l| Self {
-            rate: l.rate,
-            burst: resolved_burst(l),
-        })
+        descriptor.rate_limit.as_ref().map(Self::from_proto)
+    }
+
+    /// The limit each caller has on the tool, `None` if there is none.
+    pub fn per_caller(descriptor: &ToolDescriptor) -> Option<Self> {
+        descriptor
+            .per_caller_rate_limit
+            .as_ref()
+            .map(Self::from_proto)
+    }
+
+    fn from_proto(limit: &RateLimit) -> Self {
+        Self {
+            rate: limit.rate,
+            burst: resolved_burst(limit),
+        }
     }
 
     /// The time between two tokens (GCRA's emission interval).
@@ -132,16 +144,24 @@ pub fn check(
             format!("a tag must be 1 to {MAX_LABEL_BYTES} bytes"),
         ));
     }
-    if let Some(limit) = &descriptor.rate_limit
-        && !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate))
-    {
-        return Err(invalid(
-            "rate_limit.rate",
-            format!(
-                "{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second",
-                limit.rate
-            ),
-        ));
+    for (field, limit) in [
+        ("rate_limit.rate", &descriptor.rate_limit),
+        (
+            "per_caller_rate_limit.rate",
+            &descriptor.per_caller_rate_limit,
+        ),
+    ] {
+        if let Some(limit) = limit
+            && !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate))
+        {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second",
+                    limit.rate
+                ),
+            ));
+        }
     }
     if let Some(t) = descriptor.timeout {
         let max = humantime::format_duration(max_timeout);
@@ -195,12 +215,26 @@ pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
         format!("{:?}", live.tags),
         format!("{:?}", new.tags),
     );
-    field("rate_limit", limit_text(live), limit_text(new));
+    field(
+        "rate_limit",
+        limit_text(Limit::of(live)),
+        limit_text(Limit::of(new)),
+    );
+    field(
+        "per_caller_rate_limit",
+        limit_text(Limit::per_caller(live)),
+        limit_text(Limit::per_caller(new)),
+    );
     field("timeout", timeout_text(live), timeout_text(new));
     field(
         "idempotent",
         live.idempotent.to_string(),
         new.idempotent.to_string(),
+    );
+    field(
+        "audit_arguments",
+        live.audit_arguments.to_string(),
+        new.audit_arguments.to_string(),
     );
     out
 }
@@ -213,8 +247,8 @@ fn schema_text(schema: &str) -> String {
     }
 }
 
-fn limit_text(d: &ToolDescriptor) -> String {
-    Limit::of(d).map_or_else(
+fn limit_text(limit: Option<Limit>) -> String {
+    limit.map_or_else(
         || "unlimited".into(),
         |l| format!("{}/s burst {}", l.rate, l.burst),
     )

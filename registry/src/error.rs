@@ -75,11 +75,14 @@ pub enum RegistryError {
         /// Every violation found (capped).
         violations: Vec<Violation>,
     },
-    /// The tool's rate limit has no token left for this call.
-    #[error("rate limit of {} exceeded ({rate}/s, burst {burst}); retry in {}", Quoted(.tool), rounded(*.retry_after))]
+    /// The tool's rate limit, or its caller's on it, has no token left
+    /// for this call.
+    #[error("{}rate limit of {} exceeded ({rate}/s, burst {burst}); retry in {}", caller_part(.caller.as_deref()), Quoted(.tool), rounded(*.retry_after))]
     RateLimited {
         /// The tool.
         tool: String,
+        /// The caller, when it was the caller's own limit on the tool.
+        caller: Option<String>,
         /// Time until the next token.
         retry_after: Duration,
         /// The limit's rate per second.
@@ -221,6 +224,10 @@ pub enum RegistryError {
     },
 }
 
+fn caller_part(caller: Option<&str>) -> String {
+    caller.map_or_else(String::new, |c| format!("caller {}'s ", Quoted(c)))
+}
+
 /// A duration for people: rounded up to the millisecond (`833ms`, `2s 500ms`).
 fn rounded(duration: Duration) -> humantime::FormattedDuration {
     let millis = u64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
@@ -346,13 +353,22 @@ impl RegistryError {
             ),
             Self::RateLimited {
                 tool,
+                caller,
                 retry_after,
                 rate,
                 burst,
             } => {
                 let mut details = ErrorDetails::with_retry_info(Some(*retry_after));
+                let subject = match caller {
+                    Some(caller) => format!(
+                        "caller:{}/tool:{}",
+                        clip(caller, QUOTED_MAX),
+                        clip(tool, QUOTED_MAX)
+                    ),
+                    None => format!("tool:{}", clip(tool, QUOTED_MAX)),
+                };
                 details.add_quota_failure_violation(
-                    format!("tool:{}", clip(tool, QUOTED_MAX)),
+                    subject,
                     format!("rate limit of {rate} calls/s with burst {burst}"),
                 );
                 details
@@ -452,6 +468,7 @@ mod tests {
     fn rate_limited_carries_retry_info_and_quota_failure() {
         let status = RegistryError::RateLimited {
             tool: "t".into(),
+            caller: None,
             retry_after: Duration::from_millis(250),
             rate: 2.0,
             burst: 1,
@@ -468,6 +485,25 @@ mod tests {
         assert_eq!(retry.retry_delay, Some(Duration::from_millis(250)));
         let quota = details.quota_failure().expect("quota failure");
         assert_eq!(quota.violations[0].subject, "tool:t");
+
+        let status = RegistryError::RateLimited {
+            tool: "t".into(),
+            caller: Some("alice".into()),
+            retry_after: Duration::from_secs(1),
+            rate: 1.0,
+            burst: 1,
+        }
+        .to_status();
+        assert!(
+            status
+                .message()
+                .starts_with("caller \"alice\"'s rate limit of \"t\""),
+            "{}",
+            status.message()
+        );
+        let details = status.get_error_details();
+        let quota = details.quota_failure().expect("quota failure");
+        assert_eq!(quota.violations[0].subject, "caller:alice/tool:t");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::{
         Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, fingerprint,
     },
     proxy::Proxy,
-    ratelimit::{Decision, RateLimiter},
+    ratelimit::{CallDecision, CallLimits, RateLimiter, Refused},
     retry::Attempts,
     validate,
 };
@@ -73,15 +73,17 @@ impl Invoker {
         }
     }
 
-    /// Runs one call, and logs it in one line. `caller_timeout` is what
-    /// remained of the caller's gRPC deadline when the request arrived.
+    /// Runs one call for `caller` (`""`: anonymous), and logs it in one
+    /// line. `caller_timeout` is what remained of the caller's gRPC
+    /// deadline when the request arrived.
     pub async fn invoke(
         &self,
         request: InvokeRequest,
+        caller: &str,
         caller_timeout: Option<Duration>,
     ) -> Result<InvokeResponse, RegistryError> {
         let mut log = CallLog::start(&request.tool, self.settings.log_calls);
-        let result = self.run(request, caller_timeout, &mut log).await;
+        let result = self.run(request, caller, caller_timeout, &mut log).await;
         log.finish(&result);
         result
     }
@@ -89,6 +91,7 @@ impl Invoker {
     async fn run(
         &self,
         request: InvokeRequest,
+        caller: &str,
         caller_timeout: Option<Duration>,
         log: &mut CallLog,
     ) -> Result<InvokeResponse, RegistryError> {
@@ -112,7 +115,10 @@ impl Invoker {
         let deadline = started + budget;
         let ticket = match request.idempotency_key.as_str() {
             "" => None,
-            key => match self.claim(&tool, key, &arguments, budget, deadline).await? {
+            key => match self
+                .claim(&tool, caller, key, &arguments, budget, deadline)
+                .await?
+            {
                 Claim::Run(ticket) => Some(ticket),
                 Claim::Replay(outcome) => {
                     log.replayed();
@@ -126,9 +132,7 @@ impl Invoker {
                 }
             },
         };
-        if let Some(limit) = Limit::of(&tool.descriptor)
-            && let Err(error) = self.take_token(tool.name(), limit).await
-        {
+        if let Err(error) = self.take_token(&tool, caller).await {
             if let Some(ticket) = ticket {
                 ticket.release().await;
             }
@@ -142,7 +146,7 @@ impl Invoker {
                 request.arguments_json
             },
             invocation_id: uuid::Uuid::new_v4().to_string(),
-            caller: String::new(),
+            caller: caller.to_owned(),
         };
         let attempted = self.attempts.run(&tool, execute, deadline, budget).await;
         log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
@@ -162,6 +166,7 @@ impl Invoker {
     async fn claim(
         &self,
         tool: &ToolState,
+        caller: &str,
         key: &str,
         arguments: &serde_json::Value,
         budget: Duration,
@@ -174,7 +179,7 @@ impl Invoker {
             });
         }
         let key = IdempotencyKey {
-            caller: String::new(),
+            caller: caller.to_owned(),
             tool: tool.name().to_owned(),
             key: key.to_owned(),
         };
@@ -192,22 +197,42 @@ impl Invoker {
             })
     }
 
-    async fn take_token(&self, tool: &str, limit: Limit) -> Result<(), RegistryError> {
-        let decision = self.limiter.acquire(tool, limit).await.map_err(|e| {
+    /// Takes the call's tokens: its caller's on the tool, then the tool's.
+    async fn take_token(&self, tool: &ToolState, caller: &str) -> Result<(), RegistryError> {
+        let limit = Limit::of(&tool.descriptor);
+        let per_caller = Limit::per_caller(&tool.descriptor);
+        if limit.is_none() && per_caller.is_none() {
+            return Ok(());
+        }
+        let call = CallLimits {
+            tool: tool.name(),
+            limit,
+            caller: per_caller.map(|l| (caller, l)),
+        };
+        let decision = self.limiter.acquire_call(call).await.map_err(|e| {
             RegistryError::LimiterUnavailable {
-                tool: tool.to_owned(),
+                tool: tool.name().to_owned(),
                 reason: e.to_string(),
             }
         })?;
-        match decision {
-            Decision::Allow => Ok(()),
-            Decision::Deny { retry_after } => Err(RegistryError::RateLimited {
-                tool: tool.to_owned(),
-                retry_after,
-                rate: limit.rate,
-                burst: limit.burst,
-            }),
-        }
+        let CallDecision::Deny { retry_after, by } = decision else {
+            return Ok(());
+        };
+        let (refusing, caller) = match by {
+            Refused::Caller => (per_caller, Some(caller.to_owned())),
+            Refused::Tool => (limit, None),
+        };
+        let refusing = refusing.unwrap_or(Limit {
+            rate: 0.0,
+            burst: 0,
+        });
+        Err(RegistryError::RateLimited {
+            tool: tool.name().to_owned(),
+            caller,
+            retry_after,
+            rate: refusing.rate,
+            burst: refusing.burst,
+        })
     }
 
     /// min(the caller's deadline less its answer margin, the tool's

@@ -40,14 +40,89 @@ pub enum LimiterError {
     Unavailable(String),
 }
 
+/// The buckets one call takes a token from: its tool's, and its caller's
+/// on that tool.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits<'a> {
+    /// The tool (its bucket's key).
+    pub tool: &'a str,
+    /// The tool's limit across every caller, if any.
+    pub limit: Option<Limit>,
+    /// The caller's id and its limit on the tool, if any.
+    pub caller: Option<(&'a str, Limit)>,
+}
+
+/// Which bucket refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The tool's limit.
+    Tool,
+    /// The caller's limit on the tool.
+    Caller,
+}
+
+/// The answer to "may this call go ahead?" for a call's buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallDecision {
+    /// Go ahead; a token was taken from each bucket.
+    Allow,
+    /// Not now.
+    Deny {
+        /// Time until the refusing bucket has a token.
+        retry_after: Duration,
+        /// The bucket that refused.
+        by: Refused,
+    },
+}
+
+/// The key of `caller`'s bucket on `tool`: the tool's key, a unit
+/// separator (which no tool name or caller id contains), the caller.
+pub fn caller_key(tool: &str, caller: &str) -> String {
+    format!("{tool}{CALLER_SEPARATOR}{caller}")
+}
+
+const CALLER_SEPARATOR: char = '\u{1f}';
+
 /// Decides whether a call within a limit may go ahead, taking a token if so.
 #[async_trait::async_trait]
 pub trait RateLimiter: Send + Sync + 'static {
     /// Takes one token from `key`'s bucket under `limit`.
     async fn acquire(&self, key: &str, limit: Limit) -> Result<Decision, LimiterError>;
-    /// Drops the state of `key` (its tool left the catalog).
+
+    /// Takes a token for one call: first from the caller's bucket, then
+    /// from the tool's. A call the caller's limit refuses spends nothing of
+    /// the tool's, so a throttled caller cannot drain it for the others; a
+    /// call the tool's limit refuses has spent its caller's token.
+    async fn acquire_call(&self, call: CallLimits<'_>) -> Result<CallDecision, LimiterError> {
+        if let Some((caller, limit)) = call.caller
+            && let Decision::Deny { retry_after } =
+                self.acquire(&caller_key(call.tool, caller), limit).await?
+        {
+            return Ok(CallDecision::Deny {
+                retry_after,
+                by: Refused::Caller,
+            });
+        }
+        if let Some(limit) = call.limit
+            && let Decision::Deny { retry_after } = self.acquire(call.tool, limit).await?
+        {
+            return Ok(CallDecision::Deny {
+                retry_after,
+                by: Refused::Tool,
+            });
+        }
+        Ok(CallDecision::Allow)
+    }
+
+    /// Drops the state of `key` (its tool left the catalog), and of its
+    /// callers' buckets.
     fn forget(&self, key: &str);
 }
+
+/// Most callers' buckets a [`LocalLimiter`] keeps; past it they are all
+/// dropped (and start full again), so distinct callers cannot grow memory
+/// without bound.
+pub const MAX_CALLER_BUCKETS: usize = 100_000;
 
 type Gcra<C> =
     governor::RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
@@ -102,6 +177,13 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         {
             return bucket.gcra.clone();
         }
+        if key.contains(CALLER_SEPARATOR) && self.buckets.len() >= MAX_CALLER_BUCKETS {
+            self.buckets.retain(|k, _| !k.contains(CALLER_SEPARATOR));
+            tracing::warn!(
+                max = MAX_CALLER_BUCKETS,
+                "too many callers' rate-limit buckets; all were dropped and start full again"
+            );
+        }
         let gcra = Arc::new(governor::RateLimiter::direct_with_clock(
             quota(limit),
             self.clock.clone(),
@@ -139,6 +221,8 @@ where
 
     fn forget(&self, key: &str) {
         self.buckets.remove(key);
+        let callers = caller_key(key, "");
+        self.buckets.retain(|k, _| !k.starts_with(&callers));
     }
 }
 
@@ -152,6 +236,55 @@ mod tests {
     fn limiter() -> (LocalLimiter<FakeRelativeClock>, FakeRelativeClock) {
         let clock = FakeRelativeClock::default();
         (LocalLimiter::with_clock(clock.clone()), clock)
+    }
+
+    #[tokio::test]
+    async fn a_callers_limit_is_its_own_and_spares_the_tools() {
+        let (limiter, _clock) = limiter();
+        let one = Limit {
+            rate: 0.001,
+            burst: 1,
+        };
+        let three = Limit {
+            rate: 0.001,
+            burst: 3,
+        };
+        let call = |caller| CallLimits {
+            tool: "t",
+            limit: Some(three),
+            caller: Some((caller, one)),
+        };
+        assert_eq!(
+            limiter.acquire_call(call("a")).await.unwrap(),
+            CallDecision::Allow
+        );
+        for _ in 0..5 {
+            assert!(matches!(
+                limiter.acquire_call(call("a")).await.unwrap(),
+                CallDecision::Deny {
+                    by: Refused::Caller,
+                    ..
+                }
+            ));
+        }
+        // a's refusals took nothing from the tool: b and c still get in.
+        assert_eq!(
+            limiter.acquire_call(call("b")).await.unwrap(),
+            CallDecision::Allow
+        );
+        assert_eq!(
+            limiter.acquire_call(call("c")).await.unwrap(),
+            CallDecision::Allow
+        );
+        assert!(matches!(
+            limiter.acquire_call(call("d")).await.unwrap(),
+            CallDecision::Deny {
+                by: Refused::Tool,
+                ..
+            }
+        ));
+        limiter.forget("t");
+        assert!(limiter.buckets.is_empty());
     }
 
     #[test]

@@ -1,12 +1,16 @@
--- GCRA: one decision, atomically, on Redis's clock.
+-- GCRA: one decision over one or more buckets, in order, atomically, on
+-- Redis's clock (one call's caller bucket, then its tool bucket).
 --
--- KEYS[1]  the bucket: its theoretical arrival time (TAT), in microseconds
---          since the epoch, absent when the bucket is full
--- ARGV[1]  emission interval T in microseconds (1e6 / rate; may be fractional)
--- ARGV[2]  burst b (at least 1)
+-- KEYS[i]      a bucket: its theoretical arrival time (TAT), in microseconds
+--              since the epoch, absent when the bucket is full
+-- ARGV[2i-1]   its emission interval T in microseconds (1e6 / rate; may be
+--              fractional)
+-- ARGV[2i]     its burst b (at least 1)
 --
--- Returns {1, 0} when the call may go ahead (a token was taken), or
--- {0, retry_after_us}: the time until a token is there, rounded up to the
+-- Takes a token from each bucket in turn, and stops at the first that has
+-- none (tokens taken from the buckets before it stay taken). Returns
+-- {1, 0, 0} when the call may go ahead, or {0, retry_after_us, i}: bucket i
+-- refused, and a token is there after retry_after_us, rounded up to the
 -- microsecond so that waiting it is always enough.
 --
 -- Times are Lua numbers (doubles): microseconds since the epoch are about
@@ -22,21 +26,21 @@ end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
 
-local tat = tonumber(redis.call('GET', KEYS[1]) or '') or now
-if tat < now then
-    tat = now
+for i, key in ipairs(KEYS) do
+    local interval = tonumber(ARGV[2 * i - 1])
+    local burst = tonumber(ARGV[2 * i])
+    local tat = tonumber(redis.call('GET', key) or '') or now
+    if tat < now then
+        tat = now
+    end
+    local new_tat = tat + interval
+    local wait = new_tat - now - burst * interval
+    if wait > 0 then
+        return {0, math.ceil(wait), i}
+    end
+    -- Expire once the bucket is full again, so idle keys vanish.
+    local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
+    redis.call('SET', key, string.format('%.17g', new_tat), 'PX', string.format('%d', ttl_ms))
 end
-local new_tat = tat + interval
-local wait = new_tat - now - burst * interval
-
-if wait > 0 then
-    return {0, math.ceil(wait)}
-end
-
--- Expire once the bucket is full again, so idle keys vanish.
-local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
-redis.call('SET', KEYS[1], string.format('%.17g', new_tat), 'PX', string.format('%d', ttl_ms))
-return {1, 0}
+return {1, 0, 0}

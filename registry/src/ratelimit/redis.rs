@@ -21,7 +21,7 @@ use std::{
 
 use ::redis::Script;
 
-use super::{Decision, LimiterError, LocalLimiter, RateLimiter};
+use super::{CallDecision, CallLimits, Decision, LimiterError, LocalLimiter, RateLimiter, Refused};
 use crate::{
     descriptor::Limit,
     redis_pool::{RedisError, RedisPool},
@@ -86,29 +86,40 @@ impl RedisLimiter {
         format!("{{{}:rl:{key}}}", self.prefix)
     }
 
+    /// The Redis key of `caller`'s bucket on `tool`: in the tool's hash
+    /// slot, so one script takes both on Redis Cluster.
+    pub fn caller_redis_key(&self, tool: &str, caller: &str) -> String {
+        format!("{}:caller:{caller}", self.redis_key(tool))
+    }
+
     /// Whether the last decision found Redis unavailable.
     pub fn in_outage(&self) -> bool {
         self.outage.load(Ordering::Relaxed)
     }
 
-    /// One decision by the script in Redis.
-    async fn decide_in_redis(&self, key: &str, limit: Limit) -> Result<Decision, RedisError> {
+    /// One decision by the script in Redis over `buckets` (key, limit), in
+    /// order: `None` to go ahead, or the refusing bucket's index and wait.
+    async fn decide_in_redis(
+        &self,
+        buckets: &[(String, Limit)],
+    ) -> Result<Option<(usize, Duration)>, RedisError> {
         let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(self.redis_key(key))
-            .arg(interval_us(limit))
-            .arg(limit.burst.max(1));
-        let (allowed, retry_after_us): (i64, i64) = self
+        for (key, limit) in buckets {
+            invocation
+                .key(key)
+                .arg(interval_us(*limit))
+                .arg(limit.burst.max(1));
+        }
+        let (allowed, retry_after_us, index): (i64, i64, i64) = self
             .pool
             .run(async |conn| invocation.invoke_async(conn).await)
             .await?;
-        Ok(if allowed == 1 {
-            Decision::Allow
-        } else {
-            Decision::Deny {
-                retry_after: Duration::from_micros(u64::try_from(retry_after_us).unwrap_or(0)),
-            }
-        })
+        Ok((allowed != 1).then(|| {
+            (
+                usize::try_from(index - 1).unwrap_or(0),
+                Duration::from_micros(u64::try_from(retry_after_us).unwrap_or(0)),
+            )
+        }))
     }
 
     /// Notes that Redis failed; logs only the first failure of an outage.
@@ -143,10 +154,14 @@ impl RedisLimiter {
 #[async_trait::async_trait]
 impl RateLimiter for RedisLimiter {
     async fn acquire(&self, key: &str, limit: Limit) -> Result<Decision, LimiterError> {
-        match self.decide_in_redis(key, limit).await {
+        match self.decide_in_redis(&[(self.redis_key(key), limit)]).await {
             Ok(decision) => {
                 self.leave_outage();
-                Ok(decision)
+                Ok(
+                    decision.map_or(Decision::Allow, |(_, retry_after)| Decision::Deny {
+                        retry_after,
+                    }),
+                )
             }
             Err(error) => {
                 self.enter_outage(key, &error);
@@ -154,6 +169,50 @@ impl RateLimiter for RedisLimiter {
                     OutagePolicy::FailClosed => Err(LimiterError::Unavailable(error.to_string())),
                     OutagePolicy::Degrade => {
                         Ok(self.local.check(key, share(limit, self.replica_count())))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Both buckets in one script, so one Redis round trip per call.
+    async fn acquire_call(&self, call: CallLimits<'_>) -> Result<CallDecision, LimiterError> {
+        let mut buckets = Vec::with_capacity(2);
+        let mut refusers = Vec::with_capacity(2);
+        if let Some((caller, limit)) = call.caller {
+            buckets.push((self.caller_redis_key(call.tool, caller), limit));
+            refusers.push(Refused::Caller);
+        }
+        if let Some(limit) = call.limit {
+            buckets.push((self.redis_key(call.tool), limit));
+            refusers.push(Refused::Tool);
+        }
+        if buckets.is_empty() {
+            return Ok(CallDecision::Allow);
+        }
+        match self.decide_in_redis(&buckets).await {
+            Ok(decision) => {
+                self.leave_outage();
+                Ok(match decision {
+                    None => CallDecision::Allow,
+                    Some((index, retry_after)) => CallDecision::Deny {
+                        retry_after,
+                        by: refusers.get(index).copied().unwrap_or(Refused::Tool),
+                    },
+                })
+            }
+            Err(error) => {
+                self.enter_outage(call.tool, &error);
+                match self.policy {
+                    OutagePolicy::FailClosed => Err(LimiterError::Unavailable(error.to_string())),
+                    OutagePolicy::Degrade => {
+                        let replicas = self.replica_count();
+                        let shared = CallLimits {
+                            limit: call.limit.map(|l| share(l, replicas)),
+                            caller: call.caller.map(|(c, l)| (c, share(l, replicas))),
+                            ..call
+                        };
+                        self.local.acquire_call(shared).await
                     }
                 }
             }

@@ -23,7 +23,7 @@ use crate::{
 /// |---|---|---|
 /// | `presence.lua` | `zcard` | evalsha, time, zadd, zremrangebyscore, zcard |
 /// | `sweep.lua`, nothing due | `zrangebyscore` | evalsha, time, zrangebyscore |
-/// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, time, zadd |
+/// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, hget, time, zadd |
 /// | resync | `smembers` | smembers, zrange, get + hgetall per tool, hgetall per lease |
 fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
     let count = |calls: &CommandCalls, name: &str| calls.get(name).copied().unwrap_or(0);
@@ -44,7 +44,13 @@ fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
         ),
         (
             "exists",
-            vec![("evalsha", 1), ("exists", 1), ("time", 1), ("zadd", 1)],
+            vec![
+                ("evalsha", 1),
+                ("exists", 1),
+                ("hget", 1),
+                ("time", 1),
+                ("zadd", 1),
+            ],
         ),
         (
             "smembers",
@@ -152,4 +158,64 @@ async fn a_limited_call_costs_one_round_trip_and_an_unlimited_one_none() {
         expected,
         "one EVALSHA per limited call, and nothing else"
     );
+}
+
+/// A tool with both limits, each caller's and the tool's: still one
+/// `EVALSHA` per call. The caller's bucket is read on every call, the
+/// tool's only on calls the caller's lets through, and a token is written
+/// to each bucket that gave one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_limits_of_a_call_cost_one_round_trip() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let config = replica_config(&redis.url(), "both", Duration::from_secs(30));
+    let registry = TestRegistry::start(config).await;
+    let caller_burst = 5;
+    let mut tool = limited_tool(0.001, 20);
+    let mut descriptor = tool.descriptor().clone();
+    descriptor.per_caller_rate_limit = Some(toolmesh_proto::pb::RateLimit {
+        rate: 0.001,
+        burst: caller_burst,
+    });
+    tool = toolmesh_sidecar::Tool::new(descriptor, tool.backend().clone());
+    let _sidecar = TestSidecar::start(&registry.url(), "s", vec![tool]).await;
+    wait_for_instances(&registry, "limited", 1).await;
+    let mut client = registry.client().await;
+    let sum = r#"{"a":1,"b":2}"#;
+    client.invoke(invoke("limited", sum)).await.unwrap();
+
+    let n = 12;
+    let mut admin = raw(&redis.url()).await;
+    reset_stats(&mut admin).await;
+    let mut admitted = 0;
+    for _ in 0..n {
+        match client.invoke(invoke("limited", sum)).await {
+            Ok(_) => admitted += 1,
+            Err(status) => {
+                retry_delay(&status);
+                assert!(
+                    status.message().starts_with("caller \"\"'s rate limit"),
+                    "{}",
+                    status.message()
+                );
+            }
+        }
+    }
+    let calls = after_a_tick(&mut admin).await;
+    assert_eq!(
+        admitted,
+        i64::from(caller_burst) - 1,
+        "the caller's burst, less the warm-up"
+    );
+    let expected: CommandCalls = [
+        ("evalsha", n),
+        ("time", n),
+        ("get", n + admitted),
+        ("set", 2 * admitted),
+    ]
+    .into_iter()
+    .map(|(name, calls)| (name.to_owned(), calls))
+    .collect();
+    assert_eq!(residual(calls, 1, 1), expected, "one EVALSHA per call");
 }
