@@ -255,12 +255,12 @@ mod tests {
             caller: Some((caller, one)),
         };
         assert_eq!(
-            limiter.acquire_call(call("a")).await.unwrap(),
+            limiter.acquire_call(call("a")).await.expect("decides"),
             CallDecision::Allow
         );
         for _ in 0..5 {
             assert!(matches!(
-                limiter.acquire_call(call("a")).await.unwrap(),
+                limiter.acquire_call(call("a")).await.expect("decides"),
                 CallDecision::Deny {
                     by: Refused::Caller,
                     ..
@@ -269,15 +269,15 @@ mod tests {
         }
         // a's refusals took nothing from the tool: b and c still get in.
         assert_eq!(
-            limiter.acquire_call(call("b")).await.unwrap(),
+            limiter.acquire_call(call("b")).await.expect("decides"),
             CallDecision::Allow
         );
         assert_eq!(
-            limiter.acquire_call(call("c")).await.unwrap(),
+            limiter.acquire_call(call("c")).await.expect("decides"),
             CallDecision::Allow
         );
         assert!(matches!(
-            limiter.acquire_call(call("d")).await.unwrap(),
+            limiter.acquire_call(call("d")).await.expect("decides"),
             CallDecision::Deny {
                 by: Refused::Tool,
                 ..
