@@ -10,16 +10,22 @@ use toolmesh_proto::{pb, timeout};
 use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::{
+    access::{Access, allows},
+    audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
+    auth::Caller,
     catalog::{Catalog, lease_tag},
     error::RegistryError,
     invoke::Invoker,
-    registrants::{Owner, Registrant, Registrants},
-    watch::{self, Watchers},
+    registrants::{Owner, Registrant},
+    watch::{self, Visibility, Watchers},
 };
 
-/// `toolmesh.v1.ToolRegistry`, for agents.
+/// `toolmesh.v1.ToolRegistry`, for agents. Every call is authenticated
+/// (when agents are), and shows or reaches only the tools the caller may
+/// call: any other is `NOT_FOUND`.
 pub struct ToolRegistryApi {
     catalog: Arc<Catalog>,
+    access: Arc<Access>,
     invoker: Arc<Invoker>,
     watchers: Arc<Watchers>,
     shutdown: CancellationToken,
@@ -30,16 +36,19 @@ pub struct ToolRegistryApi {
 const LIST_MARGIN: usize = 1024;
 
 impl ToolRegistryApi {
-    /// The service over a catalog and an invoker; watch streams are held to
-    /// `watchers`' limits and end when `shutdown` is cancelled.
+    /// The service over a catalog and an invoker, for the callers `access`
+    /// admits; watch streams are held to `watchers`' limits and end when
+    /// `shutdown` is cancelled.
     pub fn new(
         catalog: Arc<Catalog>,
+        access: Arc<Access>,
         invoker: Arc<Invoker>,
         watchers: Arc<Watchers>,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
             catalog,
+            access,
             invoker,
             watchers,
             shutdown,
@@ -54,6 +63,13 @@ impl ToolRegistryApi {
         self.list_limit = max_message_bytes.saturating_sub(LIST_MARGIN);
         self
     }
+
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        self.access.caller(request.metadata()).map_err(|error| {
+            tracing::debug!(%error, peer = ?request.remote_addr(), "agent refused");
+            error.into()
+        })
+    }
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ToolEvent, Status>> + Send>>;
@@ -64,15 +80,15 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
+        let caller = self.caller(&request)?;
+        let policy = self.access.policy();
         let tags = request.into_inner().tags;
         let mut answer = pb::ListToolsResponse::default();
         let mut size = 0;
-        for tool in self
-            .catalog
-            .list()
-            .iter()
-            .filter(|t| tags.iter().all(|tag| t.descriptor.tags.contains(tag)))
-        {
+        for tool in self.catalog.list().iter().filter(|t| {
+            tags.iter().all(|tag| t.descriptor.tags.contains(tag))
+                && allows(policy.as_deref(), &caller, t.name())
+        }) {
             let tool = tool.to_proto();
             // A repeated field costs its message, a tag and a length prefix.
             let cost = tool.encoded_len() + 1 + prost::length_delimiter_len(tool.encoded_len());
@@ -90,10 +106,13 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         &self,
         request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::Tool>, Status> {
+        let caller = self.caller(&request)?;
         let name = request.into_inner().name;
         match self.catalog.get(&name) {
-            Some(tool) => Ok(Response::new(tool.to_proto())),
-            None => Err(RegistryError::ToolNotFound { tool: name }.into()),
+            Some(tool) if allows(self.access.policy().as_deref(), &caller, &name) => {
+                Ok(Response::new(tool.to_proto()))
+            }
+            _ => Err(RegistryError::ToolNotFound { tool: name }.into()),
         }
     }
 
@@ -103,9 +122,31 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::InvokeRequest>,
     ) -> Result<Response<pb::InvokeResponse>, Status> {
         let caller_timeout = timeout::of(&request);
+        let peer = request.remote_addr();
+        let caller = match self.access.caller(request.metadata()) {
+            Ok(caller) => caller,
+            Err(error) => {
+                self.invoker.refused(request.get_ref(), "", peer, &error);
+                return Err(error.into());
+            }
+        };
+        if !allows(
+            self.access.policy().as_deref(),
+            &caller,
+            &request.get_ref().tool,
+        ) {
+            // As if the tool did not exist: a caller learns nothing of the
+            // tools it may not call.
+            let error = RegistryError::ToolNotFound {
+                tool: request.get_ref().tool.clone(),
+            };
+            self.invoker
+                .refused(request.get_ref(), &caller.id, peer, &error);
+            return Err(error.into());
+        }
         let result = self
             .invoker
-            .invoke(request.into_inner(), "", caller_timeout)
+            .invoke(request.into_inner(), &caller.id, peer, caller_timeout)
             .await;
         match result {
             Ok(response) => Ok(Response::new(response)),
@@ -122,51 +163,61 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         &self,
         request: Request<pb::WatchToolsRequest>,
     ) -> Result<Response<Self::WatchToolsStream>, Status> {
+        let caller = self.caller(&request)?;
         let permit = self.watchers.admit(request.remote_addr())?;
         Ok(Response::new(Box::pin(watch::stream(
             self.catalog.clone(),
             self.watchers.limits(),
             self.shutdown.clone(),
             permit,
+            Visibility::new(self.access.clone(), caller),
         ))))
     }
 }
 
-/// `toolmesh.v1.Registration`, for sidecars.
+/// `toolmesh.v1.Registration`, for sidecars: open, or only for the
+/// registrants of `--registrants-file`, each for its own tools.
 pub struct RegistrationApi {
     catalog: Arc<Catalog>,
-    registrants: Option<Arc<Registrants>>,
+    access: Arc<Access>,
+    audit: AuditLog,
 }
 
 impl RegistrationApi {
-    /// The service over a catalog; registration is open unless
-    /// [`Self::registrants`] are given.
-    pub fn new(catalog: Arc<Catalog>) -> Self {
+    /// The service over a catalog, for the registrants `access` knows
+    /// (none: open registration).
+    pub fn new(catalog: Arc<Catalog>, access: Arc<Access>) -> Self {
         Self {
             catalog,
-            registrants: None,
+            access,
+            audit: AuditLog::disabled(),
         }
     }
 
-    /// Takes registrations only from `registrants`, each for its own tools.
+    /// Writes a record of every registration change to `audit`.
     #[must_use]
-    pub fn registrants(mut self, registrants: Option<Arc<Registrants>>) -> Self {
-        self.registrants = registrants;
+    pub fn audit(mut self, audit: AuditLog) -> Self {
+        self.audit = audit;
         self
     }
 
-    /// Who sent `request`: the anonymous owner when registration is open.
-    fn registrant<T>(&self, request: &Request<T>) -> Result<Option<Arc<Registrant>>, Status> {
-        let Some(registrants) = &self.registrants else {
+    /// Who sent `request`: `None` when registration is open.
+    fn registrant<T>(
+        &self,
+        request: &Request<T>,
+    ) -> Result<Option<Arc<Registrant>>, RegistryError> {
+        let Some(registrants) = self.access.registrants() else {
             return Ok(None);
         };
         let identities = peer_identities(request);
-        match registrants.authenticate(request.metadata(), &identities) {
-            Ok(registrant) => Ok(Some(registrant)),
-            Err(error) => {
-                tracing::warn!(%error, "registration refused");
-                Err(error.into())
-            }
+        registrants
+            .authenticate(request.metadata(), &identities)
+            .map(Some)
+    }
+
+    fn record(&self, record: RegistrationRecord) {
+        if self.audit.is_enabled() {
+            self.audit.record(record);
         }
     }
 }
@@ -180,6 +231,30 @@ fn owner_name(registrant: Option<&Arc<Registrant>>) -> &str {
     registrant.map_or("", |r| r.owner().name.as_str())
 }
 
+/// The record of a withdraw or heartbeat by `caller`: `action`, or
+/// `refused` with `error`.
+fn lease_record(
+    action: RegistrationAction,
+    caller: &str,
+    peer: Option<std::net::SocketAddr>,
+    error: Option<&RegistryError>,
+) -> RegistrationRecord {
+    RegistrationRecord {
+        caller: caller.to_owned(),
+        action: if error.is_none() {
+            action
+        } else {
+            RegistrationAction::Refused
+        },
+        instance: String::new(),
+        endpoint: String::new(),
+        tools: Vec::new(),
+        outcome: error.map_or(Outcome::Ok, |e| Outcome::Failed(e.code())),
+        reason: error.map(ToString::to_string),
+        peer,
+    }
+}
+
 #[tonic::async_trait]
 impl pb::registration_server::Registration for RegistrationApi {
     #[tracing::instrument(skip_all, fields(instance = %clip(&request.get_ref().instance_id, QUOTED_MAX)))]
@@ -187,24 +262,32 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::AnnounceRequest>,
     ) -> Result<Response<pb::AnnounceResponse>, Status> {
-        let registrant = self.registrant(&request)?;
+        let peer = request.remote_addr();
+        let registrant = self.registrant(&request);
         let request = request.into_inner();
         let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
-        let owner = match &registrant {
-            Some(registrant) => {
-                for tool in &tools {
-                    if let Err(error) = registrant.may_announce(tool) {
-                        tracing::warn!(%error, "announce refused");
-                        return Err(error.into());
-                    }
-                }
-                registrant.owner().clone()
-            }
-            None => Owner::default(),
+        let mut record = RegistrationRecord {
+            caller: registrant
+                .as_ref()
+                .ok()
+                .and_then(|r| r.as_ref().map(|r| r.owner().name.clone()))
+                .unwrap_or_default(),
+            action: RegistrationAction::Announce,
+            instance: request.instance_id.clone(),
+            endpoint: request.endpoint.clone(),
+            tools: tools.clone(),
+            outcome: Outcome::Ok,
+            reason: None,
+            peer,
         };
         let endpoint = request.endpoint.clone();
-        match self.catalog.announce_as(request, owner).await {
+        let result = match registrant {
+            Ok(registrant) => self.announce_as(request, registrant.as_ref(), &tools).await,
+            Err(error) => Err(error),
+        };
+        match result {
             Ok(lease) => {
+                self.record(record);
                 tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
                 Ok(Response::new(pb::AnnounceResponse {
                     lease_id: lease.id,
@@ -213,6 +296,10 @@ impl pb::registration_server::Registration for RegistrationApi {
             }
             Err(error) => {
                 tracing::warn!(%error, "announce refused");
+                record.action = RegistrationAction::Refused;
+                record.outcome = Outcome::Failed(error.code());
+                record.reason = Some(error.to_string());
+                self.record(record);
                 Err(error.into())
             }
         }
@@ -222,30 +309,84 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let registrant = self.registrant(&request)?;
-        let ttl = self
-            .catalog
-            .heartbeat(
-                &request.into_inner().lease_id,
-                owner_name(registrant.as_ref()),
-            )
-            .await?;
-        Ok(Response::new(pb::HeartbeatResponse {
-            ttl: prost_types::Duration::try_from(ttl).ok(),
-        }))
+        let peer = request.remote_addr();
+        let (caller, result) = match self.registrant(&request) {
+            Ok(registrant) => {
+                let caller = owner_name(registrant.as_ref()).to_owned();
+                let result = self
+                    .catalog
+                    .heartbeat(&request.into_inner().lease_id, &caller)
+                    .await;
+                (caller, result)
+            }
+            Err(error) => (String::new(), Err(error)),
+        };
+        match result {
+            Ok(ttl) => Ok(Response::new(pb::HeartbeatResponse {
+                ttl: prost_types::Duration::try_from(ttl).ok(),
+            })),
+            Err(error) => {
+                // A heartbeat changes nothing; only a refused one is recorded.
+                if matches!(
+                    error,
+                    RegistryError::Unauthenticated { .. } | RegistryError::PermissionDenied { .. }
+                ) {
+                    self.record(lease_record(
+                        RegistrationAction::Refused,
+                        &caller,
+                        peer,
+                        Some(&error),
+                    ));
+                }
+                Err(error.into())
+            }
+        }
     }
 
     async fn withdraw(
         &self,
         request: Request<pb::WithdrawRequest>,
     ) -> Result<Response<pb::WithdrawResponse>, Status> {
-        let registrant = self.registrant(&request)?;
-        self.catalog
-            .withdraw(
-                &request.into_inner().lease_id,
-                owner_name(registrant.as_ref()),
-            )
-            .await?;
+        let peer = request.remote_addr();
+        let result = match self.registrant(&request) {
+            Ok(registrant) => {
+                let caller = owner_name(registrant.as_ref()).to_owned();
+                let result = self
+                    .catalog
+                    .withdraw(&request.into_inner().lease_id, &caller)
+                    .await;
+                (caller, result)
+            }
+            Err(error) => (String::new(), Err(error)),
+        };
+        let (caller, result) = result;
+        self.record(lease_record(
+            RegistrationAction::Withdraw,
+            &caller,
+            peer,
+            result.as_ref().err(),
+        ));
+        result?;
         Ok(Response::new(pb::WithdrawResponse {}))
+    }
+}
+
+impl RegistrationApi {
+    async fn announce_as(
+        &self,
+        request: pb::AnnounceRequest,
+        registrant: Option<&Arc<Registrant>>,
+        tools: &[String],
+    ) -> Result<crate::catalog::Lease, RegistryError> {
+        let owner = match registrant {
+            Some(registrant) => {
+                for tool in tools {
+                    registrant.may_announce(tool)?;
+                }
+                registrant.owner().clone()
+            }
+            None => Owner::default(),
+        };
+        self.catalog.announce_as(request, owner).await
     }
 }

@@ -8,16 +8,25 @@
 //! INFO toolmesh_registry::call_log: call tool="add" outcome=ok latency_ms=1.42 instance="s1" attempts=1
 //! INFO toolmesh_registry::call_log: call tool="add" outcome=INVALID_ARGUMENT latency_ms=0.08 attempts=0
 //! ```
+//!
+//! The same call's [`crate::audit`] record is written at the same moment,
+//! when the audit log is on.
+
+use std::{net::SocketAddr, sync::Arc};
 
 use tokio::time::Instant;
 use tonic::Code;
 use toolmesh_proto::pb::InvokeResponse;
 use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
-use crate::error::RegistryError;
+use crate::{
+    audit::{AuditLog, InvokeRecord, Outcome, Redactor},
+    error::RegistryError,
+};
 
-/// A call in progress. Writes the call's line when dropped, so a call the
-/// agent abandons mid-way is logged too (as `CANCELLED`).
+/// A call in progress. Writes the call's line (and audit record) when
+/// dropped, so a call the agent abandons mid-way is logged too (as
+/// `CANCELLED`).
 #[derive(Debug)]
 pub struct CallLog {
     tool: String,
@@ -27,6 +36,22 @@ pub struct CallLog {
     instance: Option<String>,
     attempts: u32,
     replayed: bool,
+    audit: Option<Audited>,
+}
+
+/// What the audit record adds to the line.
+#[derive(Debug)]
+struct Audited {
+    log: AuditLog,
+    caller: String,
+    peer: Option<SocketAddr>,
+    argument_bytes: usize,
+    outcome: Outcome,
+    arguments: Option<(
+        Arc<toolmesh_proto::pb::ToolDescriptor>,
+        Arc<Redactor>,
+        serde_json::Value,
+    )>,
 }
 
 impl CallLog {
@@ -40,6 +65,49 @@ impl CallLog {
             instance: None,
             attempts: 0,
             replayed: false,
+            audit: None,
+        }
+    }
+
+    /// Also writes the call's record to `audit`, when it is on.
+    #[must_use]
+    pub fn audited(
+        mut self,
+        audit: &AuditLog,
+        caller: &str,
+        peer: Option<SocketAddr>,
+        argument_bytes: usize,
+    ) -> Self {
+        if audit.is_enabled() {
+            self.audit = Some(Audited {
+                log: audit.clone(),
+                caller: caller.to_owned(),
+                peer,
+                argument_bytes,
+                outcome: Outcome::Failed(Code::Cancelled),
+                arguments: None,
+            });
+        }
+        self
+    }
+
+    /// Whether the call's arguments could go in its audit record.
+    pub fn wants_arguments(&self, descriptor: &toolmesh_proto::pb::ToolDescriptor) -> bool {
+        self.audit.is_some() && descriptor.audit_arguments
+    }
+
+    /// The call's validated arguments, for its audit record: kept only if
+    /// the tool's descriptor allows, redacted by `redactor` when written.
+    pub fn arguments(
+        &mut self,
+        descriptor: &Arc<toolmesh_proto::pb::ToolDescriptor>,
+        redactor: Arc<Redactor>,
+        arguments: serde_json::Value,
+    ) {
+        if let Some(audit) = &mut self.audit
+            && descriptor.audit_arguments
+        {
+            audit.arguments = Some((descriptor.clone(), redactor, arguments));
         }
     }
 
@@ -54,9 +122,21 @@ impl CallLog {
         self.replayed = true;
     }
 
+    /// The call was refused with `error` before it was looked at; its
+    /// line is written now.
+    pub fn refused(mut self, error: &RegistryError) {
+        self.outcome = toolmesh_proto::code::name(error.code());
+        if let Some(audit) = &mut self.audit {
+            audit.outcome = Outcome::Failed(error.code());
+        }
+    }
+
     /// The call ends with `result`; its line is written now.
     pub fn finish(mut self, result: &Result<InvokeResponse, RegistryError>) {
         self.outcome = outcome(result);
+        if let Some(audit) = &mut self.audit {
+            audit.outcome = Outcome::of_invoke(result);
+        }
         if let Ok(response) = result {
             self.attempted(Some(&response.instance_id), response.attempts);
         }
@@ -65,6 +145,24 @@ impl CallLog {
 
 impl Drop for CallLog {
     fn drop(&mut self) {
+        if let Some(audit) = self.audit.take() {
+            let mut record = InvokeRecord {
+                caller: audit.caller,
+                tool: self.tool.clone(),
+                instance: self.instance.clone(),
+                outcome: audit.outcome,
+                latency: self.started.elapsed(),
+                argument_bytes: audit.argument_bytes,
+                attempts: self.attempts,
+                idempotency_replay: self.replayed,
+                peer: audit.peer,
+                arguments: None,
+            };
+            if let Some((descriptor, redactor, arguments)) = audit.arguments {
+                record = record.with_arguments(&descriptor, &redactor, arguments);
+            }
+            audit.log.record(record);
+        }
         if !self.enabled {
             return;
         }

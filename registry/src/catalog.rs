@@ -13,6 +13,7 @@ use tokio::sync::broadcast;
 use toolmesh_proto::pb;
 
 use crate::{
+    audit::Redactor,
     descriptor,
     endpoint_policy::EndpointPolicy,
     error::RegistryError,
@@ -158,6 +159,8 @@ pub fn lease_tag(lease_id: &str) -> String {
 struct Compiled {
     descriptor: Arc<pb::ToolDescriptor>,
     validator: Arc<ArgumentValidator>,
+    /// Built on the first audited call.
+    redactor: std::sync::OnceLock<Arc<Redactor>>,
 }
 
 /// The catalog: checks announces, holds compiled schemas, delegates state to
@@ -308,8 +311,25 @@ impl Catalog {
             Compiled {
                 descriptor: descriptor.clone(),
                 validator,
+                redactor: std::sync::OnceLock::new(),
             },
         );
+    }
+
+    /// What hides the sensitive fields of `tool`'s arguments in the audit
+    /// log, built once per input schema.
+    pub fn redactor(&self, tool: &ToolState) -> Arc<Redactor> {
+        let build = || {
+            Arc::new(Redactor::from_schema_json(
+                &tool.descriptor.input_schema_json,
+            ))
+        };
+        match self.validators.get(tool.name()) {
+            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
+                entry.redactor.get_or_init(build).clone()
+            }
+            _ => build(),
+        }
     }
 
     /// Drops what the catalog keeps for a removed tool.

@@ -98,6 +98,55 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_REGISTRANTS_FILE")]
     pub registrants_file: Option<PathBuf>,
 
+    /// YAML file of agents' API keys, stored as SHA-256 digests, each
+    /// naming its caller (see `docs/auth.md`). Agents present a key as
+    /// `authorization: Bearer <key>`.
+    #[arg(long, env = "TOOLMESH_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// Public keys that sign agents' JWTs (RS256, ES256, EdDSA): PEM public
+    /// keys, or a JWKS JSON file.
+    #[arg(long, env = "TOOLMESH_JWT_KEYS_FILE")]
+    pub jwt_keys_file: Option<PathBuf>,
+
+    /// The `iss` a JWT must carry; unset: any.
+    #[arg(long, env = "TOOLMESH_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+
+    /// The `aud` a JWT must carry; unset: any.
+    #[arg(long, env = "TOOLMESH_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[arg(long, env = "TOOLMESH_JWT_LEEWAY", default_value = "60s", value_parser = values::duration())]
+    pub jwt_leeway: Duration,
+
+    /// The JWT claim naming the caller.
+    #[arg(long, env = "TOOLMESH_JWT_CALLER_CLAIM", default_value = "sub")]
+    pub jwt_caller_claim: String,
+
+    /// The JWT claim listing the caller's groups.
+    #[arg(long, env = "TOOLMESH_JWT_GROUPS_CLAIM", default_value = "groups")]
+    pub jwt_groups_claim: String,
+
+    /// YAML file of which callers and groups may call which tools; agents
+    /// see only those (see `docs/auth.md`). Reloaded when it changes.
+    /// Unset: every authenticated caller may call every tool.
+    #[arg(long, env = "TOOLMESH_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
+
+    /// Where the audit log goes: `-` for standard output, or a file
+    /// (appended to). One JSON line per Invoke and per registration change
+    /// (see `docs/audit.md`). Unset: no audit log.
+    #[arg(long, env = "TOOLMESH_AUDIT_LOG")]
+    pub audit_log: Option<String>,
+
+    /// Listen beyond loopback even with agents or registration
+    /// unauthenticated (and warn at start). Without it the registry refuses
+    /// to.
+    #[arg(long, env = "TOOLMESH_INSECURE")]
+    pub insecure: bool,
+
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
     /// connection may have open at once.
     #[arg(long, env = "TOOLMESH_MAX_CONCURRENT_STREAMS", default_value_t = 256)]
@@ -208,6 +257,16 @@ impl Default for Config {
             execute_token_file: None,
             execute_token: None,
             registrants_file: None,
+            api_keys_file: None,
+            jwt_keys_file: None,
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_leeway: Duration::from_secs(60),
+            jwt_caller_claim: "sub".into(),
+            jwt_groups_claim: "groups".into(),
+            policy_file: None,
+            audit_log: None,
+            insecure: false,
             max_concurrent_streams: 256,
             max_watchers: 1024,
             max_watchers_per_connection: 16,
@@ -233,6 +292,20 @@ impl Default for Config {
 pub const REDIS_PASSWORD_ENV: &str = "TOOLMESH_REDIS_PASSWORD";
 
 impl Config {
+    /// What is open to anyone who reaches the listener: agents' calls
+    /// without `--api-keys-file` or `--jwt-keys-file`, registration without
+    /// `--registrants-file`.
+    pub fn unauthenticated(&self) -> Vec<&'static str> {
+        let mut open = Vec::new();
+        if self.api_keys_file.is_none() && self.jwt_keys_file.is_none() {
+            open.push("agents (no --api-keys-file or --jwt-keys-file)");
+        }
+        if self.registrants_file.is_none() {
+            open.push("registration (no --registrants-file)");
+        }
+        open
+    }
+
     /// The Redis password: from `--redis-password-file`, else from
     /// `TOOLMESH_REDIS_PASSWORD`. A password inside `--redis` is refused, so
     /// it never shows in a process list.

@@ -1,7 +1,7 @@
 //! `Invoke`: look up → validate → rate limit → pick an instance → execute
 //! within the deadline → answer.
 
-use std::{sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 use toolmesh_proto::{
@@ -10,6 +10,7 @@ use toolmesh_proto::{
 };
 
 use crate::{
+    audit::AuditLog,
     balance::Balancer,
     call_log::CallLog,
     catalog::{Catalog, ToolState},
@@ -48,6 +49,7 @@ impl Default for InvokeSettings {
 /// Runs agents' calls.
 pub struct Invoker {
     attempts: Attempts,
+    audit: std::sync::OnceLock<AuditLog>,
     idempotency: Arc<dyn IdempotencyStore>,
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
@@ -66,6 +68,7 @@ impl Invoker {
     ) -> Self {
         Self {
             attempts: Attempts::new(balancer, proxy),
+            audit: std::sync::OnceLock::new(),
             idempotency,
             catalog,
             limiter,
@@ -73,16 +76,48 @@ impl Invoker {
         }
     }
 
-    /// Runs one call for `caller` (`""`: anonymous), and logs it in one
-    /// line. `caller_timeout` is what remained of the caller's gRPC
-    /// deadline when the request arrived.
+    /// Writes a record of every call to `audit` from now on; only the
+    /// first log given is kept.
+    pub fn audit_to(&self, audit: AuditLog) {
+        let _ = self.audit.set(audit);
+    }
+
+    fn audit(&self) -> &AuditLog {
+        static DISABLED: std::sync::LazyLock<AuditLog> =
+            std::sync::LazyLock::new(AuditLog::disabled);
+        self.audit.get().unwrap_or(&DISABLED)
+    }
+
+    /// Logs (and audits) a call refused before it reached the invoke path:
+    /// its caller could not be authenticated, or may not call the tool.
+    pub fn refused(
+        &self,
+        request: &InvokeRequest,
+        caller: &str,
+        peer: Option<SocketAddr>,
+        error: &RegistryError,
+    ) {
+        CallLog::start(&request.tool, self.settings.log_calls)
+            .audited(self.audit(), caller, peer, request.arguments_json.len())
+            .refused(error);
+    }
+
+    /// Runs one call for `caller` (`""`: anonymous) from `peer`, and logs
+    /// it in one line (and one audit record). `caller_timeout` is what
+    /// remained of the caller's gRPC deadline when the request arrived.
     pub async fn invoke(
         &self,
         request: InvokeRequest,
         caller: &str,
+        peer: Option<SocketAddr>,
         caller_timeout: Option<Duration>,
     ) -> Result<InvokeResponse, RegistryError> {
-        let mut log = CallLog::start(&request.tool, self.settings.log_calls);
+        let mut log = CallLog::start(&request.tool, self.settings.log_calls).audited(
+            self.audit(),
+            caller,
+            peer,
+            request.arguments_json.len(),
+        );
         let result = self.run(request, caller, caller_timeout, &mut log).await;
         log.finish(&result);
         result
@@ -111,6 +146,13 @@ impl Invoker {
                 tool: request.tool.clone(),
                 violations,
             })?;
+        if log.wants_arguments(&tool.descriptor) {
+            log.arguments(
+                &tool.descriptor,
+                self.catalog.redactor(&tool),
+                arguments.clone(),
+            );
+        }
         let budget = self.budget(&tool, caller_timeout);
         let deadline = started + budget;
         let ticket = match request.idempotency_key.as_str() {

@@ -7,6 +7,7 @@
 //! - [`server`]: wires the parts together and serves them (with health and
 //!   reflection); [`server::run`] is what the binary calls.
 //! - [`api`]: the tonic services, thin over the types below.
+//! - [`access`]: who an agent is and which tools it may see and call.
 //! - [`connections`]: accepted sockets, cut off when the shutdown grace
 //!   period is over.
 //! - [`catalog`]: tools, instances and compiled schemas; checks announces.
@@ -14,9 +15,12 @@
 //!   and [`store::redis`] (shared by replicas), both serving reads from a
 //!   local [`store::view`].
 //! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
+//! - [`auth`]: who a caller is (API keys, JWTs) and which tools the call
+//!   policy lets them call; the files reload when they change.
 //! - [`endpoint_policy`]: which announced endpoints the registry dials.
-//! - [`registrants`]: who may register which tools (`--registrants-file`);
-//!   [`pattern`]: the tool-name patterns it and the call policy use.
+//! - [`registrants`]: who may register which tools (`--registrants-file`),
+//!   by the same tool-name patterns as the call policy
+//!   ([`auth::pattern`]).
 //! - [`descriptor`]: rules for tool descriptors, and how two differ.
 //! - [`validate`]: JSON Schema compilation and argument validation;
 //!   [`strict_json`]: argument parsing that refuses duplicate keys.
@@ -26,13 +30,19 @@
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
 //! - [`call_log`]: the one `info` line every call writes.
+//! - [`audit`]: the audit log: a JSON line per call and registration
+//!   change, arguments redacted by the tool's schema, written off the
+//!   request path.
 //! - [`probe`]: `toolmesh-registry health`, a health check of a running
 //!   registry.
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
+pub mod access;
 pub mod api;
+pub mod audit;
+pub mod auth;
 pub mod balance;
 pub mod call_log;
 pub mod catalog;
@@ -43,7 +53,6 @@ pub mod endpoint_policy;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
-pub mod pattern;
 pub mod probe;
 pub mod proxy;
 pub mod ratelimit;

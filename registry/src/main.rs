@@ -82,9 +82,10 @@ async fn main() -> ExitCode {
 fn hash_key() -> anyhow::Result<()> {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
-    let key = line.trim_end_matches(['\n', '\r']);
-    anyhow::ensure!(!key.is_empty(), "no key on stdin");
-    println!("{}", toolmesh_registry::registrants::hash_hex(key));
+    let key = toolmesh_registry::auth::api_keys::key_from_input(&line)
+        .filter(|key| !key.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("no key on stdin: give it one line"))?;
+    println!("{}", toolmesh_registry::auth::api_keys::hash_key(key));
     Ok(())
 }
 

@@ -23,10 +23,12 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 use tonic::metadata::MetadataMap;
 
-use crate::{error::RegistryError, pattern::Pattern};
+use crate::{auth::pattern::Pattern, error::RegistryError};
 
 /// Longest registrant name.
 pub const MAX_NAME_LEN: usize = 64;
+/// Longest tool-name pattern.
+pub const MAX_PATTERN_LEN: usize = 256;
 
 /// Who holds a lease, and so its tools: a registrant's name, or `""` when
 /// registration is open.
@@ -53,7 +55,7 @@ impl Registrant {
 
     /// Refuses `tool` unless one of the registrant's patterns matches it.
     pub fn may_announce(&self, tool: &str) -> Result<(), RegistryError> {
-        if crate::pattern::any_matches(&self.tools, tool) {
+        if self.tools.iter().any(|p| p.matches(tool)) {
             return Ok(());
         }
         Err(RegistryError::PermissionDenied {
@@ -139,7 +141,15 @@ impl Registrants {
                 .tools
                 .iter()
                 .enumerate()
-                .map(|(j, t)| Pattern::new(t).map_err(|e| format!("{at}.tools[{j}]: {e}")))
+                .map(|(j, t)| {
+                    if t.is_empty() || t.len() > MAX_PATTERN_LEN {
+                        Err(format!(
+                            "{at}.tools[{j}]: 1 to {MAX_PATTERN_LEN} bytes; `*` matches any run of characters"
+                        ))
+                    } else {
+                        Ok(Pattern::new(t))
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             if entry.max_instances == Some(0) {
                 return Err(format!("{at}.max_instances: 0 would refuse every announce"));
@@ -210,6 +220,14 @@ impl Registrants {
     }
 }
 
+impl crate::auth::reload::AuthFile for Registrants {
+    const KIND: &'static str = "registrants file";
+
+    fn parse(text: &str) -> Result<Self, crate::auth::FormatError> {
+        Self::parse(text).map_err(crate::auth::FormatError::File)
+    }
+}
+
 fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     let hex = hex.trim();
     if hex.len() != 64 {
@@ -222,15 +240,6 @@ fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     Some(digest)
 }
 
-/// The lowercase hex SHA-256 of `key`, as the registrants and API key files
-/// store it.
-pub fn hash_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +249,7 @@ mod tests {
     fn file() -> String {
         format!(
             "registrants:\n  - name: inventory\n    token_sha256: {}\n    tools: [\"inventory.*\"]\n    max_instances: 2\n  - name: search\n    identities: [\"spiffe://t/search\"]\n    tools: [search]\n",
-            hash_hex(TOKEN)
+            crate::auth::api_keys::hash_key(TOKEN)
         )
     }
 

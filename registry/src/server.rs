@@ -12,7 +12,9 @@ use toolmesh_proto::{
 };
 
 use crate::{
+    access::Access,
     api::{RegistrationApi, ToolRegistryApi},
+    audit::{AuditLog, AuditOptions, AuditTarget},
     balance::Balancer,
     catalog::{AnnounceLimits, Catalog, ChangeKind},
     config::Config,
@@ -23,7 +25,6 @@ use crate::{
     proxy::Proxy,
     ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
     redis_pool::{RedisPool, RedisSettings},
-    registrants::Registrants,
     store::{
         CatalogStore,
         memory::{Limits, MemoryStore},
@@ -95,7 +96,8 @@ fn reflection() -> tonic_reflection::server::Builder<'static> {
 /// The registry's parts, wired together.
 pub struct Registry {
     catalog: Arc<Catalog>,
-    registrants: Option<Arc<Registrants>>,
+    access: Arc<Access>,
+    audit: AuditLog,
     proxy: Arc<Proxy>,
     invoker: Arc<Invoker>,
     config: Config,
@@ -129,17 +131,19 @@ impl Registry {
                 .map_err(|e| ServeError::Config(format!("--execute-token-file {e}")))?;
             config.execute_token = Some(token);
         }
-        let registrants = config
-            .registrants_file
-            .as_ref()
-            .map(|path| {
-                Registrants::load(path)
-                    .map(Arc::new)
-                    .map_err(|e| ServeError::Config(format!("--registrants-file {e}")))
-            })
-            .transpose()?;
+        let access = Arc::new(Access::from_config(&config).map_err(ServeError::Config)?);
+        let audit = match &config.audit_log {
+            Some(target) => {
+                let target: AuditTarget = target
+                    .parse()
+                    .map_err(|e| ServeError::Config(format!("--audit-log {e}")))?;
+                AuditLog::open(&target, AuditOptions::default())
+                    .map_err(|e| ServeError::Config(format!("--audit-log {e}")))?
+            }
+            None => AuditLog::disabled(),
+        };
         let Some(url) = config.redis.clone() else {
-            return Ok(Self::embedded(config).with_registrants(registrants));
+            return Ok(Self::embedded(config).with_access(access, audit));
         };
         let settings = RedisSettings {
             url,
@@ -183,13 +187,16 @@ impl Registry {
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
-        Ok(Self::new(store, Arc::new(limiter), idempotency, config).with_registrants(registrants))
+        Ok(Self::new(store, Arc::new(limiter), idempotency, config).with_access(access, audit))
     }
 
-    /// Takes registrations only from `registrants` (`None`: open).
+    /// Authenticates agents and sidecars, and applies the call policy, as
+    /// `access` says; writes the audit log to `audit`.
     #[must_use]
-    pub fn with_registrants(mut self, registrants: Option<Arc<Registrants>>) -> Self {
-        self.registrants = registrants;
+    pub fn with_access(mut self, access: Arc<Access>, audit: AuditLog) -> Self {
+        self.access = access;
+        self.invoker.audit_to(audit.clone());
+        self.audit = audit;
         self
     }
 
@@ -246,7 +253,8 @@ impl Registry {
         ));
         Self {
             catalog,
-            registrants: None,
+            access: Arc::default(),
+            audit: AuditLog::disabled(),
             proxy,
             invoker,
             config,
@@ -275,6 +283,7 @@ impl Registry {
     ) -> Result<(), ServeError> {
         if let Ok(own) = listener.local_addr() {
             self.catalog.endpoints().set_own_address(own);
+            check_exposure(&self.config, own)?;
         }
         let (health, health_service) = tonic_health::server::health_reporter();
         health
@@ -298,6 +307,7 @@ impl Registry {
         let registry = ToolRegistryServer::new(
             ToolRegistryApi::new(
                 self.catalog.clone(),
+                self.access.clone(),
                 self.invoker.clone(),
                 Arc::new(Watchers::new(watch_limits)),
                 watchers.clone(),
@@ -307,7 +317,8 @@ impl Registry {
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
         let registration = RegistrationServer::new(
-            RegistrationApi::new(self.catalog.clone()).registrants(self.registrants.clone()),
+            RegistrationApi::new(self.catalog.clone(), self.access.clone())
+                .audit(self.audit.clone()),
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
@@ -375,6 +386,23 @@ pub async fn run(
     Registry::from_config(config)?
         .serve(listener, shutdown)
         .await
+}
+
+/// Refuses to serve beyond loopback with anything unauthenticated, unless
+/// `--insecure`; then warns.
+fn check_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    let open = config.unauthenticated();
+    if addr.ip().is_loopback() || open.is_empty() {
+        return Ok(());
+    }
+    let open = open.join(" and ");
+    if config.insecure {
+        tracing::warn!(%addr, "listening beyond loopback with {open} unauthenticated (--insecure): whoever reaches this port can do it");
+        return Ok(());
+    }
+    Err(ServeError::Config(format!(
+        "--listen {addr} is beyond loopback, and {open} would be open to whoever reaches it; configure them (docs/security.md) or pass --insecure"
+    )))
 }
 
 fn hostname() -> String {

@@ -12,6 +12,10 @@
 //!   [`crate::store::view::EVENT_BUFFER`] events, shared by all watchers.
 //! - [`Watchers`] caps the streams open at once, in total and per
 //!   connection (`RESOURCE_EXHAUSTED` beyond).
+//! - A stream shows only the tools its caller may call ([`Visibility`]),
+//!   under the call policy in force when it started; when the policy
+//!   changes, it ends with `ABORTED`, and the new stream shows what the new
+//!   policy allows.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,8 +27,47 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use toolmesh_proto::pb;
 
+use crate::access::{Access, allows};
+use crate::auth::{Caller, Policy};
 use crate::catalog::{Catalog, CatalogEvent, ChangeKind, ToolState};
 use crate::error::RegistryError;
+
+/// How often a stream looks for a new call policy.
+const POLICY_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Which tools one watcher sees: those its caller may call, under the
+/// policy in force when it started watching.
+#[derive(Debug)]
+pub struct Visibility {
+    access: Arc<Access>,
+    caller: Caller,
+    policy: Option<Arc<Policy>>,
+}
+
+impl Visibility {
+    /// What `caller` sees under `access`'s policy now.
+    pub fn new(access: Arc<Access>, caller: Caller) -> Self {
+        let policy = access.policy();
+        Self {
+            access,
+            caller,
+            policy,
+        }
+    }
+
+    fn sees(&self, tool: &ToolState) -> bool {
+        allows(self.policy.as_deref(), &self.caller, tool.name())
+    }
+
+    /// Whether another policy is in force now.
+    fn is_stale(&self) -> bool {
+        match (&self.policy, self.access.policy()) {
+            (Some(then), Some(now)) => !Arc::ptr_eq(then, &now),
+            (None, None) => false,
+            _ => true,
+        }
+    }
+}
 
 /// Bounds on watch streams (the registry's flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +192,7 @@ struct Watch {
     catalog: Arc<Catalog>,
     limits: WatchLimits,
     shutdown: CancellationToken,
+    visibility: Visibility,
     _permit: WatchPermit,
 }
 
@@ -159,14 +203,20 @@ pub fn stream(
     limits: WatchLimits,
     shutdown: CancellationToken,
     permit: WatchPermit,
+    visibility: Visibility,
 ) -> impl Stream<Item = Result<pb::ToolEvent, Status>> + Send + 'static {
     let (snapshot, changes) = catalog.watch();
+    let snapshot: Vec<Arc<ToolState>> = snapshot
+        .into_iter()
+        .filter(|tool| visibility.sees(tool))
+        .collect();
     let watch = Watch {
         phase: Phase::Snapshot(snapshot.into_iter()),
         changes,
         catalog,
         limits,
         shutdown,
+        visibility,
         _permit: permit,
     };
     futures::stream::unfold(watch, |mut watch| async move {
@@ -201,11 +251,30 @@ impl Watch {
     }
 
     async fn change(&mut self) -> Result<pb::ToolEvent, Status> {
-        let next = tokio::select! {
-            () = self.shutdown.cancelled() => {
-                return Err(Status::unavailable("registry shutting down; watch again"));
+        loop {
+            let change = self.next_change().await?;
+            if self.visibility.sees(&change.tool) {
+                return Ok(event(change.kind, Some(change.tool.to_proto())));
             }
-            next = self.changes.recv() => next,
+        }
+    }
+
+    async fn next_change(&mut self) -> Result<CatalogEvent, Status> {
+        let mut policy_check = tokio::time::interval(POLICY_CHECK);
+        let next = loop {
+            tokio::select! {
+                () = self.shutdown.cancelled() => {
+                    return Err(Status::unavailable("registry shutting down; watch again"));
+                }
+                next = self.changes.recv() => break next,
+                _ = policy_check.tick() => {
+                    if self.visibility.is_stale() {
+                        return Err(Status::aborted(
+                            "the call policy changed; watch again (the new stream shows what it allows)",
+                        ));
+                    }
+                }
+            }
         };
         let CatalogEvent {
             kind,
@@ -226,7 +295,11 @@ impl Watch {
         if bytes_behind > self.limits.lag_bytes {
             return Err(behind(format!("{bytes_behind} bytes of events")));
         }
-        Ok(event(kind, Some(tool.to_proto())))
+        Ok(CatalogEvent {
+            kind,
+            tool,
+            published,
+        })
     }
 }
 

@@ -1,0 +1,122 @@
+//! Who is calling and what they may see: the [`Authenticator`] and the call
+//! [`Policy`] together, as the agent-facing services use them.
+//!
+//! - Without `--api-keys-file` or `--jwt-keys-file`, every call is the
+//!   anonymous caller (id `""`), and every tool is visible.
+//! - With either, a call without a credential the registry accepts is
+//!   `UNAUTHENTICATED`.
+//! - With `--policy-file` too, a caller sees and calls only the tools the
+//!   policy gives it; any other tool is `NOT_FOUND`, exactly as if it did
+//!   not exist, so the catalog's contents do not leak.
+
+use std::sync::Arc;
+
+use tonic::metadata::MetadataMap;
+
+use crate::{
+    auth::{
+        AuthSettings, Authenticator, Caller, Policy,
+        reload::{self, DEFAULT_RELOAD_INTERVAL, Reload, ReloadTask, Watched},
+    },
+    config::Config,
+    error::RegistryError,
+    registrants::Registrants,
+};
+
+/// The anonymous caller: every call when agents are not authenticated.
+pub fn anonymous() -> Caller {
+    Caller {
+        id: String::new(),
+        groups: Vec::new(),
+    }
+}
+
+/// Agents' authentication and the call policy, reloaded as their files
+/// change.
+/// The default is open: anonymous callers, open registration.
+#[derive(Debug, Default)]
+pub struct Access {
+    /// `None` when agents are not authenticated.
+    authenticator: Option<Authenticator>,
+    policy: Option<Arc<Watched<Policy>>>,
+    registrants: Option<Arc<Watched<Registrants>>>,
+    _reload: Option<ReloadTask>,
+}
+
+impl Access {
+    /// The files `config` names, loaded, and a task re-reading them every
+    /// couple of seconds. Must be called inside a tokio runtime.
+    pub fn from_config(config: &Config) -> Result<Self, String> {
+        let authenticator = Authenticator::new(&AuthSettings {
+            api_keys_file: config.api_keys_file.clone(),
+            jwt_keys_file: config.jwt_keys_file.clone(),
+            jwt_issuer: config.jwt_issuer.clone(),
+            jwt_audience: config.jwt_audience.clone(),
+            jwt_leeway: config.jwt_leeway,
+            jwt_caller_claim: config.jwt_caller_claim.clone(),
+            jwt_groups_claim: config.jwt_groups_claim.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+        let policy = match &config.policy_file {
+            Some(_) if !authenticator.is_enabled() => {
+                return Err("--policy-file needs callers to tell apart: add --api-keys-file or --jwt-keys-file".into());
+            }
+            Some(path) => Some(Arc::new(
+                Watched::open(path).map_err(|e| format!("--policy-file {e}"))?,
+            )),
+            None => None,
+        };
+        let registrants = match &config.registrants_file {
+            Some(path) => Some(Arc::new(
+                Watched::open(path).map_err(|e| format!("--registrants-file {e}"))?,
+            )),
+            None => None,
+        };
+        let authenticator = authenticator.is_enabled().then_some(authenticator);
+        let mut files = authenticator
+            .as_ref()
+            .map(Authenticator::files)
+            .unwrap_or_default();
+        if let Some(policy) = &policy {
+            files.push(policy.clone() as Arc<dyn Reload>);
+        }
+        if let Some(registrants) = &registrants {
+            files.push(registrants.clone() as Arc<dyn Reload>);
+        }
+        let reload = (!files.is_empty()).then(|| reload::spawn(files, DEFAULT_RELOAD_INTERVAL));
+        Ok(Self {
+            authenticator,
+            policy,
+            registrants,
+            _reload: reload,
+        })
+    }
+
+    /// Who made a call: the caller its credential proves, or the anonymous
+    /// caller when agents are not authenticated.
+    pub fn caller(&self, metadata: &MetadataMap) -> Result<Caller, RegistryError> {
+        let Some(authenticator) = &self.authenticator else {
+            return Ok(anonymous());
+        };
+        authenticator
+            .authenticate(metadata)
+            .map_err(|error| RegistryError::Unauthenticated {
+                reason: error.to_string(),
+            })
+    }
+
+    /// The policy in force now, if there is one.
+    pub fn policy(&self) -> Option<Arc<Policy>> {
+        self.policy.as_ref().map(|p| p.current())
+    }
+
+    /// The registrants in force now, if registration is authenticated.
+    pub fn registrants(&self) -> Option<Arc<Registrants>> {
+        self.registrants.as_ref().map(|r| r.current())
+    }
+}
+
+/// Whether `policy` (none: everything) lets `caller` see and call `tool`.
+pub fn allows(policy: Option<&Policy>, caller: &Caller, tool: &str) -> bool {
+    policy.is_none_or(|p| p.allows(caller, tool))
+}

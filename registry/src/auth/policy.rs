@@ -1,0 +1,217 @@
+//! The call policy: which callers may call which tools.
+//!
+//! ```yaml
+//! rules:
+//!   - callers: [billing-agent]         # caller ids; "*" is every caller
+//!     groups: [billing]                # or groups the caller belongs to
+//!     tools: ["invoice.*", "lookup_customer"]
+//! ```
+//!
+//! A rule applies to a caller it names by id, or by one of the caller's
+//! groups, or to every authenticated caller when its `callers` holds `*`.
+//! A call is allowed when a rule that applies to the caller has a pattern
+//! ([`Pattern`]) matching the tool's name, and refused otherwise.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use super::Caller;
+use super::error::FormatError;
+use super::pattern::Pattern;
+use super::reload::AuthFile;
+
+/// A parsed policy file.
+#[derive(Debug, Default)]
+pub struct Policy {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug)]
+struct Rule {
+    every_caller: bool,
+    callers: HashSet<String>,
+    groups: HashSet<String>,
+    tools: Vec<Pattern>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    rules: Vec<RuleEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleEntry {
+    #[serde(default)]
+    callers: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
+    tools: Vec<String>,
+}
+
+impl Policy {
+    /// Parses the YAML of a policy file. Refuses a rule that names no
+    /// caller and no group, has no tool pattern, or has an empty entry.
+    pub fn parse(yaml: &str) -> Result<Self, FormatError> {
+        let file: PolicyFile = serde_yaml_ng::from_str(yaml)?;
+        let rules = file
+            .rules
+            .into_iter()
+            .enumerate()
+            .map(|(index, entry)| Rule::new(entry, &format!("rules[{index}]")))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { rules })
+    }
+
+    /// Whether `caller` may call the tool `tool`.
+    pub fn allows(&self, caller: &Caller, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|rule| rule.applies_to(caller) && rule.tools.iter().any(|p| p.matches(tool)))
+    }
+}
+
+impl Rule {
+    fn new(entry: RuleEntry, name: &str) -> Result<Self, FormatError> {
+        if entry.callers.is_empty() && entry.groups.is_empty() {
+            return Err(FormatError::entry(
+                name,
+                "names no `callers` and no `groups`, so applies to nobody",
+            ));
+        }
+        if entry.tools.is_empty() {
+            return Err(FormatError::entry(name, "`tools` is empty"));
+        }
+        let lists = [
+            ("callers", &entry.callers),
+            ("groups", &entry.groups),
+            ("tools", &entry.tools),
+        ];
+        for (list, items) in lists {
+            if items.iter().any(String::is_empty) {
+                return Err(FormatError::entry(
+                    name,
+                    format!("`{list}` has an empty entry"),
+                ));
+            }
+        }
+        if entry.groups.iter().any(|group| group == "*") {
+            return Err(FormatError::entry(
+                name,
+                "`groups` holds `*`: write `callers: [\"*\"]` for every caller",
+            ));
+        }
+        Ok(Self {
+            every_caller: entry.callers.iter().any(|caller| caller == "*"),
+            tools: entry.tools.iter().map(|tool| Pattern::new(tool)).collect(),
+            callers: entry.callers.into_iter().collect(),
+            groups: entry.groups.into_iter().collect(),
+        })
+    }
+
+    fn applies_to(&self, caller: &Caller) -> bool {
+        self.every_caller
+            || self.callers.contains(&caller.id)
+            || caller
+                .groups
+                .iter()
+                .any(|group| self.groups.contains(group))
+    }
+}
+
+impl AuthFile for Policy {
+    const KIND: &'static str = "policy file";
+
+    fn parse(text: &str) -> Result<Self, FormatError> {
+        Self::parse(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(id: &str, groups: &[&str]) -> Caller {
+        Caller {
+            id: id.to_owned(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    const POLICY: &str = r#"
+rules:
+  - callers: [billing-agent]
+    tools: ["invoice.*", "lookup_customer"]
+  - groups: [support]
+    tools: ["ticket.*"]
+  - callers: ["*"]
+    tools: [ping]
+"#;
+
+    #[test]
+    fn allows_by_caller_id() {
+        let policy = Policy::parse(POLICY).expect("valid policy");
+        let billing = caller("billing-agent", &[]);
+        assert!(policy.allows(&billing, "invoice.create"));
+        assert!(policy.allows(&billing, "lookup_customer"));
+        assert!(!policy.allows(&billing, "lookup_customers"));
+        assert!(!policy.allows(&billing, "ticket.open"));
+    }
+
+    #[test]
+    fn allows_by_group() {
+        let policy = Policy::parse(POLICY).expect("valid policy");
+        let support = caller("helpdesk", &["sales", "support"]);
+        assert!(policy.allows(&support, "ticket.open"));
+        assert!(!policy.allows(&support, "invoice.create"));
+        assert!(!policy.allows(&caller("support", &[]), "ticket.open"));
+    }
+
+    #[test]
+    fn wildcard_caller_applies_to_everyone() {
+        let policy = Policy::parse(POLICY).expect("valid policy");
+        assert!(policy.allows(&caller("anyone", &[]), "ping"));
+        assert!(!policy.allows(&caller("anyone", &[]), "pingx"));
+    }
+
+    #[test]
+    fn denies_by_default() {
+        let policy = Policy::parse("rules: []").expect("valid policy");
+        assert!(!policy.allows(&caller("billing-agent", &["billing"]), "ping"));
+        assert!(!Policy::default().allows(&caller("a", &[]), "ping"));
+    }
+
+    #[test]
+    fn refuses_unknown_keys_with_the_line() {
+        let error = Policy::parse("rules:\n  - callers: [a]\n    tool: [x]\n")
+            .expect_err("unknown key")
+            .to_string();
+        assert!(error.contains("unknown field `tool`"), "{error}");
+        assert!(error.contains("line 3"), "{error}");
+    }
+
+    #[test]
+    fn refuses_rules_that_apply_to_nobody_or_nothing() {
+        let nobody = Policy::parse("rules:\n  - tools: [x]\n").expect_err("nobody");
+        assert!(
+            nobody.to_string().starts_with("rules[0]: names no"),
+            "{nobody}"
+        );
+        let nothing = Policy::parse("rules:\n  - callers: [a]\n  - callers: [b]\n    tools: []\n");
+        assert!(nothing.is_err());
+        let empty = Policy::parse("rules:\n  - callers: [a]\n    tools: ['']\n")
+            .expect_err("empty pattern");
+        assert!(
+            empty.to_string().contains("`tools` has an empty entry"),
+            "{empty}"
+        );
+        let star_group =
+            Policy::parse("rules:\n  - groups: ['*']\n    tools: [x]\n").expect_err("star group");
+        assert!(
+            star_group.to_string().contains("every caller"),
+            "{star_group}"
+        );
+    }
+}
