@@ -108,7 +108,7 @@ async fn main() {
             advertise: None,
             instance_id: Some("bench".into()),
             max_concurrent_streams: None,
-            execute_token: None,
+            ..ServeOptions::default()
         },
         async {
             let _ = sidecar_stopped.await;

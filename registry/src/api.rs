@@ -121,7 +121,9 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         &self,
         request: Request<pb::WatchToolsRequest>,
     ) -> Result<Response<Self::WatchToolsStream>, Status> {
-        let permit = self.watchers.admit(request.remote_addr())?;
+        let permit = self
+            .watchers
+            .admit(toolmesh_proto::tls::peer(&request).remote_addr)?;
         Ok(Response::new(Box::pin(watch::stream(
             self.catalog.clone(),
             self.watchers.limits(),

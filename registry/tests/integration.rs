@@ -41,6 +41,8 @@ mod redis_replicas;
 mod redis_round_trips;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
+#[path = "integration/tls.rs"]
+mod tls;
 #[path = "integration/watch.rs"]
 mod watch;
 

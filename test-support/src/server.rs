@@ -132,7 +132,7 @@ pub fn sidecar_on(
         advertise: None,
         instance_id: Some(instance_id.to_owned()),
         max_concurrent_streams: None,
-        execute_token: None,
+        ..ServeOptions::default()
     };
     LoopbackServer::spawn(listener, move |listener, shutdown| {
         serve(listener, tools, options, shutdown)

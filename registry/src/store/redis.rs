@@ -412,7 +412,7 @@ impl RedisStore {
                     .get(2)
                     .and_then(|b| ToolDescriptor::decode(b.as_slice()).ok())
                     .unwrap_or_default();
-                Ok(AnnounceReply::Conflict(text(1), live))
+                Ok(AnnounceReply::Conflict(text(1), Box::new(live)))
             }
             "full" => Err(RegistryError::CatalogFull(format!(
                 "the {} limit is reached",
@@ -427,7 +427,7 @@ impl RedisStore {
 
 enum AnnounceReply {
     Ok(Vec<String>),
-    Conflict(String, ToolDescriptor),
+    Conflict(String, Box<ToolDescriptor>),
 }
 
 fn unavailable(error: RedisError) -> RegistryError {
@@ -486,7 +486,7 @@ impl CatalogStore for RedisStore {
                             differences,
                         });
                     }
-                    *tool = live;
+                    *tool = *live;
                 }
             }
         }
