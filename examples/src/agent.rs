@@ -96,8 +96,13 @@ async fn connect(address: &str, deadline: Instant) -> anyhow::Result<ToolRegistr
     let endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid registry URL {url:?}"))?
         .connect_timeout(Duration::from_secs(2));
+    // https:// is TLS against the public roots, never plaintext.
+    let tls = toolmesh_proto::tls::ClientTls::load(toolmesh_proto::tls::ClientFiles::default())?;
     loop {
-        match endpoint.connect().await {
+        match endpoint
+            .connect_with_connector(toolmesh_proto::tls::connector(tls.clone()))
+            .await
+        {
             Ok(channel) => return Ok(ToolRegistryClient::new(channel)),
             Err(e) if Instant::now() >= deadline => {
                 return Err(e).with_context(|| format!("cannot reach the registry at {url}"));

@@ -1,5 +1,6 @@
 //! Where a toolmesh server is, written the same way in every binary and
-//! agent: `host:port`, or `http://host:port`.
+//! agent: `host:port` or `http://host:port` (plaintext), or
+//! `https://host:port` (TLS).
 
 use std::fmt;
 
@@ -14,7 +15,7 @@ impl fmt::Display for EndpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} is not a server address: {}; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+            "{:?} is not a server address: {}; write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051",
             self.given, self.problem
         )
     }
@@ -22,24 +23,25 @@ impl fmt::Display for EndpointError {
 
 impl std::error::Error for EndpointError {}
 
-/// The `http://host:port` URL for `address`, which may be `host:port` or
-/// `http://host:port` (a trailing `/` is dropped). `https://` is refused
-/// until TLS is supported, rather than silently used as plaintext.
+/// The URL for `address`: `http://host:port` for `host:port` or
+/// `http://host:port`, `https://host:port` for `https://host:port` (a
+/// trailing `/` is dropped).
 pub fn url(address: &str) -> Result<String, EndpointError> {
+    url_or(address, "http")
+}
+
+/// [`url`], with `default_scheme` (`http` or `https`) for an address
+/// written without one.
+pub fn url_or(address: &str, default_scheme: &str) -> Result<String, EndpointError> {
     let given = address.trim();
     let error = |problem| EndpointError {
         given: address.to_owned(),
         problem,
     };
-    let rest = match given.split_once("://") {
-        None => given,
-        Some(("http", rest)) => rest,
-        Some(("https", _)) => {
-            return Err(error(
-                "https:// needs TLS, which toolmesh does not support yet",
-            ));
-        }
-        Some(_) => return Err(error("the scheme must be http://")),
+    let (scheme, rest) = match given.split_once("://") {
+        None => (default_scheme, given),
+        Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+        Some(_) => return Err(error("the scheme must be http:// or https://")),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority.is_empty() {
@@ -60,7 +62,7 @@ pub fn url(address: &str) -> Result<String, EndpointError> {
     }
     match port.parse::<u16>() {
         Ok(0) | Err(_) => Err(error("the port must be a number from 1 to 65535")),
-        Ok(_) => Ok(format!("http://{authority}")),
+        Ok(_) => Ok(format!("{scheme}://{authority}")),
     }
 }
 
@@ -90,6 +92,22 @@ mod tests {
     }
 
     #[test]
+    fn https_stays_https_and_may_be_the_default() {
+        assert_eq!(
+            url("https://registry.svc:7000/").as_deref(),
+            Ok("https://registry.svc:7000")
+        );
+        assert_eq!(
+            url_or("10.1.2.3:50061", "https").as_deref(),
+            Ok("https://10.1.2.3:50061")
+        );
+        assert_eq!(
+            url_or("http://10.1.2.3:50061", "https").as_deref(),
+            Ok("http://10.1.2.3:50061")
+        );
+    }
+
+    #[test]
     fn every_mistake_says_what_to_write() {
         for (given, problem) in [
             ("", "the host is missing"),
@@ -100,8 +118,11 @@ mod tests {
             ("127.0.0.1:http", "the port must be a number"),
             ("127.0.0.1:70000", "the port must be a number"),
             ("127.0.0.1:0", "the port must be a number"),
-            ("https://127.0.0.1:50051", "needs TLS"),
-            ("grpc://127.0.0.1:50051", "the scheme must be http://"),
+            ("https://", "the host is missing"),
+            (
+                "grpc://127.0.0.1:50051",
+                "the scheme must be http:// or https://",
+            ),
             ("http://127.0.0.1:50051/v1", "only a host and a port"),
             ("::1:50051", "an IPv6 address goes in brackets"),
         ] {

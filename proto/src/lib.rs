@@ -11,9 +11,12 @@
 //!   margin both keep back to answer within it.
 //! - [`code`]: gRPC status codes by their canonical names.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
-//!   (`host:port` or `http://host:port`).
+//!   (`host:port`, `http://host:port` or `https://host:port`).
 //! - [`token`]: the shared secret the registry presents to sidecars'
 //!   `ToolRuntime.Execute`.
+//! - [`tls`]: TLS and mTLS with certificates reloaded from disk: the
+//!   listeners' incoming connections, the peer of a call, and a connector
+//!   for `https://` URLs.
 //! - [`listen`]: addresses a server listens on (`IP:port`, or `host:port`
 //!   with a name that resolves).
 
@@ -42,4 +45,5 @@ pub mod code;
 pub mod endpoint;
 pub mod listen;
 pub mod timeout;
+pub mod tls;
 pub mod token;

@@ -6,7 +6,7 @@ use futures::Stream;
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use toolmesh_proto::{pb, timeout};
+use toolmesh_proto::{pb, timeout, tls};
 use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::{
@@ -66,7 +66,7 @@ impl ToolRegistryApi {
 
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         self.access.caller(request.metadata()).map_err(|error| {
-            tracing::debug!(%error, peer = ?request.remote_addr(), "agent refused");
+            tracing::debug!(%error, peer = ?tls::peer(request).remote_addr, "agent refused");
             error.into()
         })
     }
@@ -122,7 +122,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::InvokeRequest>,
     ) -> Result<Response<pb::InvokeResponse>, Status> {
         let caller_timeout = timeout::of(&request);
-        let peer = request.remote_addr();
+        let peer = tls::peer(&request).remote_addr;
         let caller = match self.access.caller(request.metadata()) {
             Ok(caller) => caller,
             Err(error) => {
@@ -164,7 +164,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::WatchToolsRequest>,
     ) -> Result<Response<Self::WatchToolsStream>, Status> {
         let caller = self.caller(&request)?;
-        let permit = self.watchers.admit(request.remote_addr())?;
+        let permit = self.watchers.admit(tls::peer(&request).remote_addr)?;
         Ok(Response::new(Box::pin(watch::stream(
             self.catalog.clone(),
             self.watchers.limits(),
@@ -222,9 +222,10 @@ impl RegistrationApi {
     }
 }
 
-/// The verified identities of the client's certificate, if it sent one.
-fn peer_identities<T>(_request: &Request<T>) -> Vec<String> {
-    Vec::new()
+/// The verified identities (SANs) of the client's certificate, if it sent
+/// one over TLS with `--tls-client-ca-file`.
+fn peer_identities<T>(request: &Request<T>) -> Vec<String> {
+    tls::peer(request).identities
 }
 
 fn owner_name(registrant: Option<&Arc<Registrant>>) -> &str {
@@ -262,7 +263,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::AnnounceRequest>,
     ) -> Result<Response<pb::AnnounceResponse>, Status> {
-        let peer = request.remote_addr();
+        let peer = tls::peer(&request).remote_addr;
         let registrant = self.registrant(&request);
         let request = request.into_inner();
         let tools: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
@@ -309,7 +310,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let peer = request.remote_addr();
+        let peer = tls::peer(&request).remote_addr;
         let (caller, result) = match self.registrant(&request) {
             Ok(registrant) => {
                 let caller = owner_name(registrant.as_ref()).to_owned();
@@ -347,7 +348,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::WithdrawRequest>,
     ) -> Result<Response<pb::WithdrawResponse>, Status> {
-        let peer = request.remote_addr();
+        let peer = tls::peer(&request).remote_addr;
         let result = match self.registrant(&request) {
             Ok(registrant) => {
                 let caller = owner_name(registrant.as_ref()).to_owned();

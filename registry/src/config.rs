@@ -6,6 +6,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{ArgAction, Parser};
 use toolmesh_proto::listen::ListenAddr;
 
+use toolmesh_proto::tls::{ClientTls, ServerTls};
 use toolmesh_proto::token::Token;
 
 use crate::endpoint_policy::Allowed;
@@ -146,6 +147,66 @@ pub struct Config {
     /// to.
     #[arg(long, env = "TOOLMESH_INSECURE")]
     pub insecure: bool,
+    /// PEM certificate chain to serve TLS with (every service, on the one
+    /// listener); with `--tls-key-file`. Unset: plaintext. Read again when
+    /// it changes.
+    #[arg(long, env = "TOOLMESH_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of `--tls-cert-file`.
+    #[arg(long, env = "TOOLMESH_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// PEM CA certificates that agents' and sidecars' client certificates
+    /// are verified with: a client certificate is asked for, and verified
+    /// if presented (see `--tls-require-client-cert`).
+    #[arg(long, env = "TOOLMESH_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<PathBuf>,
+
+    /// Refuse connections without a client certificate signed by
+    /// `--tls-client-ca-file`.
+    #[arg(
+        long,
+        env = "TOOLMESH_TLS_REQUIRE_CLIENT_CERT",
+        requires = "tls_client_ca_file"
+    )]
+    pub tls_require_client_cert: bool,
+
+    /// The listener's TLS settings: built from the `--tls-*` files by
+    /// [`crate::Registry::from_config`], or set by a program embedding the
+    /// registry. `None`: plaintext.
+    #[arg(skip)]
+    pub tls: Option<ServerTls>,
+
+    /// PEM CA certificates that `https://` sidecars' certificates are
+    /// verified with. Unset: the public roots (webpki-roots).
+    #[arg(long, env = "TOOLMESH_SIDECAR_CA_FILE")]
+    pub sidecar_ca_file: Option<PathBuf>,
+
+    /// PEM client certificate the registry presents to `https://`
+    /// sidecars (its identity for their `--registry-identity`); with
+    /// `--sidecar-key-file`.
+    #[arg(
+        long,
+        env = "TOOLMESH_SIDECAR_CERT_FILE",
+        requires = "sidecar_key_file"
+    )]
+    pub sidecar_cert_file: Option<PathBuf>,
+
+    /// PEM private key of `--sidecar-cert-file`.
+    #[arg(
+        long,
+        env = "TOOLMESH_SIDECAR_KEY_FILE",
+        requires = "sidecar_cert_file"
+    )]
+    pub sidecar_key_file: Option<PathBuf>,
+
+    /// TLS settings for `https://` sidecars: built from the `--sidecar-*`
+    /// files by [`crate::Registry::from_config`], or set by a program
+    /// embedding the registry. `None`: the public roots, no client
+    /// certificate.
+    #[arg(skip)]
+    pub sidecar_tls: Option<ClientTls>,
 
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
     /// connection may have open at once.
@@ -267,6 +328,15 @@ impl Default for Config {
             policy_file: None,
             audit_log: None,
             insecure: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            tls_require_client_cert: false,
+            tls: None,
+            sidecar_ca_file: None,
+            sidecar_cert_file: None,
+            sidecar_key_file: None,
+            sidecar_tls: None,
             max_concurrent_streams: 256,
             max_watchers: 1024,
             max_watchers_per_connection: 16,
@@ -304,6 +374,33 @@ impl Config {
             open.push("registration (no --registrants-file)");
         }
         open
+    }
+
+    /// The listener's TLS settings from the `--tls-*` files; `None`
+    /// without `--tls-cert-file`.
+    pub fn load_server_tls(&self) -> Result<Option<ServerTls>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_key_file) else {
+            return Ok(None);
+        };
+        ServerTls::load(toolmesh_proto::tls::ServerFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca_file.clone(),
+            require_client_cert: self.tls_require_client_cert,
+        })
+        .map(Some)
+        .map_err(|e| format!("--tls-cert-file / --tls-key-file / --tls-client-ca-file: {e}"))
+    }
+
+    /// The TLS settings for `https://` sidecars from the `--sidecar-*`
+    /// files.
+    pub fn load_sidecar_tls(&self) -> Result<ClientTls, String> {
+        ClientTls::load(toolmesh_proto::tls::ClientFiles {
+            ca: self.sidecar_ca_file.clone(),
+            cert: self.sidecar_cert_file.clone(),
+            key: self.sidecar_key_file.clone(),
+        })
+        .map_err(|e| format!("--sidecar-ca-file / --sidecar-cert-file / --sidecar-key-file: {e}"))
     }
 
     /// The Redis password: from `--redis-password-file`, else from

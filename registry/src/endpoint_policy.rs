@@ -2,8 +2,9 @@
 //! agents' arguments are sent, so an announce cannot point the registry at
 //! just anything:
 //!
-//! - `http://host:port` only, host and port explicit (`https://` once the
-//!   registry speaks TLS to sidecars);
+//! - `http://host:port` or `https://host:port` only, host and port
+//!   explicit (`https://`: the registry verifies the sidecar's certificate
+//!   for that host);
 //! - never an unspecified address (`0.0.0.0`, `::`), nor the registry's own
 //!   listen address (itself, on its own port, through loopback or not);
 //! - with `--endpoint-allow`, only hosts it lists: CIDRs for IP addresses
@@ -140,17 +141,12 @@ impl EndpointPolicy {
             .parse()
             .map_err(|e| format!("{endpoint:?} is not a URL: {e}"))?;
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(
-                    "https endpoints need TLS to sidecars, which this registry build does not configure yet".into(),
-                );
-            }
-            _ => return Err(format!("{endpoint:?} must be an http:// URL")),
+            Some("http" | "https") => {}
+            _ => return Err(format!("{endpoint:?} must be an http:// or https:// URL")),
         }
         if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
             return Err(format!(
-                "{endpoint:?} must be http://host:port, with no path or query"
+                "{endpoint:?} must be http://host:port or https://host:port, with no path or query"
             ));
         }
         let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
@@ -227,14 +223,17 @@ mod tests {
     }
 
     #[test]
-    fn only_http_urls_with_a_host_and_a_port() {
+    fn only_http_and_https_urls_with_a_host_and_a_port() {
         let any = policy(&[]);
         assert!(any.check("http://10.1.2.3:50061").is_ok());
+        assert!(any.check("https://tools.example.com:50061").is_ok());
         assert!(any.check("http://tools.example.com:50061/").is_ok());
         assert!(any.check("http://[fd00::1]:50061").is_ok());
         for refused in [
             "ftp://x:1",
-            "https://x:1",
+            "https://x",
+            "https://0.0.0.0:50061",
+            "https://user@x:1",
             "http://x",
             "http://x:0",
             "http://x:1/path",
@@ -256,6 +255,7 @@ mod tests {
             "http://localhost:50051",
             "http://[::1]:50051",
             "http://127.0.0.2:50051",
+            "https://localhost:50051",
         ] {
             let error = any.check(own).expect_err(own);
             assert!(error.contains("registry's own address"), "{error}");

@@ -4,6 +4,7 @@
 //! `error:` line on stderr, and the exit code is 1 (2 for a flag clap
 //! refuses).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,9 +51,21 @@ enum Command {
 /// `toolmesh-registry health`.
 #[derive(Debug, clap::Args)]
 struct HealthArgs {
-    /// The registry: host:port or http://host:port.
+    /// The registry: host:port or http://host:port, or https://host:port
+    /// for a registry serving TLS.
     #[arg(long, default_value = "127.0.0.1:50051")]
     address: String,
+    /// PEM CA certificates the https:// registry's certificate is
+    /// verified with [default: the public roots].
+    #[arg(long)]
+    ca_file: Option<PathBuf>,
+    /// PEM client certificate to present (a registry started with
+    /// --tls-require-client-cert); with --key-file.
+    #[arg(long, requires = "key_file")]
+    cert_file: Option<PathBuf>,
+    /// PEM private key of --cert-file.
+    #[arg(long, requires = "cert_file")]
+    key_file: Option<PathBuf>,
     /// A service to check, repeatable: "" (the whole server),
     /// toolmesh.v1.ToolRegistry, toolmesh.v1.Registration [default: ""].
     #[arg(long = "service")]
@@ -95,7 +108,12 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
     } else {
         args.services
     };
-    toolmesh_registry::probe::check(&args.address, &services, args.timeout).await?;
+    let tls = toolmesh_proto::tls::ClientTls::load(toolmesh_proto::tls::ClientFiles {
+        ca: args.ca_file,
+        cert: args.cert_file,
+        key: args.key_file,
+    })?;
+    toolmesh_registry::probe::check(&args.address, &services, args.timeout, tls).await?;
     let names: Vec<String> = services.iter().map(|s| format!("{s:?}")).collect();
     println!("{}: SERVING ({})", args.address, names.join(", "));
     Ok(())

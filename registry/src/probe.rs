@@ -1,6 +1,7 @@
 //! `toolmesh-registry health`: asks a registry's `grpc.health.v1.Health`
 //! whether it serves, for a `helm test` hook or an exec probe in an image
 //! that has no shell and no `grpcurl`. It is a client only: it never binds.
+//! An `https://` address is checked over TLS.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use toolmesh_proto::endpoint::{self, EndpointError};
+use toolmesh_proto::tls::ClientTls;
 
 /// Why a health check did not find every service SERVING.
 #[derive(Debug, thiserror::Error)]
@@ -60,12 +62,14 @@ pub enum ProbeError {
 }
 
 /// Checks each of `services` (`""` is the whole server) on the registry at
-/// `address` (`host:port` or `http://host:port`), all within `timeout`.
-/// Returns `Ok` only when every one answered SERVING.
+/// `address` (`host:port`, `http://host:port`, or `https://host:port`,
+/// dialled with `tls`), all within `timeout`. Returns `Ok` only when every
+/// one answered SERVING.
 pub async fn check(
     address: &str,
     services: &[String],
     timeout: Duration,
+    tls: ClientTls,
 ) -> Result<(), ProbeError> {
     let url = endpoint::url(address)?;
     let deadline = Instant::now() + timeout;
@@ -80,7 +84,9 @@ pub async fn check(
         ))
     };
     let endpoint = Endpoint::from_shared(url).map_err(|e| unreachable(e.to_string()))?;
-    let channel = tokio::time::timeout_at(deadline, endpoint.connect_timeout(timeout).connect())
+    let endpoint = endpoint.connect_timeout(timeout);
+    let connect = endpoint.connect_with_connector(toolmesh_proto::tls::connector(tls));
+    let channel = tokio::time::timeout_at(deadline, connect)
         .await
         .map_err(|_| late())?
         .map_err(|e| unreachable(toolmesh_telemetry::causes(&e)))?;

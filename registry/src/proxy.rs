@@ -1,5 +1,6 @@
 //! Calls to sidecars' `ToolRuntime.Execute`, over one reused connection per
-//! sidecar endpoint.
+//! sidecar endpoint: plaintext for `http://` endpoints, TLS for `https://`
+//! ones (the sidecar's certificate verified for the endpoint's host).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio::time::Instant;
 use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
+use toolmesh_proto::tls::{self, ClientTls};
 use toolmesh_proto::token::Token;
 
 use crate::endpoint_policy::EndpointPolicy;
@@ -72,6 +74,7 @@ pub struct Proxy {
     connect_timeout: Duration,
     max_message_bytes: usize,
     token: Option<Token>,
+    tls: Option<ClientTls>,
     endpoints: Arc<EndpointPolicy>,
 }
 
@@ -83,6 +86,7 @@ impl Proxy {
             connect_timeout,
             max_message_bytes,
             token: None,
+            tls: None,
             endpoints: Arc::default(),
         }
     }
@@ -100,6 +104,14 @@ impl Proxy {
     #[must_use]
     pub fn with_token(mut self, token: Option<Token>) -> Self {
         self.token = token;
+        self
+    }
+
+    /// Dials `https://` sidecars with `tls` (`None`: the public roots, no
+    /// client certificate).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -166,7 +178,13 @@ impl Proxy {
             reason,
         };
         let endpoints = self.endpoints.clone();
-        let connector = tower::service_fn(move |uri: Uri| dial(uri, endpoints.clone()));
+        let tls = match &self.tls {
+            Some(tls) => tls.clone(),
+            None => ClientTls::load(tls::ClientFiles::default())
+                .map_err(|e| connect_error(e.to_string()))?,
+        };
+        let connector =
+            tower::service_fn(move |uri: Uri| dial(uri, endpoints.clone(), tls.clone()));
         let channel = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|e| connect_error(e.to_string()))?
             .connect_timeout(self.connect_timeout)
@@ -181,8 +199,13 @@ impl Proxy {
 }
 
 /// Opens a TCP connection (`TCP_NODELAY`) to the first address `uri`'s
-/// host resolves to that `endpoints` lets the registry dial.
-async fn dial(uri: Uri, endpoints: Arc<EndpointPolicy>) -> std::io::Result<TokioIo<TcpStream>> {
+/// host resolves to that `endpoints` lets the registry dial; for an
+/// `https://` endpoint, then a TLS handshake with `tls`.
+async fn dial(
+    uri: Uri,
+    endpoints: Arc<EndpointPolicy>,
+    tls: ClientTls,
+) -> std::io::Result<TokioIo<Box<dyn tls::client::Stream>>> {
     use std::io::{Error, ErrorKind};
     let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
         return Err(Error::new(
@@ -190,6 +213,8 @@ async fn dial(uri: Uri, endpoints: Arc<EndpointPolicy>) -> std::io::Result<Tokio
             "the endpoint has no host or port",
         ));
     };
+    let https = uri.scheme_str() == Some("https");
+    let name = host;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let mut refused = 0;
     let mut last = None;
@@ -201,7 +226,11 @@ async fn dial(uri: Uri, endpoints: Arc<EndpointPolicy>) -> std::io::Result<Tokio
         match TcpStream::connect(addr).await {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
-                return Ok(TokioIo::new(stream));
+                if !https {
+                    return Ok(TokioIo::new(Box::new(stream)));
+                }
+                let stream = tls.handshake(name, stream).await?;
+                return Ok(TokioIo::new(Box::new(stream)));
             }
             Err(error) => last = Some(error),
         }

@@ -1,5 +1,6 @@
 //! Assembles the registry and serves it: `ToolRegistry`, `Registration`,
-//! gRPC health and server reflection on one listener.
+//! gRPC health and server reflection on one listener, in TLS when
+//! `--tls-cert-file` is set.
 
 use std::{collections::HashSet, future::Future, sync::Arc, time::Duration};
 
@@ -142,6 +143,12 @@ impl Registry {
             }
             None => AuditLog::disabled(),
         };
+        if config.tls.is_none() {
+            config.tls = config.load_server_tls().map_err(ServeError::Config)?;
+        }
+        if config.sidecar_tls.is_none() {
+            config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
+        }
         let Some(url) = config.redis.clone() else {
             return Ok(Self::embedded(config).with_access(access, audit));
         };
@@ -220,6 +227,7 @@ impl Registry {
         let proxy = Arc::new(
             Proxy::new(config.connect_timeout, config.max_message_bytes)
                 .with_token(config.execute_token.clone())
+                .with_tls(config.sidecar_tls.clone())
                 .with_endpoint_policy(endpoints),
         );
         let stop_janitor = CancellationToken::new();
@@ -336,7 +344,10 @@ impl Registry {
             .add_service(registry)
             .add_service(registration)
             .serve_with_incoming_shutdown(
-                connections::incoming(listener, &cut),
+                toolmesh_proto::tls::incoming(
+                    connections::incoming(listener, &cut),
+                    self.config.tls.clone(),
+                ),
                 stop.clone().cancelled_owned(),
             );
         tokio::pin!(server);

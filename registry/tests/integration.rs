@@ -43,6 +43,8 @@ mod redis_round_trips;
 mod registrants;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
+#[path = "integration/tls.rs"]
+mod tls;
 #[path = "integration/watch.rs"]
 mod watch;
 

@@ -13,6 +13,7 @@ use rand::Rng;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
+use toolmesh_proto::tls::{self, ClientTls};
 use toolmesh_proto::token::Token;
 
 use toolmesh_telemetry::shown::secret_tag;
@@ -98,6 +99,19 @@ where
     }
 }
 
+/// What went wrong: the status message, and for a connection that
+/// failed (a TLS handshake, say) why.
+fn reason(status: &tonic::Status) -> String {
+    match std::error::Error::source(status) {
+        Some(source) => format!(
+            "{}: {}",
+            status.message(),
+            toolmesh_telemetry::causes(source)
+        ),
+        None => status.message().to_owned(),
+    }
+}
+
 fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
@@ -109,18 +123,19 @@ fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Re
 
 impl Announcer {
     /// An announcer for `request` talking to the registry at `registry`
-    /// (connects lazily: an unreachable registry is retried, not an error),
-    /// reporting its first announce to `readiness`, presenting `token` (the
-    /// registrant's) on every call.
+    /// (connects lazily: an unreachable registry is retried, not an error;
+    /// `https://` with `tls`), reporting its first announce to `readiness`,
+    /// presenting `token` (the registrant's) on every call.
     pub(crate) fn new(
         registry: &str,
         request: pb::AnnounceRequest,
         token: Option<Token>,
         readiness: Readiness,
+        tls: ClientTls,
     ) -> Result<Self, tonic::transport::Error> {
         let channel = Endpoint::from_shared(registry.to_owned())?
             .connect_timeout(RPC_TIMEOUT_CAP)
-            .connect_lazy();
+            .connect_with_connector_lazy(tls::connector(tls));
         Ok(Self {
             registry: registry.to_owned(),
             client: RegistrationClient::new(channel),
@@ -195,7 +210,7 @@ impl Announcer {
             }
             Err(status) => {
                 let delay = self.backoff.next_delay();
-                tracing::warn!(instance, registry = %self.registry, code = ?status.code(), reason = status.message(), ?delay, "announce failed, retrying");
+                tracing::warn!(instance, registry = %self.registry, code = ?status.code(), reason = %reason(&status), ?delay, "announce failed, retrying");
                 tokio::time::sleep(delay).await;
             }
         }
@@ -230,7 +245,7 @@ impl Announcer {
             }
             Err(status) => {
                 let delay = self.backoff.next_delay().min(timeout);
-                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = status.message(), "heartbeat failed");
+                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = %reason(&status), "heartbeat failed");
                 // The regular interval sleep follows; this only spaces out a
                 // failing registry further.
                 tokio::time::sleep(delay.saturating_sub(MIN_INTERVAL)).await;

@@ -73,6 +73,22 @@ pub enum SidecarError {
     /// The advertised address is not usable.
     #[error("advertise: {0}")]
     InvalidAdvertise(toolmesh_proto::endpoint::EndpointError),
+    /// The advertised scheme is not how the sidecar serves.
+    #[error(
+        "advertise: {url:?} does not match how this sidecar serves ({serves}): advertise https:// with --tls-cert-file, http:// without"
+    )]
+    AdvertiseScheme {
+        /// The advertised URL.
+        url: String,
+        /// How it serves: `TLS` or `plaintext`.
+        serves: &'static str,
+    },
+    /// TLS files are unusable.
+    #[error("TLS: {0}")]
+    Tls(#[from] toolmesh_proto::tls::TlsError),
+    /// TLS settings do not go together.
+    #[error("TLS: {0}")]
+    TlsSettings(&'static str),
     /// The registry refused the announce for good.
     #[error(transparent)]
     Refused(#[from] refusal::AnnounceRefused),

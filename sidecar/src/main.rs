@@ -18,6 +18,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use toolmesh_proto::endpoint;
 use toolmesh_proto::listen::ListenAddr;
+use toolmesh_proto::tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 use toolmesh_proto::token::Token;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::server::{ServeOptions, serve_with_withdraw};
@@ -49,15 +50,36 @@ struct Cli {
     /// YAML file declaring the tools.
     #[arg(long, env = "TOOLMESH_SIDECAR_CONFIG", required = true)]
     config: Option<PathBuf>,
-    /// Registry address, host:port or http://host:port [default: http://127.0.0.1:50051].
+    /// Registry address, host:port or http://host:port, or
+    /// https://host:port for a registry serving TLS [default: http://127.0.0.1:50051].
     #[arg(long, env = "TOOLMESH_REGISTRY")]
     registry: Option<String>,
+    /// PEM CA certificates the https:// registry's certificate is verified
+    /// with [default: the public roots].
+    #[arg(long, env = "TOOLMESH_REGISTRY_CA_FILE")]
+    registry_ca_file: Option<PathBuf>,
+    /// PEM client certificate this sidecar presents to an https://
+    /// registry; with --registry-key-file.
+    #[arg(
+        long,
+        env = "TOOLMESH_REGISTRY_CERT_FILE",
+        requires = "registry_key_file"
+    )]
+    registry_cert_file: Option<PathBuf>,
+    /// PEM private key of --registry-cert-file.
+    #[arg(
+        long,
+        env = "TOOLMESH_REGISTRY_KEY_FILE",
+        requires = "registry_cert_file"
+    )]
+    registry_key_file: Option<PathBuf>,
     /// Address to serve ToolRuntime on: IP:port, or host:port if the name
     /// resolves [default: 127.0.0.1:50061].
     #[arg(long, env = "TOOLMESH_SIDECAR_LISTEN")]
     listen: Option<String>,
-    /// Address the registry dials to reach this sidecar, host:port or
-    /// http://host:port [default: http://<listen>].
+    /// Address the registry dials to reach this sidecar, host:port,
+    /// http://host:port or https://host:port [default: http://<listen>,
+    /// https://<listen> with --tls-cert-file].
     #[arg(long, env = "TOOLMESH_ADVERTISE")]
     advertise: Option<String>,
     /// Stable instance id [default: <hostname>-<random 8 hex>].
@@ -75,6 +97,40 @@ struct Cli {
     /// registry's --registrants-file credentials.
     #[arg(long, env = "TOOLMESH_REGISTRATION_TOKEN_FILE")]
     registration_token_file: Option<PathBuf>,
+    /// PEM certificate chain to serve ToolRuntime and health over TLS;
+    /// with --tls-key-file. The advertised endpoint is then https://, and
+    /// the certificate must name its host.
+    #[arg(
+        long,
+        env = "TOOLMESH_SIDECAR_TLS_CERT_FILE",
+        requires = "tls_key_file"
+    )]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(
+        long,
+        env = "TOOLMESH_SIDECAR_TLS_KEY_FILE",
+        requires = "tls_cert_file"
+    )]
+    tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates that client certificates (the registry's
+    /// --sidecar-cert-file) are verified with.
+    #[arg(
+        long,
+        env = "TOOLMESH_SIDECAR_TLS_CLIENT_CA_FILE",
+        requires = "tls_cert_file"
+    )]
+    tls_client_ca_file: Option<PathBuf>,
+    /// Take Execute calls only from a client certificate, verified with
+    /// --tls-client-ca-file, that carries this identity (a URI SAN such
+    /// as spiffe://..., or a DNS SAN). With --execute-token-file too,
+    /// both are required.
+    #[arg(
+        long,
+        env = "TOOLMESH_REGISTRY_IDENTITY",
+        requires = "tls_client_ca_file"
+    )]
+    registry_identity: Option<String>,
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     log: toolmesh_telemetry::LogArgs,
@@ -126,6 +182,10 @@ struct WithdrawArgs {
     /// Longest to wait for the sidecar to withdraw, e.g. 5s or 500ms.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// The sidecar's --tls-cert-file, when it serves TLS: its health is
+    /// reached over TLS, trusting exactly that certificate.
+    #[arg(long, env = "TOOLMESH_SIDECAR_TLS_CERT_FILE")]
+    tls_cert_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -167,7 +227,12 @@ async fn request_withdraw(args: WithdrawArgs, matches: &ArgMatches) -> anyhow::R
         (None, None) => (DEFAULT_LISTEN.to_owned(), "--listen".to_owned()),
     };
     let addr = withdraw::target(&listen).map_err(|e| anyhow!("{from}: {e}"))?;
-    match withdraw::request(args.pid, addr, args.timeout).await? {
+    let tls = args
+        .tls_cert_file
+        .map(ClientTls::pinned)
+        .transpose()
+        .map_err(|e| anyhow!("--tls-cert-file {e}"))?;
+    match withdraw::request(args.pid, addr, args.timeout, tls).await? {
         Withdrawn::Now => println!(
             "the sidecar on {addr} (pid {}) withdrew from the registry; it serves calls until SIGTERM",
             args.pid
@@ -205,6 +270,24 @@ async fn run(
         .map(Token::load)
         .transpose()
         .map_err(|e| anyhow!("--registration-token-file {e}"))?;
+    let tls = match (cli.tls_cert_file, cli.tls_key_file) {
+        (Some(cert), Some(key)) => Some(
+            ServerTls::load(ServerFiles {
+                cert,
+                key,
+                client_ca: cli.tls_client_ca_file,
+                require_client_cert: false,
+            })
+            .map_err(|e| anyhow!("--tls-cert-file / --tls-key-file / --tls-client-ca-file: {e}"))?,
+        ),
+        _ => None,
+    };
+    let registry_tls = ClientTls::load(ClientFiles {
+        ca: cli.registry_ca_file,
+        cert: cli.registry_cert_file,
+        key: cli.registry_key_file,
+    })
+    .map_err(|e| anyhow!("--registry-ca-file / --registry-cert-file / --registry-key-file: {e}"))?;
     let setting = Setting {
         matches,
         config_file: &config_file,
@@ -225,8 +308,9 @@ async fn run(
         cli.advertise,
         config.advertise,
     );
+    let default_scheme = if tls.is_some() { "https" } else { "http" };
     let advertise = advertise
-        .map(|a| endpoint::url(&a))
+        .map(|a| endpoint::url_or(&a, default_scheme))
         .transpose()
         .map_err(|e| anyhow!("{from}: {e}"))?;
     let (listen, from) = setting.pick(
@@ -262,6 +346,9 @@ async fn run(
         max_concurrent_streams: cli.max_concurrent_streams,
         execute_token,
         registration_token,
+        tls,
+        registry_tls: Some(registry_tls),
+        registry_identity: cli.registry_identity,
     };
     serve_with_withdraw(
         listener,

@@ -170,6 +170,7 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
 pub struct RuntimeService {
     runtime: Arc<Runtime>,
     token: Option<Token>,
+    identity: Option<String>,
 }
 
 impl RuntimeService {
@@ -178,6 +179,7 @@ impl RuntimeService {
         Self {
             runtime,
             token: None,
+            identity: None,
         }
     }
 
@@ -186,6 +188,15 @@ impl RuntimeService {
     #[must_use]
     pub fn with_token(mut self, token: Option<Token>) -> Self {
         self.token = token;
+        self
+    }
+
+    /// Takes only calls over a connection whose verified client
+    /// certificate carries `identity` (a URI or DNS SAN); others are
+    /// `UNAUTHENTICATED`.
+    #[must_use]
+    pub fn with_identity(mut self, identity: Option<String>) -> Self {
+        self.identity = identity;
         self
     }
 }
@@ -203,6 +214,14 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
             tracing::warn!("Execute without the registry's token refused");
             return Err(tonic::Status::unauthenticated(
                 "this sidecar takes calls from the toolmesh registry only: call the tool through the registry's Invoke",
+            ));
+        }
+        if let Some(identity) = &self.identity
+            && !toolmesh_proto::tls::peer(&request).has_identity(identity)
+        {
+            tracing::warn!("Execute without the registry's client certificate refused");
+            return Err(tonic::Status::unauthenticated(
+                "this sidecar takes calls from the toolmesh registry only (a client certificate with its identity): call the tool through the registry's Invoke",
             ));
         }
         let caller_timeout = toolmesh_proto::timeout::of(&request);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::net::TcpListener;
 use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
+use toolmesh_proto::tls::{self, ClientTls, ServerTls};
 use toolmesh_proto::token::Token;
 use toolmesh_proto::{endpoint, pb};
 
@@ -27,13 +28,27 @@ pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Where the registry is and how this instance presents itself.
 #[derive(Debug, Clone, Default)]
 pub struct ServeOptions {
-    /// Registry address: `host:port` or `http://host:port`, e.g.
+    /// Registry address: `host:port`, `http://host:port` or
+    /// `https://host:port` (TLS with `registry_tls`), e.g.
     /// `"127.0.0.1:50051"`.
     pub registry: String,
-    /// Address the registry dials to reach this sidecar, `host:port` or
-    /// `http://host:port`; default `http://<listener address>` (an
-    /// unspecified IP becomes 127.0.0.1).
+    /// TLS settings for an `https://` registry: the CA its certificate is
+    /// verified with, and this sidecar's client certificate. `None`: the
+    /// public roots, no client certificate.
+    pub registry_tls: Option<ClientTls>,
+    /// Address the registry dials to reach this sidecar, `host:port`,
+    /// `http://host:port` or `https://host:port` (with `tls` set: written
+    /// without a scheme it is `https://`); default `http://<listener
+    /// address>`, or `https://` with `tls` (an unspecified IP becomes
+    /// 127.0.0.1).
     pub advertise: Option<String>,
+    /// Serve `ToolRuntime` and health over TLS with these settings.
+    pub tls: Option<ServerTls>,
+    /// Take `Execute` calls only over a connection whose verified client
+    /// certificate carries this identity (a URI or DNS SAN): the
+    /// registry's, as `tls`'s client CA verified it. With
+    /// `execute_token` set too, both are required.
+    pub registry_identity: Option<String>,
     /// Stable instance id; default [`default_instance_id`].
     pub instance_id: Option<String>,
     /// HTTP/2 `MAX_CONCURRENT_STREAMS` to advertise; default
@@ -62,9 +77,10 @@ pub fn default_instance_id() -> String {
     format!("{host}-{:08x}", rand::rng().random::<u32>())
 }
 
-/// The URL to advertise for a listener bound to `addr`: `http://addr`, with
-/// an unspecified IP (0.0.0.0, ::) replaced by 127.0.0.1 and a warning.
-pub fn default_advertise(addr: SocketAddr) -> String {
+/// The URL to advertise for a listener bound to `addr`: `http://addr`
+/// (`https://addr` when it serves TLS), with an unspecified IP (0.0.0.0,
+/// ::) replaced by 127.0.0.1 and a warning.
+pub fn default_advertise(addr: SocketAddr, tls: bool) -> String {
     let mut addr = addr;
     if addr.ip().is_unspecified() {
         tracing::warn!(
@@ -73,7 +89,8 @@ pub fn default_advertise(addr: SocketAddr) -> String {
         );
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    format!("http://{addr}")
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{addr}")
 }
 
 /// Serves `tools` on `listener` and keeps them announced to the registry
@@ -118,9 +135,19 @@ pub async fn serve_with_withdraw(
     let addr = listener.local_addr().map_err(SidecarError::Io)?;
     let runtime = Arc::new(Runtime::new(tools)?);
     let registry = endpoint::url(&opts.registry).map_err(SidecarError::InvalidRegistry)?;
+    let serves_tls = opts.tls.is_some();
     let endpoint = match &opts.advertise {
-        Some(advertise) => endpoint::url(advertise).map_err(SidecarError::InvalidAdvertise)?,
-        None => default_advertise(addr),
+        Some(advertise) => advertised(advertise, serves_tls)?,
+        None => default_advertise(addr, serves_tls),
+    };
+    if opts.registry_identity.is_some() && !serves_tls {
+        return Err(SidecarError::TlsSettings(
+            "a registry identity needs TLS with a client CA (--tls-cert-file, --tls-key-file, --tls-client-ca-file)",
+        ));
+    }
+    let registry_tls = match &opts.registry_tls {
+        Some(tls) => tls.clone(),
+        None => ClientTls::load(tls::ClientFiles::default())?,
     };
     let instance_id = opts.instance_id.clone().unwrap_or_else(default_instance_id);
     let max_streams = opts
@@ -137,14 +164,16 @@ pub async fn serve_with_withdraw(
         announce,
         opts.registration_token.clone(),
         readiness.clone(),
+        registry_tls,
     )
     .map_err(|e| SidecarError::RegistryUri {
         reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
         url: registry.clone(),
     })?;
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
-    if opts.execute_token.is_none() && !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file: whoever reaches this port can run the tools directly, past the registry's validation and limits");
+    if opts.execute_token.is_none() && opts.registry_identity.is_none() && !addr.ip().is_loopback()
+    {
+        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity: whoever reaches this port can run the tools directly, past the registry's validation and limits");
     }
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
@@ -154,9 +183,11 @@ pub async fn serve_with_withdraw(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
         .add_service(ToolRuntimeServer::new(
-            RuntimeService::new(runtime).with_token(opts.execute_token.clone()),
+            RuntimeService::new(runtime)
+                .with_token(opts.execute_token.clone())
+                .with_identity(opts.registry_identity.clone()),
         ))
-        .serve_with_incoming_shutdown(incoming(listener), async {
+        .serve_with_incoming_shutdown(tls::incoming(incoming(listener), opts.tls.clone()), async {
             let _ = drain_rx.await;
         });
     let control = control(announcer, readiness.clone(), withdraw, shutdown);
@@ -184,6 +215,21 @@ pub async fn serve_with_withdraw(
         Some(refused) => Err(refused.into()),
         None => Ok(()),
     }
+}
+
+/// The advertised `address` as a URL: `https://` by default when the
+/// sidecar serves TLS, and refused when its scheme says otherwise than
+/// how the sidecar serves.
+fn advertised(address: &str, serves_tls: bool) -> Result<String, SidecarError> {
+    let scheme = if serves_tls { "https" } else { "http" };
+    let url = endpoint::url_or(address, scheme).map_err(SidecarError::InvalidAdvertise)?;
+    if !url.starts_with(&format!("{scheme}://")) {
+        return Err(SidecarError::AdvertiseScheme {
+            url,
+            serves: if serves_tls { "TLS" } else { "plaintext" },
+        });
+    }
+    Ok(url)
 }
 
 /// Keeps the sidecar announced until `withdraw` or `shutdown` completes,

@@ -25,6 +25,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use toolmesh_proto::listen::{ListenAddr, ListenError};
+use toolmesh_proto::tls::ClientTls;
 
 /// The signal that makes a sidecar withdraw.
 pub const SIGNAL: Signal = Signal::SIGUSR1;
@@ -132,16 +133,19 @@ pub fn target(listen: &str) -> Result<SocketAddr, WithdrawError> {
 
 /// Asks the sidecar `pid`, serving health on `addr`, to withdraw, and
 /// waits until it reports `NOT_SERVING`, for at most `timeout` in all.
+/// With `tls`, its health is reached over TLS (a sidecar serving with
+/// `--tls-cert-file`: see [`ClientTls::pinned`]).
 pub async fn request(
     pid: i32,
     addr: SocketAddr,
     timeout: Duration,
+    tls: Option<ClientTls>,
 ) -> Result<Withdrawn, WithdrawError> {
     if pid <= 0 {
         return Err(WithdrawError::InvalidPid(pid));
     }
     let deadline = Instant::now() + timeout;
-    let (mut statuses, before) = watch(addr, deadline, timeout).await?;
+    let (mut statuses, before) = watch(addr, deadline, timeout, tls).await?;
     send(pid)?;
     if before != ServingStatus::Serving {
         return Ok(Withdrawn::NotServingBefore);
@@ -167,6 +171,7 @@ async fn watch(
     addr: SocketAddr,
     deadline: Instant,
     timeout: Duration,
+    tls: Option<ClientTls>,
 ) -> Result<(Streaming<HealthCheckResponse>, ServingStatus), WithdrawError> {
     let unreachable = |reason: String| WithdrawError::Unreachable { addr, reason };
     let within = |what: &str| format!("{what} within {}", humantime::format_duration(timeout));
@@ -179,7 +184,7 @@ async fn watch(
         },
     };
 
-    let channel = tokio::time::timeout_at(deadline, connect(addr, timeout))
+    let channel = tokio::time::timeout_at(deadline, connect(addr, timeout, tls))
         .await
         .map_err(|_| unreachable(within("no connection")))?
         .map_err(|e| {
@@ -208,10 +213,20 @@ async fn watch(
     }
 }
 
-async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Channel, tonic::transport::Error> {
-    Endpoint::from_shared(format!("http://{addr}"))?
+async fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    tls: Option<ClientTls>,
+) -> Result<Channel, tonic::transport::Error> {
+    let Some(tls) = tls else {
+        return Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(timeout)
+            .connect()
+            .await;
+    };
+    Endpoint::from_shared(format!("https://{addr}"))?
         .connect_timeout(timeout)
-        .connect()
+        .connect_with_connector(toolmesh_proto::tls::connector(tls))
         .await
 }
 
@@ -253,7 +268,7 @@ mod tests {
     async fn pids_that_name_process_groups_are_refused_before_anything_else() {
         // kill(0) and kill(-n) signal whole process groups: this one's.
         for pid in [0, -1, -42] {
-            let result = request(pid, addr("127.0.0.1:1"), Duration::from_millis(10)).await;
+            let result = request(pid, addr("127.0.0.1:1"), Duration::from_millis(10), None).await;
             assert!(
                 matches!(result, Err(WithdrawError::InvalidPid(p)) if p == pid),
                 "{result:?}"

@@ -21,6 +21,7 @@
 //! - [`http2`]: what a server advertises in its HTTP/2 SETTINGS.
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
+//! - [`tls`]: a CA made for one test, and the certificates it signs.
 
 pub mod catalog;
 pub mod http2;
@@ -30,5 +31,6 @@ pub mod redis;
 pub mod registry_process;
 pub mod server;
 pub mod suite;
+pub mod tls;
 pub mod tools;
 pub mod wait;

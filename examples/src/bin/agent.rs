@@ -13,7 +13,8 @@ use toolmesh_examples::agent::{self, Options};
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about)]
 struct Cli {
-    /// Registry address: host:port or http://host:port.
+    /// Registry address: host:port, http://host:port, or https://host:port
+    /// (TLS, verified with the public roots).
     #[arg(
         long,
         env = "TOOLMESH_REGISTRY",
@@ -27,7 +28,7 @@ struct Cli {
 }
 
 /// `--registry` as the URL to dial, by the rule every binary and agent
-/// shares (`host:port` or `http://host:port`; `https://` refused until TLS).
+/// shares (`host:port`, `http://host:port` or `https://host:port`).
 fn registry_url(address: &str) -> Result<String, toolmesh_proto::endpoint::EndpointError> {
     toolmesh_proto::endpoint::url(address)
 }
@@ -83,17 +84,16 @@ mod tests {
     #[test]
     fn registry_mistakes_are_refused_with_what_to_write() {
         for (given, problem) in [
-            (
-                "https://127.0.0.1:50051",
-                "https:// needs TLS, which toolmesh does not support yet",
-            ),
             ("127.0.0.1", "the port is missing"),
-            ("grpc://127.0.0.1:50051", "the scheme must be http://"),
+            (
+                "grpc://127.0.0.1:50051",
+                "the scheme must be http:// or https://",
+            ),
         ] {
             let error = registry(&["--registry", given]).expect_err(given);
             assert!(error.contains(problem), "{given}: {error}");
             assert!(
-                error.contains("write host:port or http://host:port"),
+                error.contains("write host:port, http://host:port or https://host:port"),
                 "{given}: {error}"
             );
         }

@@ -137,10 +137,10 @@ async fn unknown_services_unreachable_registries_and_bad_addresses_fail_in_one_l
         finished.stderr
     );
 
-    let finished = health(&bin, &["--address", "https://127.0.0.1:50051"], &[]).await;
+    let finished = health(&bin, &["--address", "grpc://127.0.0.1:50051"], &[]).await;
     fails_with(
         &finished,
-        "\"https://127.0.0.1:50051\" is not a server address: https:// needs TLS, which toolmesh does not support yet; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+        "\"grpc://127.0.0.1:50051\" is not a server address: the scheme must be http:// or https://; write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051",
     );
 }
 

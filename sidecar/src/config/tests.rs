@@ -279,8 +279,8 @@ fn top_level_mistakes_have_a_position_too() {
             "line 2, column 3: tools: found a mapping, expected a list of tools, each item starting with a dash, e.g. - name: word_count",
         ),
         (
-            "registry: https://127.0.0.1:50051\n",
-            "line 1, column 11: registry: \"https://127.0.0.1:50051\" is not a server address: https:// needs TLS, which toolmesh does not support yet; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+            "registry: grpc://127.0.0.1:50051\n",
+            "line 1, column 11: registry: \"grpc://127.0.0.1:50051\" is not a server address: the scheme must be http:// or https://; write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051",
         ),
         (
             "listen: localhost\n",

@@ -277,11 +277,11 @@ async fn invalid_tool_sets_and_addresses_are_refused_before_any_announce() {
     for (registry, expected) in [
         (
             "not a url\n",
-            "registry: \"not a url\\n\" is not a server address: only a host and a port may be given; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+            "registry: \"not a url\\n\" is not a server address: only a host and a port may be given; write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051",
         ),
         (
-            "https://127.0.0.1:50051",
-            "registry: \"https://127.0.0.1:50051\" is not a server address: https:// needs TLS, which toolmesh does not support yet; write host:port or http://host:port, e.g. 127.0.0.1:50051",
+            "grpc://127.0.0.1:50051",
+            "registry: \"grpc://127.0.0.1:50051\" is not a server address: the scheme must be http:// or https://; write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051",
         ),
     ] {
         let err = served(registry, "x", vec![noop()]).await.unwrap_err();

@@ -148,11 +148,11 @@ fn mistakes() -> Vec<Mistake> {
             Nothing,
         ),
         m(
-            "A registry address with https: `--registry https://127.0.0.1:50051`",
+            "A registry address with an unknown scheme: `--registry grpc://127.0.0.1:50051`",
             "tools:\n  - name: echo\n    description: Echo the arguments\n    backend: {command: [cat]}\n",
             &[
                 "--registry",
-                "https://127.0.0.1:50051",
+                "grpc://127.0.0.1:50051",
                 "--listen",
                 "127.0.0.1:0",
             ],
