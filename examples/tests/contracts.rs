@@ -222,8 +222,9 @@ tools:
             "content_type": "application/json",
             "x_tool_key": "secret",
             "accept": "*/*",
-            // Nothing else: no user agent, nothing naming the caller or the call.
-            "names": ["accept", "content-length", "content-type", "host", "x-tool-key"],
+            // Nothing else: no user agent; the call's id, and no caller
+            // header, since this registry does not authenticate agents.
+            "names": ["accept", "content-length", "content-type", "host", "x-tool-key", "x-toolmesh-invocation-id"],
             "body": r#"{ "n" : 1 }"#,
         })
     );

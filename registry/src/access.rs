@@ -23,6 +23,19 @@ use crate::{
     registrants::Registrants,
 };
 
+/// Longest caller id accepted.
+pub const MAX_CALLER_ID: usize = 256;
+
+/// Whether `id` can reach every tool unchanged: printable ASCII, no space
+/// at either end (what an HTTP header and an environment variable carry).
+pub fn is_usable_caller_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_CALLER_ID
+        && id.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
+        && !id.starts_with(' ')
+        && !id.ends_with(' ')
+}
+
 /// The anonymous caller: every call when agents are not authenticated.
 pub fn anonymous() -> Caller {
     Caller {
@@ -98,11 +111,19 @@ impl Access {
         let Some(authenticator) = &self.authenticator else {
             return Ok(anonymous());
         };
-        authenticator
-            .authenticate(metadata)
-            .map_err(|error| RegistryError::Unauthenticated {
+        let caller = authenticator.authenticate(metadata).map_err(|error| {
+            RegistryError::Unauthenticated {
                 reason: error.to_string(),
-            })
+            }
+        })?;
+        if !is_usable_caller_id(&caller.id) {
+            return Err(RegistryError::Unauthenticated {
+                reason: format!(
+                    "the credential's caller id is not 1 to {MAX_CALLER_ID} printable ASCII characters (it is passed to tools in a header and an environment variable)"
+                ),
+            });
+        }
+        Ok(caller)
     }
 
     /// The policy in force now, if there is one.
@@ -119,4 +140,26 @@ impl Access {
 /// Whether `policy` (none: everything) lets `caller` see and call `tool`.
 pub fn allows(policy: Option<&Policy>, caller: &Caller, tool: &str) -> bool {
     policy.is_none_or(|p| p.allows(caller, tool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_ids_must_reach_tools_unchanged() {
+        for good in ["billing-agent", "user@example.com", "a b", "spiffe://x/y"] {
+            assert!(is_usable_caller_id(good), "{good}");
+        }
+        for bad in [
+            "",
+            " a",
+            "a ",
+            "é",
+            "a\r\nb",
+            &"x".repeat(MAX_CALLER_ID + 1),
+        ] {
+            assert!(!is_usable_caller_id(bad), "{bad:?}");
+        }
+    }
 }

@@ -100,12 +100,21 @@ pub struct ToolConfig {
     /// Rate limit across all instances.
     #[serde(default)]
     pub rate_limit: Option<RateLimitConfig>,
+    /// Rate limit of each caller, across all instances, enforced by the
+    /// registry beside `rate_limit` (callers are told apart only when the
+    /// registry authenticates agents).
+    #[serde(default)]
+    pub per_caller_rate_limit: Option<RateLimitConfig>,
     /// Longest a call may run, e.g. `2s`, `500ms`.
     #[serde(default, deserialize_with = "duration::optional")]
     pub timeout: Option<Duration>,
     /// Whether running twice equals running once.
     #[serde(default)]
     pub idempotent: bool,
+    /// Whether the registry's audit log may record the arguments (schema
+    /// fields marked `writeOnly` or `x-sensitive` redacted even then).
+    #[serde(default)]
+    pub audit_arguments: bool,
     /// Largest result in bytes (default 4 MiB).
     #[serde(default)]
     pub max_output_bytes: Option<usize>,
@@ -122,6 +131,15 @@ pub struct RateLimitConfig {
     /// Calls at once after a quiet period (0 = registry default).
     #[serde(default)]
     pub burst: u32,
+}
+
+impl From<RateLimitConfig> for pb::RateLimit {
+    fn from(limit: RateLimitConfig) -> Self {
+        Self {
+            rate: limit.rate,
+            burst: limit.burst,
+        }
+    }
 }
 
 /// A tool's backend: set exactly one of `http` and `command`.
@@ -312,13 +330,11 @@ impl ToolConfig {
                 .unwrap_or_default(),
             version: self.version.clone().unwrap_or_default(),
             tags: self.tags.clone(),
-            rate_limit: self.rate_limit.map(|r| pb::RateLimit {
-                rate: r.rate,
-                burst: r.burst,
-            }),
+            rate_limit: self.rate_limit.map(pb::RateLimit::from),
+            per_caller_rate_limit: self.per_caller_rate_limit.map(pb::RateLimit::from),
             timeout,
             idempotent: self.idempotent,
-            ..pb::ToolDescriptor::default()
+            audit_arguments: self.audit_arguments,
         })
     }
 

@@ -10,6 +10,8 @@
 //! # Layout
 //! - [`tool`]: [`Tool`] (descriptor + backend), the [`Backend`] trait,
 //!   [`Outcome`] and [`BackendError`] (with its gRPC status mapping).
+//! - [`context`]: [`CallContext`], who made a call and which call it is,
+//!   and how each kind of backend hands it to the tool.
 //! - [`arguments`]: the `arguments` shorthand compiled to JSON Schema.
 //! - [`config`]: the YAML config file, its checks (every mistake said in
 //!   the user's words), and building tools from it.
@@ -37,6 +39,7 @@ mod announcer;
 pub mod arguments;
 pub mod backend;
 pub mod config;
+pub mod context;
 pub mod health;
 pub mod refusal;
 pub mod runtime;
@@ -47,6 +50,7 @@ pub mod shutdown;
 pub mod tool;
 pub mod withdraw;
 
+pub use context::CallContext;
 pub use tool::{Backend, BackendError, Outcome, Tool};
 
 /// Why a sidecar could not start or keep serving.

@@ -13,6 +13,7 @@ use toolmesh_proto::pb;
 use toolmesh_proto::token::Token;
 use toolmesh_telemetry::shown::{QUOTED_MAX, Quoted, clip};
 
+use crate::context::CallContext;
 use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
 
 /// Deadline used when neither the tool nor the caller set one.
@@ -88,12 +89,15 @@ impl Runtime {
         descriptors
     }
 
-    /// Runs `tool` with `arguments_json`, giving up at the earlier of the
+    /// Runs `tool` with `arguments_json` for the call `context` describes
+    /// (refused, the tool not run, if the tool could not be given it
+    /// unchanged: [`CallContext::check`]), giving up at the earlier of the
     /// tool's timeout and the caller's (`caller_timeout`, from `grpc-timeout`).
     pub async fn execute(
         &self,
         tool: &str,
         arguments_json: &str,
+        context: CallContext,
         caller_timeout: Option<Duration>,
     ) -> Result<pb::ExecuteResponse, ExecuteError> {
         let start = Instant::now();
@@ -101,8 +105,9 @@ impl Runtime {
             .tools
             .get(tool)
             .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
+        context.check().map_err(BackendError::from)?;
         let deadline = start + effective_timeout(tool_timeout(tool), caller_timeout);
-        let call = tool.backend().call(arguments_json, deadline);
+        let call = tool.backend().call(arguments_json, &context, deadline);
         let outcome = match tokio::time::timeout_at(deadline, call).await {
             Ok(outcome) => outcome?,
             Err(_elapsed) => return Err(BackendError::DeadlineExceeded.into()),
@@ -203,7 +208,7 @@ impl RuntimeService {
 
 #[tonic::async_trait]
 impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
-    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX), invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX)))]
+    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX), caller = %clip(&request.get_ref().caller, QUOTED_MAX), invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX)))]
     async fn execute(
         &self,
         request: tonic::Request<pb::ExecuteRequest>,
@@ -226,9 +231,10 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
         }
         let caller_timeout = toolmesh_proto::timeout::of(&request);
         let req = request.into_inner();
+        let context = CallContext::new(req.caller, req.invocation_id);
         match self
             .runtime
-            .execute(&req.tool, &req.arguments_json, caller_timeout)
+            .execute(&req.tool, &req.arguments_json, context, caller_timeout)
             .await
         {
             Ok(response) => {

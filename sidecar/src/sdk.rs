@@ -1,5 +1,6 @@
 //! Tools written in Rust: the seed's `defineTool`, with the schemas derived
-//! from the argument and result types.
+//! from the argument and result types. A handler that needs to know who
+//! called takes a [`CallContext`] too ([`tool_with_context`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -37,6 +38,8 @@ use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::time::Instant;
 use toolmesh_proto::pb;
+
+pub use crate::context::CallContext;
 
 use crate::SidecarError;
 use crate::server::{ServeOptions, serve};
@@ -76,7 +79,7 @@ impl From<&str> for ToolError {
     }
 }
 
-/// Runs a Rust async function: JSON in, JSON out.
+/// Runs a Rust async function: JSON and the call's context in, JSON out.
 struct Handler<F, A, R> {
     function: F,
     types: PhantomData<fn(A) -> R>,
@@ -85,12 +88,17 @@ struct Handler<F, A, R> {
 #[async_trait]
 impl<F, Fut, A, R> Backend for Handler<F, A, R>
 where
-    F: Fn(A) -> Fut + Send + Sync + 'static,
+    F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
     A: DeserializeOwned + Send + 'static,
     R: Serialize + Send + 'static,
 {
-    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError> {
+    async fn call(
+        &self,
+        arguments_json: &str,
+        context: &CallContext,
+        deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
         let arguments_json = if arguments_json.trim().is_empty() {
             "{}"
         } else {
@@ -100,7 +108,7 @@ where
             Ok(args) => args,
             Err(e) => return Ok(Outcome::error_message(&format!("invalid arguments: {e}"))),
         };
-        let result = tokio::time::timeout_at(deadline, (self.function)(args))
+        let result = tokio::time::timeout_at(deadline, (self.function)(args, context.clone()))
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match result {
@@ -114,7 +122,8 @@ where
 
 /// Starts a tool named `name` run by `handler`; finish with [`ToolBuilder::build`].
 ///
-/// The input schema is derived from `A`, the output schema from `R`.
+/// The input schema is derived from `A`, the output schema from `R`. A
+/// handler that needs to know who called uses [`tool_with_context`].
 pub fn tool<A, R, F, Fut>(
     name: impl Into<String>,
     description: impl Into<String>,
@@ -122,6 +131,46 @@ pub fn tool<A, R, F, Fut>(
 ) -> ToolBuilder
 where
     F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+    A: JsonSchema + DeserializeOwned + Send + 'static,
+    R: JsonSchema + Serialize + Send + 'static,
+{
+    tool_with_context(name, description, move |args: A, _context| handler(args))
+}
+
+/// Like [`tool`], for a handler that also takes the call's [`CallContext`]:
+/// who the registry authenticated as the caller (empty when it does not
+/// authenticate agents) and the invocation id.
+///
+/// ```
+/// use toolmesh_sidecar::sdk::{self, CallContext, ToolError};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct NoteArgs { text: String }
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Note { author: String, text: String }
+///
+/// let note = sdk::tool_with_context(
+///     "note",
+///     "Write a note signed by the caller",
+///     |args: NoteArgs, context: CallContext| async move {
+///         if context.is_anonymous() {
+///             return Err(ToolError::new("notes need a known caller"));
+///         }
+///         Ok(Note { author: context.caller, text: args.text })
+///     },
+/// )
+/// .per_caller_rate_limit(1.0, 5)
+/// .build();
+/// assert_eq!(note.descriptor().name, "note");
+/// ```
+pub fn tool_with_context<A, R, F, Fut>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    handler: F,
+) -> ToolBuilder
+where
+    F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
     A: JsonSchema + DeserializeOwned + Send + 'static,
     R: JsonSchema + Serialize + Send + 'static,
@@ -155,6 +204,23 @@ impl ToolBuilder {
     /// Rate limit across all instances: `rate` calls per second, `burst` at once.
     pub fn rate_limit(mut self, rate: f64, burst: u32) -> Self {
         self.descriptor.rate_limit = Some(pb::RateLimit { rate, burst });
+        self
+    }
+
+    /// Rate limit of each caller, across all instances, enforced by the
+    /// registry beside [`Self::rate_limit`]: `rate` calls per second,
+    /// `burst` at once. Callers are told apart only when the registry
+    /// authenticates agents.
+    pub fn per_caller_rate_limit(mut self, rate: f64, burst: u32) -> Self {
+        self.descriptor.per_caller_rate_limit = Some(pb::RateLimit { rate, burst });
+        self
+    }
+
+    /// Whether the registry's audit log may record the arguments of calls
+    /// (default `false`); input schema fields marked `writeOnly` or
+    /// `x-sensitive` are redacted even then.
+    pub fn audit_arguments(mut self, audit: bool) -> Self {
+        self.descriptor.audit_arguments = audit;
         self
     }
 

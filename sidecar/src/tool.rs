@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use toolmesh_proto::pb;
 
+use crate::context::{CallContext, InvalidCallContext};
+
 /// Default cap on the size of a tool's result, in bytes (4 MiB).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
 
@@ -65,8 +67,14 @@ impl std::fmt::Debug for Tool {
 /// Runs a tool.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
-    /// Runs the tool; must stop its work when the future is dropped or at `deadline`.
-    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError>;
+    /// Runs the tool for the call described by `context`; must stop its
+    /// work when the future is dropped or at `deadline`.
+    async fn call(
+        &self,
+        arguments_json: &str,
+        context: &CallContext,
+        deadline: Instant,
+    ) -> Result<Outcome, BackendError>;
 }
 
 /// What a tool run produced.
@@ -133,6 +141,9 @@ pub enum BackendError {
     /// The HTTP exchange failed after the connection was made.
     #[error("HTTP backend failed: {0}")]
     Http(#[source] reqwest::Error),
+    /// The caller or invocation id cannot be given to the tool unchanged.
+    #[error(transparent)]
+    InvalidContext(#[from] InvalidCallContext),
     /// Anything else that kept the backend from producing an outcome.
     #[error("backend failed: {0}")]
     Internal(String),
@@ -147,6 +158,7 @@ impl BackendError {
             Self::Spawn { .. } | Self::HttpConnect(_) | Self::Http(_) => {
                 tonic::Status::unavailable(message)
             }
+            Self::InvalidContext(_) => tonic::Status::invalid_argument(message),
             Self::Io(_) | Self::Internal(_) => tonic::Status::internal(message),
         }
     }
@@ -156,7 +168,11 @@ impl BackendError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Spawn { .. } | Self::HttpConnect(_) => true,
-            Self::DeadlineExceeded | Self::Io(_) | Self::Http(_) | Self::Internal(_) => false,
+            Self::DeadlineExceeded
+            | Self::InvalidContext(_)
+            | Self::Io(_)
+            | Self::Http(_)
+            | Self::Internal(_) => false,
         }
     }
 }
@@ -210,5 +226,11 @@ mod tests {
             BackendError::Internal("x".into()).to_status().code(),
             Code::Internal
         );
+        let context = CallContext::new("a\nb", "inv")
+            .check()
+            .expect_err("not printable");
+        let context = BackendError::from(context);
+        assert_eq!(context.to_status().code(), Code::InvalidArgument);
+        assert!(!context.is_retryable(), "refused the same way everywhere");
     }
 }

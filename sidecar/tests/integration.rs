@@ -8,6 +8,8 @@ mod common;
 mod announcer;
 #[path = "integration/binary.rs"]
 mod binary;
+#[path = "integration/caller.rs"]
+mod caller;
 #[path = "integration/command.rs"]
 mod command;
 #[path = "integration/execute.rs"]

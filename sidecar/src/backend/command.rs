@@ -1,5 +1,7 @@
 //! A command as a tool: the arguments JSON goes to its stdin, its stdout is
-//! the result.
+//! the result. The caller and the invocation id are in its environment
+//! ([`CALLER_ENV`], [`INVOCATION_ID_ENV`]), empty when there is none, so a
+//! value the sidecar itself was started with never reaches the tool.
 //!
 //! The command runs in its own process group. When the deadline passes or
 //! the call is dropped, the whole group is killed (`SIGKILL`), so helpers the
@@ -17,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV};
 use crate::tool::{Backend, BackendError, Outcome};
 
 /// Most stderr kept for an error message.
@@ -104,11 +107,19 @@ fn describe_exit(status: ExitStatus) -> String {
 
 #[async_trait]
 impl Backend for CommandBackend {
-    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError> {
+    async fn call(
+        &self,
+        arguments_json: &str,
+        context: &CallContext,
+        deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
+        context.check()?;
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
             .envs(&self.env)
+            .env(CALLER_ENV, &context.caller)
+            .env(INVOCATION_ID_ENV, &context.invocation_id)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,10 +1,13 @@
 //! An HTTP JSON endpoint as a tool: the arguments are POSTed as the body,
 //! a 2xx response body is the result, anything else an `is_error` result.
+//! The caller and the invocation id go in headers ([`CALLER_HEADER`],
+//! [`INVOCATION_ID_HEADER`]), each left out when empty.
 
 use async_trait::async_trait;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
+use crate::context::{CALLER_HEADER, CallContext, INVOCATION_ID_HEADER};
 use crate::tool::{Backend, BackendError, Outcome};
 
 /// POSTs the arguments to a URL.
@@ -45,11 +48,37 @@ impl HttpBackend {
             BackendError::Http(err)
         }
     }
+
+    /// The configured headers, then the call's context: the sidecar's
+    /// values replace any of the same name.
+    fn headers(&self, context: &CallContext) -> Result<HeaderMap, BackendError> {
+        context.check()?;
+        let mut headers = self.headers.clone();
+        for (name, value) in [
+            (CALLER_HEADER, &context.caller),
+            (INVOCATION_ID_HEADER, &context.invocation_id),
+        ] {
+            let name = HeaderName::from_static(name);
+            headers.remove(&name);
+            if !value.is_empty() {
+                let value = HeaderValue::from_str(value)
+                    .map_err(|e| BackendError::Internal(format!("{name}: {e}")))?;
+                headers.insert(name, value);
+            }
+        }
+        Ok(headers)
+    }
 }
 
 #[async_trait]
 impl Backend for HttpBackend {
-    async fn call(&self, arguments_json: &str, deadline: Instant) -> Result<Outcome, BackendError> {
+    async fn call(
+        &self,
+        arguments_json: &str,
+        context: &CallContext,
+        deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
+        let headers = self.headers(context)?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(BackendError::DeadlineExceeded);
@@ -57,7 +86,7 @@ impl Backend for HttpBackend {
         let mut response = self
             .client
             .post(self.url.clone())
-            .headers(self.headers.clone())
+            .headers(headers)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(arguments_json.to_owned())
             .timeout(remaining)
@@ -85,6 +114,63 @@ impl Backend for HttpBackend {
                 status.as_u16(),
                 text.trim()
             )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(headers: &[(&'static str, &'static str)]) -> HttpBackend {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        let url = reqwest::Url::parse("http://127.0.0.1:9/x").expect("a URL");
+        HttpBackend::new(reqwest::Client::new(), url, map, 10)
+    }
+
+    fn shown(headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.to_string(), value)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_context_replaces_configured_headers_of_the_same_name() {
+        let backend = backend(&[("x-key", "k"), ("x-toolmesh-caller", "forged")]);
+        let sent = backend
+            .headers(&CallContext::new("alice", "inv-1"))
+            .expect("a valid context");
+        assert_eq!(
+            shown(&sent),
+            [
+                ("x-key".to_owned(), "k".to_owned()),
+                ("x-toolmesh-caller".to_owned(), "alice".to_owned()),
+                ("x-toolmesh-invocation-id".to_owned(), "inv-1".to_owned()),
+            ]
+        );
+        let anonymous = backend
+            .headers(&CallContext::default())
+            .expect("a valid context");
+        assert_eq!(shown(&anonymous), [("x-key".to_owned(), "k".to_owned())]);
+    }
+
+    #[test]
+    fn a_caller_no_header_carries_unchanged_is_refused() {
+        for caller in ["a\r\nb", "\u{7f}", "é", " a"] {
+            let err = backend(&[])
+                .headers(&CallContext::new(caller, "inv"))
+                .expect_err(caller);
+            assert!(
+                matches!(err, BackendError::InvalidContext(ref e) if e.field == "caller"),
+                "{caller:?}: {err}"
+            );
         }
     }
 }

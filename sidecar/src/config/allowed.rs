@@ -87,8 +87,21 @@ const ALLOWED: &[(&str, &str)] = &[
         "tools[].rate_limit.burst",
         "a whole number of calls at once, e.g. 10",
     ),
+    (
+        "tools[].per_caller_rate_limit",
+        "a mapping with rate and burst for each caller, e.g. {rate: 1, burst: 5}",
+    ),
+    (
+        "tools[].per_caller_rate_limit.rate",
+        "a number of calls per second of each caller above 0, e.g. 1 or 0.5",
+    ),
+    (
+        "tools[].per_caller_rate_limit.burst",
+        "a whole number of calls of each caller at once, e.g. 5",
+    ),
     ("tools[].timeout", DURATION),
     ("tools[].idempotent", "true or false"),
+    ("tools[].audit_arguments", "true or false"),
     (
         "tools[].max_output_bytes",
         "a whole number of bytes above 0, e.g. 1048576",

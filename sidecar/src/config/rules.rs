@@ -12,6 +12,7 @@ use toolmesh_proto::listen::ListenAddr;
 use super::key::KeyPath;
 use super::problem::Problem;
 use super::{SidecarConfig, ToolConfig};
+use crate::context::{CALLER_ENV, CALLER_HEADER, INVOCATION_ID_ENV, INVOCATION_ID_HEADER};
 use crate::tool::validate_tool_name;
 use crate::{arguments, schema};
 
@@ -77,10 +78,15 @@ fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
             check_schema(schema, &at.key(key))?;
         }
     }
-    if let Some(limit) = tool.rate_limit
-        && !(limit.rate.is_finite() && limit.rate > 0.0)
-    {
-        return Err(Problem::found(at.key("rate_limit").key("rate"), limit.rate));
+    for (key, limit) in [
+        ("rate_limit", tool.rate_limit),
+        ("per_caller_rate_limit", tool.per_caller_rate_limit),
+    ] {
+        if let Some(limit) = limit
+            && !(limit.rate.is_finite() && limit.rate > 0.0)
+        {
+            return Err(Problem::found(at.key(key).key("rate"), limit.rate));
+        }
     }
     if let Some(timeout) = tool.timeout
         && timeout.is_zero()
@@ -137,6 +143,12 @@ fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
                         format!("{name:?} is not a valid header name"),
                     ));
                 }
+                if [CALLER_HEADER, INVOCATION_ID_HEADER]
+                    .iter()
+                    .any(|own| name.eq_ignore_ascii_case(own))
+                {
+                    return Err(Problem::new(header, SET_PER_CALL));
+                }
                 if HeaderValue::try_from(value.as_str()).is_err() {
                     return Err(Problem::found(header, format!("{value:?}")));
                 }
@@ -148,10 +160,23 @@ fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
             Some(program) if program.is_empty() => {
                 Err(Problem::found(at.key("command"), "an empty program name"))
             }
-            Some(_) => Ok(()),
+            Some(_) => {
+                let env = backend.env.iter().flatten();
+                match env
+                    .map(|(name, _)| name)
+                    .find(|name| [CALLER_ENV, INVOCATION_ID_ENV].contains(&name.as_str()))
+                {
+                    Some(name) => Err(Problem::new(at.key("env").key(name.clone()), SET_PER_CALL)),
+                    None => Ok(()),
+                }
+            }
         },
     }
 }
+
+/// Why the YAML may not set the caller's or invocation's header or variable.
+const SET_PER_CALL: &str =
+    "the sidecar sets it for each call, to the registry's caller and invocation id; remove it";
 
 /// `url` parsed, if it is an `http://` or `https://` URL.
 pub(super) fn http_url(url: &str) -> Result<reqwest::Url, String> {

@@ -13,8 +13,10 @@ tools:
     arguments:
       - {name: text, type: string, description: The text, required: true}
     rate_limit: {rate: 5, burst: 10}
+    per_caller_rate_limit: {rate: 1, burst: 3}
     timeout: 2s
     idempotent: true
+    audit_arguments: true
     backend:
       command: ["python3", "word_count.py"]
   - name: lookup
@@ -51,7 +53,15 @@ fn parses_the_documented_example() {
             nanos: 0
         })
     );
+    assert_eq!(
+        wc.per_caller_rate_limit,
+        Some(pb::RateLimit {
+            rate: 1.0,
+            burst: 3
+        })
+    );
     assert!(wc.idempotent);
+    assert!(wc.audit_arguments);
     let schema: Value = serde_json::from_str(&wc.input_schema_json).unwrap();
     assert_eq!(schema["required"], json!(["text"]));
     assert_eq!(schema["additionalProperties"], json!(false));
@@ -61,6 +71,7 @@ fn parses_the_documented_example() {
     assert_eq!(schema["properties"]["key"]["minLength"], json!(1));
     assert_eq!(lookup.timeout, None);
     assert!(!lookup.idempotent);
+    assert!(!lookup.audit_arguments);
 }
 
 /// An executable file at `dir/name` (written by a child process, so that
@@ -119,6 +130,60 @@ tools:
         })
     );
     assert_eq!(tools[0].max_output_bytes(), 1024);
+    assert_eq!(d.per_caller_rate_limit, None);
+    assert!(
+        !d.audit_arguments,
+        "arguments stay out of the audit log by default"
+    );
+}
+
+#[test]
+fn per_caller_rate_limit_and_audit_arguments_reach_the_descriptor() {
+    let config = SidecarConfig::from_yaml_str(
+        r#"
+tools:
+  - name: t
+    description: d
+    rate_limit: {rate: 50, burst: 100}
+    per_caller_rate_limit: {rate: 0.5}
+    audit_arguments: true
+    backend: {command: [cat]}
+  - name: u
+    description: d
+    per_caller_rate_limit: {rate: 2, burst: 4}
+    audit_arguments: false
+    backend: {command: [cat]}
+"#,
+    )
+    .unwrap();
+    let tools = config.build_tools(Path::new("")).unwrap();
+    let t = tools[0].descriptor();
+    assert_eq!(
+        (t.rate_limit, t.per_caller_rate_limit, t.audit_arguments),
+        (
+            Some(pb::RateLimit {
+                rate: 50.0,
+                burst: 100
+            }),
+            Some(pb::RateLimit {
+                rate: 0.5,
+                burst: 0
+            }),
+            true
+        )
+    );
+    let u = tools[1].descriptor();
+    assert_eq!(
+        (u.rate_limit, u.per_caller_rate_limit, u.audit_arguments),
+        (
+            None,
+            Some(pb::RateLimit {
+                rate: 2.0,
+                burst: 4
+            }),
+            false
+        )
+    );
 }
 
 /// The error for a config holding one tool with `body` (YAML lines of the
@@ -136,7 +201,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
     for (body, expected) in [
         (
             format!("    timout: 2s\n{CMD}"),
-            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, arguments, input_schema, output_schema, version, tags, rate_limit, timeout, idempotent, max_output_bytes, backend)",
+            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
         ),
         (
             "    backend: {comand: [echo]}\n".into(),
@@ -181,6 +246,51 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         (
             format!("    rate_limit: {{rate: 0}}\n{CMD}"),
             "line 4, column 24: tools[0].rate_limit.rate: found 0, expected a number of calls per second above 0, e.g. 5 or 0.5",
+        ),
+        (
+            format!("    per_caller_rate_limit: {{rate: 0}}\n{CMD}"),
+            "line 4, column 35: tools[0].per_caller_rate_limit.rate: found 0, expected a number of calls per second of each caller above 0, e.g. 1 or 0.5",
+        ),
+        (
+            format!("    per_caller_rate_limit: {{rate: .nan}}\n{CMD}"),
+            "line 4, column 35: tools[0].per_caller_rate_limit.rate: found NaN, expected a number of calls per second of each caller above 0, e.g. 1 or 0.5",
+        ),
+        (
+            format!("    per_caller_rate_limit: {{rate: fast}}\n{CMD}"),
+            "line 4, column 35: tools[0].per_caller_rate_limit.rate: found \"fast\", expected a number of calls per second of each caller above 0, e.g. 1 or 0.5",
+        ),
+        (
+            format!("    per_caller_rate_limit: 1/s\n{CMD}"),
+            "line 4, column 28: tools[0].per_caller_rate_limit: found \"1/s\", expected a mapping with rate and burst for each caller, e.g. {rate: 1, burst: 5}",
+        ),
+        (
+            format!("    per_caller_rate_limit: {{rate: 1, burst: 2.5}}\n{CMD}"),
+            "line 4, column 45: tools[0].per_caller_rate_limit.burst: found 2.5, expected a whole number of calls of each caller at once, e.g. 5",
+        ),
+        (
+            format!("    per_caller_rate_limit: {{rate: 1, brust: 2}}\n{CMD}"),
+            "line 4, column 38: tools[0].per_caller_rate_limit.brust: unknown key, did you mean burst? (allowed here: rate, burst)",
+        ),
+        (
+            format!("    per_caller_ratelimit: {{rate: 1}}\n{CMD}"),
+            "line 4, column 5: tools[0].per_caller_ratelimit: unknown key, did you mean per_caller_rate_limit? (allowed here: name, description, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
+        ),
+        (
+            format!("    audit_arguments: yes\n{CMD}"),
+            "line 4, column 22: tools[0].audit_arguments: found \"yes\", expected true or false",
+        ),
+        (
+            format!("    audit_arguments: [name]\n{CMD}"),
+            "line 4, column 22: tools[0].audit_arguments: found a list, expected true or false",
+        ),
+        (
+            "    backend: {command: [env], env: {TOOLMESH_CALLER: root}}\n".into(),
+            "line 4, column 54: tools[0].backend.env.TOOLMESH_CALLER: the sidecar sets it for each call, to the registry's caller and invocation id; remove it",
+        ),
+        (
+            "    backend: {http: {url: 'http://x', headers: {X-Toolmesh-Invocation-Id: i}}}\n"
+                .into(),
+            "line 4, column 75: tools[0].backend.http.headers.X-Toolmesh-Invocation-Id: the sidecar sets it for each call, to the registry's caller and invocation id; remove it",
         ),
         (
             format!("    max_output_bytes: 0\n{CMD}"),

@@ -13,7 +13,12 @@ struct Fixed {
 
 #[async_trait]
 impl Backend for Fixed {
-    async fn call(&self, _args: &str, _deadline: Instant) -> Result<Outcome, BackendError> {
+    async fn call(
+        &self,
+        _args: &str,
+        _context: &CallContext,
+        _deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
         tokio::time::sleep(self.delay).await;
         Ok(self.outcome.clone())
     }
@@ -46,7 +51,10 @@ fn tool_sets_are_checked() {
 #[tokio::test]
 async fn unknown_tool_is_not_found() {
     let runtime = Runtime::new(vec![tool("a", Duration::ZERO, Outcome::ok("1"), None)]).unwrap();
-    let err = runtime.execute("b", "{}", None).await.unwrap_err();
+    let err = runtime
+        .execute("b", "{}", CallContext::default(), None)
+        .await
+        .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::NotFound);
 }
 
@@ -63,14 +71,23 @@ async fn results_are_normalized() {
         tool("fails", Duration::ZERO, Outcome::error("boom"), None),
     ])
     .unwrap();
-    let json = runtime.execute("json", "{}", None).await.unwrap();
+    let json = runtime
+        .execute("json", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert_eq!(
         (json.result_json.as_str(), json.is_error),
         ("{\"a\": 1}", false)
     );
-    let text = runtime.execute("text", "{}", None).await.unwrap();
+    let text = runtime
+        .execute("text", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert_eq!(text.result_json, "\"hello \\\"world\\\"\\n\"");
-    let fails = runtime.execute("fails", "{}", None).await.unwrap();
+    let fails = runtime
+        .execute("fails", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert_eq!(
         (fails.result_json.as_str(), fails.is_error),
         ("\"boom\"", true)
@@ -82,7 +99,10 @@ async fn output_over_the_cap_is_an_error_result() {
     let big =
         tool("big", Duration::ZERO, Outcome::ok("x".repeat(100)), None).with_max_output_bytes(10);
     let runtime = Runtime::new(vec![big]).unwrap();
-    let response = runtime.execute("big", "{}", None).await.unwrap();
+    let response = runtime
+        .execute("big", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert!(response.is_error);
     assert!(
         response
@@ -103,7 +123,10 @@ async fn tool_timeout_is_enforced() {
     );
     let runtime = Runtime::new(vec![slow]).unwrap();
     let start = Instant::now();
-    let err = runtime.execute("slow", "{}", None).await.unwrap_err();
+    let err = runtime
+        .execute("slow", "{}", CallContext::default(), None)
+        .await
+        .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
     assert_eq!(start.elapsed(), Duration::from_secs(2));
 }
@@ -119,7 +142,12 @@ async fn caller_timeout_wins_when_shorter() {
     let runtime = Runtime::new(vec![slow]).unwrap();
     let start = Instant::now();
     let err = runtime
-        .execute("slow", "{}", Some(Duration::from_secs(1)))
+        .execute(
+            "slow",
+            "{}",
+            CallContext::default(),
+            Some(Duration::from_secs(1)),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
@@ -149,4 +177,65 @@ fn an_unknown_tool_is_named_bounded_and_on_one_line() {
         status.message().len()
     );
     assert!(!status.message().contains('\n'));
+}
+
+/// Answers with the context it was given, as JSON, counting its calls.
+#[derive(Default)]
+struct Echo {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Backend for Echo {
+    async fn call(
+        &self,
+        _args: &str,
+        context: &CallContext,
+        _deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Outcome::ok(
+            serde_json::json!([context.caller, context.invocation_id]).to_string(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn the_context_reaches_the_backend_once_checked() {
+    let echo = Arc::new(Echo::default());
+    let descriptor = pb::ToolDescriptor {
+        name: "who".into(),
+        ..Default::default()
+    };
+    let runtime = Runtime::new(vec![Tool::new(descriptor, echo.clone())]).unwrap();
+    let known = runtime
+        .execute("who", "{}", CallContext::new("alice", "inv-1"), None)
+        .await
+        .unwrap();
+    assert_eq!(known.result_json, r#"["alice","inv-1"]"#);
+    let anonymous = runtime
+        .execute("who", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(anonymous.result_json, r#"["",""]"#);
+
+    let forged = CallContext::new("alice\r\nx-toolmesh-caller: root", "inv-2");
+    let err = runtime
+        .execute("who", "{}", forged, None)
+        .await
+        .unwrap_err();
+    let status = err.to_status();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().starts_with(
+            r#"caller "alice\r\nx-toolmesh-caller: root" cannot be given to the tool"#
+        ),
+        "{}",
+        status.message()
+    );
+    assert_eq!(
+        echo.calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the refused call never reached the backend"
+    );
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolmesh_sidecar::CallContext;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::runtime::Runtime;
 
@@ -81,7 +82,10 @@ async fn a_program_path_is_relative_to_a_relative_config_dir() {
     let (dir, config_dir) = relative_config_dir();
     script(dir.path(), "run.sh", "#!/bin/sh\necho '\"ran\"'\n");
     let rt = runtime(&config_dir, "    backend:\n      command: [./run.sh]\n");
-    let response = rt.execute("t", "{}", None).await.unwrap();
+    let response = rt
+        .execute("t", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert_eq!(
         (response.result_json.as_str(), response.is_error),
         ("\"ran\"", false)
@@ -99,14 +103,22 @@ async fn cwd_is_relative_to_the_config_dir_and_the_program_is_not_relative_to_cw
         &config_dir,
         "    backend:\n      command: [./bin/where.sh]\n      cwd: work\n",
     );
-    let ran_in = printed_path(&rt.execute("t", "{}", None).await.unwrap());
+    let ran_in = printed_path(
+        &rt.execute("t", "{}", CallContext::default(), None)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ran_in, dir.path().canonicalize().unwrap().join("work"));
 
     let rt = runtime(
         &config_dir,
         "    backend:\n      command: [./bin/where.sh]\n",
     );
-    let ran_in = printed_path(&rt.execute("t", "{}", None).await.unwrap());
+    let ran_in = printed_path(
+        &rt.execute("t", "{}", CallContext::default(), None)
+            .await
+            .unwrap(),
+    );
     assert_eq!(ran_in, dir.path().canonicalize().unwrap());
 }
 
@@ -121,7 +133,10 @@ async fn a_bare_program_comes_from_path_and_its_arguments_resolve_in_the_config_
     // A decoy: a bare `sh` must not be taken from the config dir.
     script(dir.path(), "sh", "#!/bin/sh\necho decoy\n");
     let rt = runtime(&config_dir, "    backend:\n      command: [sh, count.sh]\n");
-    let response = rt.execute("t", r#"{"text":"a b"}"#, None).await.unwrap();
+    let response = rt
+        .execute("t", r#"{"text":"a b"}"#, CallContext::default(), None)
+        .await
+        .unwrap();
     assert!(!response.is_error, "{}", response.result_json);
     assert_eq!(response.result_json, r#"{"got": {"text":"a b"}}"#);
 }
@@ -133,7 +148,10 @@ async fn env_and_plain_text_output() {
         dir.path(),
         "    backend:\n      command: [sh, -c, 'echo \"hello $WHO\"']\n      env: {WHO: world}\n",
     );
-    let response = rt.execute("t", "{}", None).await.unwrap();
+    let response = rt
+        .execute("t", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert_eq!(response.result_json, r#""hello world\n""#);
 }
 
@@ -144,7 +162,10 @@ async fn non_zero_exit_is_an_error_result_with_stderr_and_code() {
         dir.path(),
         "    backend:\n      command: [sh, -c, 'echo out; echo oops >&2; exit 3']\n",
     );
-    let response = rt.execute("t", "{}", None).await.unwrap();
+    let response = rt
+        .execute("t", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert!(response.is_error);
     let message: String = serde_json::from_str(&response.result_json).unwrap();
     assert_eq!(message, "command failed (exit code 3): oops");
@@ -158,7 +179,10 @@ async fn a_program_gone_after_start_is_unavailable() {
     script(dir.path(), "tool.sh", "#!/bin/sh\necho '{}'\n");
     let rt = runtime(dir.path(), "    backend:\n      command: [./tool.sh]\n");
     std::fs::remove_file(dir.path().join("tool.sh")).unwrap();
-    let err = rt.execute("t", "{}", None).await.unwrap_err();
+    let err = rt
+        .execute("t", "{}", CallContext::default(), None)
+        .await
+        .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::Unavailable);
 }
 
@@ -169,7 +193,10 @@ async fn output_over_the_cap_is_an_error_result() {
         dir.path(),
         "    max_output_bytes: 1000\n    backend:\n      command: [sh, -c, 'head -c 100000 /dev/zero | tr \"\\\\0\" x']\n",
     );
-    let response = rt.execute("t", "{}", None).await.unwrap();
+    let response = rt
+        .execute("t", "{}", CallContext::default(), None)
+        .await
+        .unwrap();
     assert!(response.is_error);
     assert!(
         response
@@ -215,7 +242,10 @@ async fn slow_command_is_killed_with_its_group_at_the_deadline() {
     let start = Instant::now();
     // The pids are read while the call runs: they are written long before
     // the deadline, which then kills both processes.
-    let (result, pids) = tokio::join!(rt.execute("t", "{}", None), read_pids(&pids_file));
+    let (result, pids) = tokio::join!(
+        rt.execute("t", "{}", CallContext::default(), None),
+        read_pids(&pids_file)
+    );
     let elapsed = start.elapsed();
     assert_eq!(
         result.unwrap_err().to_status().code(),
@@ -240,7 +270,7 @@ async fn dropping_the_call_kills_the_group() {
     let rt = runtime(dir.path(), SLOW);
     let pids_file = dir.path().join("pids");
     {
-        let call = rt.execute("t", "{}", None);
+        let call = rt.execute("t", "{}", CallContext::default(), None);
         tokio::pin!(call);
         // Run the call until the command is up; leaving the block drops it.
         tokio::select! {

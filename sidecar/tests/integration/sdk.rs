@@ -30,8 +30,10 @@ fn add_tool() -> toolmesh_sidecar::Tool {
         })
     })
     .rate_limit(5.0, 10)
+    .per_caller_rate_limit(0.5, 2)
     .timeout(Duration::from_secs(2))
     .idempotent(true)
+    .audit_arguments(true)
     .tags(["math"])
     .version("1.0.0")
     .build()
@@ -56,7 +58,15 @@ fn descriptor_has_derived_schemas() {
             nanos: 0
         })
     );
+    assert_eq!(
+        d.per_caller_rate_limit,
+        Some(pb::RateLimit {
+            rate: 0.5,
+            burst: 2
+        })
+    );
     assert!(d.idempotent);
+    assert!(d.audit_arguments);
     assert_eq!(d.tags, ["math"]);
     assert_eq!(d.version, "1.0.0");
     let input: serde_json::Value = serde_json::from_str(&d.input_schema_json).unwrap();
@@ -68,6 +78,18 @@ fn descriptor_has_derived_schemas() {
         &output,
         &serde_json::json!({"sum": 3})
     ));
+}
+
+#[test]
+fn a_plain_tool_announces_no_per_caller_limit_and_no_audit() {
+    let tool = sdk::tool("plain", "d", |args: AddArgs| async move {
+        Ok::<_, ToolError>(AddResult {
+            sum: args.a + args.b,
+        })
+    })
+    .build();
+    let d = tool.descriptor();
+    assert_eq!((d.per_caller_rate_limit, d.audit_arguments), (None, false));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

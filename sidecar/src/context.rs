@@ -1,0 +1,149 @@
+//! [`CallContext`]: what a tool learns about a call besides its arguments:
+//! who made it, and which call it is.
+//!
+//! Every backend passes it on: HTTP tools get headers
+//! ([`CALLER_HEADER`], [`INVOCATION_ID_HEADER`]), commands get environment
+//! variables ([`CALLER_ENV`], [`INVOCATION_ID_ENV`]), Rust tools get the
+//! struct ([`crate::sdk::tool_with_context`]).
+
+use toolmesh_telemetry::shown::Quoted;
+
+/// The HTTP header naming the caller (left out for an anonymous call).
+pub const CALLER_HEADER: &str = "x-toolmesh-caller";
+/// The HTTP header carrying the invocation id (left out when there is none).
+pub const INVOCATION_ID_HEADER: &str = "x-toolmesh-invocation-id";
+/// The environment variable naming the caller (empty for an anonymous call).
+pub const CALLER_ENV: &str = "TOOLMESH_CALLER";
+/// The environment variable carrying the invocation id (empty when there is
+/// none).
+pub const INVOCATION_ID_ENV: &str = "TOOLMESH_INVOCATION_ID";
+
+/// Longest caller or invocation id a tool is given, in bytes.
+pub const MAX_ID_BYTES: usize = 1024;
+
+/// Who made a call and which call it is, as the registry sent them in
+/// `ExecuteRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallContext {
+    /// Who the registry authenticated as making the call (the caller id of
+    /// the agent's API key or JWT); empty when the registry does not
+    /// authenticate agents.
+    pub caller: String,
+    /// The registry's id of this invocation, the same on every attempt of a
+    /// retried call: for logs, and for tools that deduplicate. Empty when
+    /// `Execute` was called without one.
+    pub invocation_id: String,
+}
+
+/// Why a call's context cannot be given to a tool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {} cannot be given to the tool: {reason}", Quoted(.value))]
+pub struct InvalidCallContext {
+    /// `caller` or `invocation_id`.
+    pub field: &'static str,
+    /// The value (shown bounded).
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl CallContext {
+    /// The context of a call made by `caller` (empty: anonymous), known to
+    /// the registry as `invocation_id`.
+    pub fn new(caller: impl Into<String>, invocation_id: impl Into<String>) -> Self {
+        Self {
+            caller: caller.into(),
+            invocation_id: invocation_id.into(),
+        }
+    }
+
+    /// True when the registry did not say who called.
+    pub fn is_anonymous(&self) -> bool {
+        self.caller.is_empty()
+    }
+
+    /// Checks that both ids can reach every kind of tool unchanged, as an
+    /// HTTP header value or an environment variable: at most
+    /// [`MAX_ID_BYTES`] bytes of printable ASCII (space to `~`), neither
+    /// starting nor ending with a space.
+    pub fn check(&self) -> Result<(), InvalidCallContext> {
+        check_id("caller", &self.caller)?;
+        check_id("invocation_id", &self.invocation_id)
+    }
+}
+
+fn check_id(field: &'static str, value: &str) -> Result<(), InvalidCallContext> {
+    let reason = if value.len() > MAX_ID_BYTES {
+        Some("longer than 1024 bytes")
+    } else if !value.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+        Some("only printable ASCII characters are allowed")
+    } else if value.starts_with(' ') || value.ends_with(' ') {
+        Some("it starts or ends with a space")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(InvalidCallContext {
+            field,
+            value: value.to_owned(),
+            reason,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn printable_ids_pass() {
+        for caller in [
+            "",
+            "alice",
+            "team:ops/bot-7",
+            "a b",
+            &"x".repeat(MAX_ID_BYTES),
+        ] {
+            assert_eq!(
+                CallContext::new(caller, "inv-1").check(),
+                Ok(()),
+                "{caller}"
+            );
+        }
+        assert!(CallContext::default().is_anonymous());
+        assert!(!CallContext::new("alice", "").is_anonymous());
+    }
+
+    #[test]
+    fn ids_a_header_or_variable_would_change_are_refused() {
+        for (caller, reason) in [
+            ("al\nice", "only printable ASCII characters are allowed"),
+            ("al\0ice", "only printable ASCII characters are allowed"),
+            ("tab\t", "only printable ASCII characters are allowed"),
+            ("ünï", "only printable ASCII characters are allowed"),
+            (" alice", "it starts or ends with a space"),
+            ("alice ", "it starts or ends with a space"),
+        ] {
+            let err = CallContext::new(caller, "inv").check().unwrap_err();
+            assert_eq!((err.field, err.reason), ("caller", reason), "{caller:?}");
+        }
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        let err = CallContext::new("", long).check().unwrap_err();
+        assert_eq!(err.field, "invocation_id");
+        assert_eq!(err.reason, format!("longer than {MAX_ID_BYTES} bytes"));
+        assert!(err.to_string().len() < 300, "shown bounded: {err}");
+    }
+
+    #[test]
+    fn the_message_names_the_field_and_the_value() {
+        let err = CallContext::new("a\nb", "").check().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"caller "a\nb" cannot be given to the tool: only printable ASCII characters are allowed"#
+        );
+    }
+}
