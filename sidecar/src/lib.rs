@@ -93,6 +93,12 @@ pub enum SidecarError {
     /// TLS settings do not go together.
     #[error("TLS: {0}")]
     TlsSettings(&'static str),
+    /// The sidecar would serve beyond loopback with nothing keeping callers
+    /// other than the registry out.
+    #[error(
+        "listening on {0}, beyond loopback, with no --execute-token-file or --registry-identity: anyone reaching the port could run the tools past the registry; give one (docs/security.md) or pass --insecure"
+    )]
+    Unprotected(std::net::SocketAddr),
     /// The registry refused the announce for good.
     #[error(transparent)]
     Refused(#[from] refusal::AnnounceRefused),

@@ -93,6 +93,11 @@ struct Cli {
     /// --execute-token-file): Execute calls without it are refused.
     #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
     execute_token_file: Option<PathBuf>,
+    /// Listen beyond loopback with neither --execute-token-file nor
+    /// --registry-identity (and warn at start); without it the sidecar
+    /// refuses to.
+    #[arg(long, env = "TOOLMESH_SIDECAR_INSECURE")]
+    insecure: bool,
     /// File holding the token this sidecar registers with: one of the
     /// registry's --registrants-file credentials.
     #[arg(long, env = "TOOLMESH_REGISTRATION_TOKEN_FILE")]
@@ -349,6 +354,7 @@ async fn run(
         tls,
         registry_tls: Some(registry_tls),
         registry_identity: cli.registry_identity,
+        insecure: cli.insecure,
     };
     serve_with_withdraw(
         listener,

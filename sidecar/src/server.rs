@@ -49,6 +49,10 @@ pub struct ServeOptions {
     /// registry's, as `tls`'s client CA verified it. With
     /// `execute_token` set too, both are required.
     pub registry_identity: Option<String>,
+    /// Serve beyond loopback with neither `execute_token` nor
+    /// `registry_identity` (and warn); without it such a sidecar refuses to
+    /// start, since anyone reaching its port could run its tools.
+    pub insecure: bool,
     /// Stable instance id; default [`default_instance_id`].
     pub instance_id: Option<String>,
     /// HTTP/2 `MAX_CONCURRENT_STREAMS` to advertise; default
@@ -173,7 +177,10 @@ pub async fn serve_with_withdraw(
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
     if opts.execute_token.is_none() && opts.registry_identity.is_none() && !addr.ip().is_loopback()
     {
-        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity: whoever reaches this port can run the tools directly, past the registry's validation and limits");
+        if !opts.insecure {
+            return Err(SidecarError::Unprotected(addr));
+        }
+        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity (--insecure): whoever reaches this port can run the tools directly, past the registry's validation and limits");
     }
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();

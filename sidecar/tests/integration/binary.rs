@@ -165,6 +165,7 @@ async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
             "0.0.0.0:0",
             "--instance-id",
             "everywhere",
+            "--insecure",
         ],
         &[],
     );
@@ -179,6 +180,32 @@ async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
         announce.endpoint,
         format!("http://127.0.0.1:{}", bound.port())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_loopback_it_needs_a_way_to_keep_callers_out_or_insecure() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let (_registry, server) = fake_registry(TTL).await;
+    let yaml = format!("tools:\n{}", echo_tool("echo", "Echo"));
+    let args = ["--registry", &server.url(), "--listen", "0.0.0.0:0"];
+    let mut refused = SidecarProcess::spawn(&bin, &yaml, &args, &[]);
+    let status = refused.exited(PATIENCE).await;
+    assert!(!status.success());
+    let log = refused.log();
+    assert!(
+        log.contains("beyond loopback, with no --execute-token-file or --registry-identity")
+            && log.contains("--insecure"),
+        "{log}"
+    );
+    let mut warned =
+        SidecarProcess::spawn(&bin, &yaml, &args, &[("TOOLMESH_SIDECAR_INSECURE", "true")]);
+    warned.bound(PATIENCE).await;
+    wait_until(PATIENCE, "the warning", || {
+        warned.log().contains("(--insecure)")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
