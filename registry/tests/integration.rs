@@ -2,6 +2,8 @@
 //! gRPC clients as an agent and a sidecar would.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "integration/agent_auth.rs"]
+mod agent_auth;
 #[path = "integration/attempts.rs"]
 mod attempts;
 #[path = "integration/call_log.rs"]

@@ -377,3 +377,35 @@ fn hash_key_prints_what_the_files_store() {
         hash_hex(INVENTORY)
     );
 }
+
+/// Safe defaults: beyond loopback, with agents or registration open, the
+/// registry refuses to start unless told `--insecure`, and then warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_loopback_it_refuses_to_serve_unauthenticated_without_insecure() {
+    let Some(binary) = process::binary("toolmesh-registry") else {
+        return;
+    };
+    let refused = toolmesh_test_support::registry_process::run_to_exit(
+        &binary,
+        &["--listen", "0.0.0.0:0"],
+        &[],
+    )
+    .await;
+    assert!(!refused.status.success());
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    for part in [
+        "beyond loopback",
+        "agents (no --api-keys-file or --jwt-keys-file)",
+        "registration (no --registrants-file)",
+        "--insecure",
+    ] {
+        assert!(said.contains(part), "{part}: {said}");
+    }
+    let (insecure, _) =
+        RegistryProcess::start(&binary, &["--listen", "0.0.0.0:0", "--insecure"], &[]).await;
+    toolmesh_test_support::wait::eventually(Duration::from_secs(10), "the warning", || {
+        let warned = insecure.log().contains("unauthenticated (--insecure)");
+        async move { warned }
+    })
+    .await;
+}
