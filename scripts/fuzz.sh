@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-all_targets=(arguments sidecar_yaml arguments_shorthand descriptor)
+all_targets=(arguments sidecar_yaml arguments_shorthand descriptor auth_files)
 targets=()
 for arg in "$@"; do
     case $arg in
