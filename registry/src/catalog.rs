@@ -194,6 +194,11 @@ impl Catalog {
         }
     }
 
+    /// Records every lease that expires to `audit`.
+    pub fn audit_expiries(&self, audit: crate::audit::AuditLog) {
+        self.store.audit_expiries(audit);
+    }
+
     /// The rules announced endpoints are checked against.
     pub fn endpoints(&self) -> &EndpointPolicy {
         &self.endpoints

@@ -203,6 +203,7 @@ impl Registry {
     pub fn with_access(mut self, access: Arc<Access>, audit: AuditLog) -> Self {
         self.access = access;
         self.invoker.audit_to(audit.clone());
+        self.catalog.audit_expiries(audit.clone());
         self.audit = audit;
         self
     }

@@ -15,6 +15,7 @@ use tokio::{sync::broadcast, time::Instant};
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
+    audit::AuditLog,
     catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
@@ -64,6 +65,7 @@ struct State {
 
 /// The in-memory [`CatalogStore`].
 pub struct MemoryStore {
+    audit: std::sync::OnceLock<AuditLog>,
     ttl: Duration,
     limits: Limits,
     state: Mutex<State>,
@@ -75,6 +77,7 @@ impl MemoryStore {
     /// the current tokio runtime until the store is dropped.
     pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
         let store = Arc::new(Self {
+            audit: std::sync::OnceLock::new(),
             ttl,
             limits,
             state: Mutex::new(State::default()),
@@ -103,6 +106,14 @@ impl MemoryStore {
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
                 tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
+                if let Some(audit) = self.audit.get() {
+                    audit.record(super::expiry_record(
+                        &record.owner,
+                        &record.instance.id,
+                        &record.instance.endpoint,
+                        record.tools.clone(),
+                    ));
+                }
                 touched.extend(record.tools);
             }
         }
@@ -323,6 +334,10 @@ impl CatalogStore for MemoryStore {
     fn published_bytes(&self) -> u64 {
         self.view.published_bytes()
     }
+
+    fn audit_expiries(&self, audit: AuditLog) {
+        let _ = self.audit.set(audit);
+    }
 }
 
 #[cfg(test)]
@@ -365,6 +380,30 @@ mod tests {
 
     fn denied<T: std::fmt::Debug>(result: Result<T, RegistryError>) -> bool {
         matches!(result, Err(RegistryError::PermissionDenied { .. }))
+    }
+
+    #[tokio::test]
+    async fn an_expired_lease_is_an_audit_record() {
+        use crate::audit::{AuditLog, AuditOptions, AuditTarget};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let audit =
+            AuditLog::open(&AuditTarget::File(path.clone()), AuditOptions::default()).unwrap();
+        let store = store();
+        store.audit_expiries(audit.clone());
+        store
+            .announce(owned("a", vec![tool("t", "1")], "alice", None))
+            .await
+            .unwrap();
+        assert_eq!(store.expire(Instant::now() + Duration::from_secs(11)), 1);
+        audit.close(Duration::from_secs(5)).await.unwrap();
+        let line: serde_json::Value =
+            serde_json::from_str(std::fs::read_to_string(&path).unwrap().trim()).unwrap();
+        assert_eq!(line["kind"], "registration");
+        assert_eq!(line["action"], "expire");
+        assert_eq!(line["caller"], "alice");
+        assert_eq!(line["instance"], "a");
+        assert_eq!(line["tools"], serde_json::json!(["t"]));
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::sync::broadcast;
 
 use crate::{
+    audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
     catalog::{Announcement, CatalogEvent, Lease, ToolState},
     error::RegistryError,
 };
@@ -45,6 +46,28 @@ pub trait CatalogStore: Send + Sync + 'static {
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
     /// Bytes of every change event published so far.
     fn published_bytes(&self) -> u64;
+    /// Records every lease that expires to `audit` from now on (only the
+    /// first log given is kept).
+    fn audit_expiries(&self, audit: AuditLog);
+}
+
+/// The audit record of a lease that expired.
+pub(crate) fn expiry_record(
+    owner: &str,
+    instance: &str,
+    endpoint: &str,
+    tools: Vec<String>,
+) -> RegistrationRecord {
+    RegistrationRecord {
+        caller: owner.to_owned(),
+        action: RegistrationAction::Expire,
+        instance: instance.to_owned(),
+        endpoint: endpoint.to_owned(),
+        tools,
+        outcome: Outcome::Ok,
+        reason: None,
+        peer: None,
+    }
 }
 
 /// An announce naming a tool whose live instances another registrant holds.

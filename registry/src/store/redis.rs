@@ -29,6 +29,7 @@ use tokio::{sync::broadcast, time::Instant};
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
+    audit::AuditLog,
     catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
@@ -123,6 +124,7 @@ pub struct RedisStoreSettings {
 
 /// The Redis [`CatalogStore`].
 pub struct RedisStore {
+    audit: std::sync::OnceLock<AuditLog>,
     pool: Arc<RedisPool>,
     tag: String,
     settings: RedisStoreSettings,
@@ -137,6 +139,7 @@ impl RedisStore {
     /// on the current runtime until the store is dropped.
     pub fn new(pool: Arc<RedisPool>, settings: RedisStoreSettings) -> Arc<Self> {
         let store = Arc::new(Self {
+            audit: std::sync::OnceLock::new(),
             pool,
             tag: format!("{{{}}}", settings.prefix),
             settings,
@@ -366,8 +369,19 @@ impl RedisStore {
             .await?;
         for lease in expired {
             let record = self.local().leases.remove(&lease);
-            let instance = record.map(|r| r.instance).unwrap_or_default();
+            let instance = record
+                .as_ref()
+                .map(|r| r.instance.clone())
+                .unwrap_or_default();
             tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
+            if let (Some(audit), Some(record)) = (self.audit.get(), record) {
+                audit.record(super::expiry_record(
+                    &record.owner,
+                    &record.instance,
+                    &record.endpoint,
+                    record.tools,
+                ));
+            }
         }
         Ok(())
     }
@@ -604,5 +618,9 @@ impl CatalogStore for RedisStore {
 
     fn published_bytes(&self) -> u64 {
         self.view.published_bytes()
+    }
+
+    fn audit_expiries(&self, audit: AuditLog) {
+        let _ = self.audit.set(audit);
     }
 }
