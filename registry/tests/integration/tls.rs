@@ -411,3 +411,71 @@ async fn a_rotated_certificate_serves_new_connections_and_keeps_open_ones() {
         "late"
     );
 }
+
+/// Registrants by certificate: a `--registrants-file` entry with
+/// `identities` takes announces from a client certificate carrying one of
+/// them, and only for its own tools; any other certificate, or none, is
+/// `UNAUTHENTICATED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrant_may_be_its_client_certificate() {
+    let Some(registry_bin) = process::binary("toolmesh-registry") else {
+        return;
+    };
+    let pki = Pki::new();
+    let (registry_cert, registry_key) = pki.issue("registry", &["127.0.0.1"]);
+    let echo_id = "spiffe://mesh.test/sidecar/echo";
+    let sidecar = pki.issue("sidecar", &["127.0.0.1", echo_id]);
+    let intruder = pki.issue("intruder", &["127.0.0.1", "spiffe://mesh.test/intruder"]);
+    let registrants = pki.dir.path().join("registrants.yaml");
+    std::fs::write(
+        &registrants,
+        format!("registrants:\n  - {{name: echo, identities: [\"{echo_id}\"], tools: [echo]}}\n"),
+    )
+    .expect("write registrants");
+    let (_registry, addr) = RegistryProcess::start(
+        &registry_bin,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert-file",
+            &registry_cert,
+            "--tls-key-file",
+            &registry_key,
+            "--tls-client-ca-file",
+            &pki.ca_file,
+            "--registrants-file",
+            &path(&registrants),
+        ],
+        &[],
+    )
+    .await;
+    let announce = |tool: &str| pb::AnnounceRequest {
+        instance_id: "echo-1".into(),
+        endpoint: "http://127.0.0.1:9".into(),
+        tools: vec![pb::ToolDescriptor {
+            name: tool.into(),
+            ..Default::default()
+        }],
+    };
+    let as_ = |identity: Option<(&str, &str)>| {
+        let tls = pki.client(identity);
+        async move { RegistrationClient::new(channel(addr, tls).await.expect("connect over TLS")) }
+    };
+    let mut echo = as_(Some((&sidecar.0, &sidecar.1))).await;
+    echo.announce(announce("echo"))
+        .await
+        .expect("the registrant's certificate announces its tool");
+    let status = echo
+        .announce(announce("other"))
+        .await
+        .expect_err("outside its patterns");
+    assert_eq!(status.code(), Code::PermissionDenied);
+    for identity in [None, Some((intruder.0.as_str(), intruder.1.as_str()))] {
+        let status = as_(identity)
+            .await
+            .announce(announce("echo"))
+            .await
+            .expect_err("not a registrant");
+        assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    }
+}
