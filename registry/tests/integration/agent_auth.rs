@@ -517,3 +517,44 @@ async fn the_audit_log_says_who_did_what_and_hides_what_the_schema_marks() {
     let text = std::fs::read_to_string(mesh.dir.path().join("audit.jsonl")).expect("audit");
     assert!(!text.contains("SECRET"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_policy_file_takes_effect_and_ends_watches_made_under_the_old_one() {
+    let Some(mesh) = mesh().await else {
+        return;
+    };
+    let mut support = mesh.as_(Some(SUPPORT_KEY)).await;
+    let request = support.request(pb::WatchToolsRequest {});
+    let mut stream = support
+        .client
+        .watch_tools(request)
+        .await
+        .expect("watch")
+        .into_inner();
+    while let Some(event) = stream.message().await.expect("an event") {
+        if event.kind() == pb::tool_event::Kind::Synced {
+            break;
+        }
+    }
+    write(
+        mesh.dir.path(),
+        "policy.yaml",
+        "rules:\n  - {groups: [billing, support], tools: [\"*\"]}\n",
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    })
+    .await
+    .expect("the watch ends within the reload interval");
+    let status = ended.expect("ended with a status");
+    assert_eq!(status.code(), Code::Aborted, "{status:?}");
+    assert!(status.message().contains("policy changed"), "{status:?}");
+    assert_eq!(support.list().await.expect("list").len(), 4);
+    assert_eq!(support.watched().await.expect("watch again").len(), 4);
+}
