@@ -6,17 +6,26 @@
 //! failure of the error model and decodes its google.rpc details with
 //! `tonic_types::StatusExt::get_error_details`. Every expected outcome is a
 //! [`Check`]; the [`Report`] passes only if all of them do.
+//!
+//! Every call carries the agent's credential, if it has one, and an
+//! `https://` registry is reached over TLS ([`access`]).
+
+pub mod access;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use serde_json::Value;
 use tokio::time::Instant;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt as _;
 use toolmesh_proto::pb::{self, tool_event::Kind, tool_registry_client::ToolRegistryClient};
+use toolmesh_proto::tls::{ClientFiles, ClientTls};
+
+pub use self::access::Access;
 
 use crate::present::{self, describe_status, heading};
 
@@ -33,8 +42,8 @@ const MAX_RATE_LIMIT_CALLS: usize = 20;
 /// What the agent needs to know.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Registry address: `host:port` or `http://host:port`
-    /// ([`toolmesh_proto::endpoint::url`]).
+    /// Registry address: `host:port` or `http://host:port`, or
+    /// `https://host:port` for TLS ([`toolmesh_proto::endpoint::url`]).
     pub registry: String,
     /// How long to wait for the registry and for every tool to be live.
     pub wait_for_tools: Duration,
@@ -68,14 +77,21 @@ impl Report {
     }
 }
 
-/// Runs the whole walk-through against the registry, printing as it goes.
-/// An `Err` means the walk-through could not run (no registry, tools never
-/// appeared); failed expectations are in the [`Report`].
+/// Runs the whole walk-through against the registry, printing as it goes,
+/// with no credential (the demo's registry wants none). An `Err` means the
+/// walk-through could not run (no registry, tools never appeared); failed
+/// expectations are in the [`Report`].
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    run_with(options, &Access::default()).await
+}
+
+/// [`run`], with the agent's credential and CA.
+pub async fn run_with(options: &Options, access: &Access) -> anyhow::Result<Report> {
     let deadline = Instant::now() + options.wait_for_tools;
-    let client = connect(&options.registry, deadline).await?;
+    let client = connect(&options.registry, access, deadline).await?;
     let mut agent = Agent {
         client,
+        access: access.clone(),
         report: Report::default(),
     };
     agent.wait_for_tools(deadline).await?;
@@ -91,19 +107,41 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(agent.report)
 }
 
-async fn connect(address: &str, deadline: Instant) -> anyhow::Result<ToolRegistryClient<Channel>> {
+/// A registry client whose every call carries the agent's credential.
+pub type Client = ToolRegistryClient<InterceptedService<Channel, access::Bearer>>;
+
+/// Connects to the registry at `address`, retrying until `deadline`:
+/// `https://` is TLS verified with `access.ca_file` (else the public
+/// roots), never plaintext; a CA file with a plaintext address is refused.
+pub async fn connect(address: &str, access: &Access, deadline: Instant) -> anyhow::Result<Client> {
     let url = toolmesh_proto::endpoint::url(address).context("invalid registry address")?;
+    if let Some(ca) = &access.ca_file
+        && !url.starts_with("https://")
+    {
+        bail!(
+            "a CA file ({}) is set but the registry {url} is plaintext: write https:// for TLS",
+            ca.display()
+        );
+    }
     let endpoint = Endpoint::from_shared(url.clone())
         .with_context(|| format!("invalid registry URL {url:?}"))?
         .connect_timeout(Duration::from_secs(2));
-    // https:// is TLS against the public roots, never plaintext.
-    let tls = toolmesh_proto::tls::ClientTls::load(toolmesh_proto::tls::ClientFiles::default())?;
+    let tls = ClientTls::load(ClientFiles {
+        ca: access.ca_file.clone(),
+        ..ClientFiles::default()
+    })
+    .context("the CA file (--ca-file, TOOLMESH_CA_FILE)")?;
     loop {
         match endpoint
             .connect_with_connector(toolmesh_proto::tls::connector(tls.clone()))
             .await
         {
-            Ok(channel) => return Ok(ToolRegistryClient::new(channel)),
+            Ok(channel) => {
+                return Ok(ToolRegistryClient::with_interceptor(
+                    channel,
+                    access.bearer(),
+                ));
+            }
             Err(e) if Instant::now() >= deadline => {
                 return Err(e).with_context(|| format!("cannot reach the registry at {url}"));
             }
@@ -113,11 +151,21 @@ async fn connect(address: &str, deadline: Instant) -> anyhow::Result<ToolRegistr
 }
 
 struct Agent {
-    client: ToolRegistryClient<Channel>,
+    client: Client,
+    access: Access,
     report: Report,
 }
 
 impl Agent {
+    /// `status` as an error, said plainly when it is `UNAUTHENTICATED`.
+    fn failed(&self, call: &str, status: Status) -> anyhow::Error {
+        if status.code() == Code::Unauthenticated {
+            anyhow!(self.access.explain_unauthenticated(&status))
+        } else {
+            anyhow!(status).context(format!("{call} failed"))
+        }
+    }
+
     fn check(&mut self, what: impl Into<String>, passed: bool) {
         let what = what.into();
         println!("  [{}] {what}", if passed { "ok" } else { "FAILED" });
@@ -173,7 +221,7 @@ impl Agent {
             tokio::time::timeout_at(deadline, self.client.watch_tools(pb::WatchToolsRequest {}))
                 .await
                 .context("timed out opening WatchTools")?
-                .context("WatchTools failed")?
+                .map_err(|status| self.failed("WatchTools", status))?
                 .into_inner();
         let mut live = BTreeSet::new();
         while !EXPECTED_TOOLS.iter().all(|t| live.contains(*t)) {
@@ -187,7 +235,9 @@ impl Agent {
             let Ok(event) = tokio::time::timeout_at(deadline, stream.message()).await else {
                 bail!("the tools {} did not appear within {within:?}", missing());
             };
-            let Some(event) = event.context("the WatchTools stream failed")? else {
+            let Some(event) =
+                event.map_err(|status| self.failed("the WatchTools stream", status))?
+            else {
                 bail!("the WatchTools stream ended; still missing {}", missing());
             };
             let name = event
@@ -226,7 +276,7 @@ impl Agent {
             .client
             .list_tools(pb::ListToolsRequest::default())
             .await
-            .context("ListTools failed")?
+            .map_err(|status| self.failed("ListTools", status))?
             .into_inner()
             .tools;
         println!("{}", heading("1. The tools, as ListTools shows them"));

@@ -8,13 +8,19 @@ decoded from the google.rpc.Status the registry sends in grpc-status-details-bin
     python3 agent.py list --openai                         # as OpenAI tool definitions
     python3 agent.py word_count '{"text": "a b c"}'        # only the result, on stdout
     python3 agent.py --registry http://10.0.0.5:50051 word_count '{"text": "a b c"}'
+    TOOLMESH_TOKEN_FILE=key TOOLMESH_CA_FILE=ca.pem python3 agent.py --registry https://registry:50051 list
+
+The credential (an API key or a JWT) is sent as `authorization: Bearer ...`
+on every call: `--token-file FILE`, else TOOLMESH_TOKEN or TOOLMESH_TOKEN_FILE.
+An https:// registry is TLS, verified with TOOLMESH_CA_FILE (or --ca-file),
+else grpc's public roots.
 
 Exit codes of the CLI (EXIT_* below): 0 the result was printed; 1 any other
 error from the registry; 2 a bad command line (one line on stderr); 3 rate
 limited; 4 the tool ran and failed (is_error); 5 the arguments were refused
 (INVALID_ARGUMENT); 6 unknown tool (NOT_FOUND); 7 timed out
 (DEADLINE_EXCEEDED); 8 unavailable: registry unreachable or no live instance
-(UNAVAILABLE).
+(UNAVAILABLE); 9 no credential, or one the registry refuses (UNAUTHENTICATED).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator, Mapping, NoReturn
 
 _GEN_DIR = Path(__file__).resolve().parent / "gen"
 try:
@@ -49,7 +55,12 @@ except ImportError as _missing:  # pragma: no cover - only without dependencies 
 
 __all__ = [
     "InvalidAddress",
+    "InvalidCredential",
+    "RegistryAddress",
+    "registry_address",
     "registry_target",
+    "token_from_env",
+    "ca_file_from_env",
     "ToolSpec",
     "ToolmeshClient",
     "ToolmeshError",
@@ -59,6 +70,7 @@ __all__ = [
     "ToolFailed",
     "ToolTimeout",
     "ToolUnavailable",
+    "Unauthenticated",
 ]
 
 
@@ -66,32 +78,38 @@ __all__ = [
 
 
 class InvalidAddress(ValueError):
-    """A registry address that is neither host:port nor http://host:port."""
+    """A registry address that is not host:port, http://host:port or https://host:port."""
 
 
-def registry_target(address: str) -> str:
-    """The gRPC target (host:port) for a registry address.
+@dataclass(frozen=True)
+class RegistryAddress:
+    """Where the registry is: its gRPC target and whether to speak TLS."""
 
-    The rule every toolmesh binary and agent shares (toolmesh_proto::endpoint
-    in Rust): `host:port` or `http://host:port`, a trailing `/` dropped;
-    `https://` is refused until TLS is supported rather than silently used as
-    plaintext. Raises InvalidAddress saying what to write.
+    target: str
+    """host:port, as gRPC dials it."""
+    tls: bool
+    """True for https:// (TLS, never plaintext); False for host:port and http://."""
+
+
+def registry_address(address: str) -> RegistryAddress:
+    """The registry's target and transport, by the rule every toolmesh binary
+    and agent shares (toolmesh_proto::endpoint in Rust): `host:port` or
+    `http://host:port` (plaintext), `https://host:port` (TLS), a trailing `/`
+    dropped. Raises InvalidAddress saying what to write.
     """
     given = address.strip()
 
     def error(problem: str) -> InvalidAddress:
         return InvalidAddress(
             f"{json.dumps(address)} is not a server address: {problem}; "
-            "write host:port or http://host:port, e.g. 127.0.0.1:50051"
+            "write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051"
         )
 
     scheme, sep, rest = given.partition("://")
     if not sep:
-        rest = given
-    elif scheme == "https":
-        raise error("https:// needs TLS, which toolmesh does not support yet")
-    elif scheme != "http":
-        raise error("the scheme must be http://")
+        scheme, rest = "http", given
+    elif scheme not in ("http", "https"):
+        raise error("the scheme must be http:// or https://")
     authority = rest[:-1] if rest.endswith("/") else rest
     if not authority:
         raise error("the host is missing")
@@ -106,7 +124,80 @@ def registry_target(address: str) -> str:
         raise error("an IPv6 address goes in brackets, e.g. [::1]:50051")
     if not re.fullmatch(r"\+?[0-9]+", port) or not 1 <= int(port) <= 65535:
         raise error("the port must be a number from 1 to 65535")
-    return authority
+    return RegistryAddress(authority, scheme == "https")
+
+
+def registry_target(address: str) -> str:
+    """The gRPC target (host:port) of a registry address; see registry_address."""
+    return registry_address(address).target
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+class InvalidCredential(ValueError):
+    """A token or CA setting that cannot be used. The message names the
+    variable, flag or file, never the token."""
+
+
+def _usable_token(token: str, source: str) -> str:
+    if not token:
+        raise InvalidCredential(f"{source} is empty: it must hold the agent's API key or JWT")
+    if not all("!" <= c <= "~" for c in token):
+        raise InvalidCredential(
+            f"{source} is not a usable token: a token is one line of visible ASCII characters, "
+            "without spaces (an API key or a JWT)"
+        )
+    return token
+
+
+def _read_token_file(path: str, source: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError as err:
+        raise InvalidCredential(f"{source} {path}: {err.strerror or err}") from None
+    if text.endswith("\r\n"):
+        text = text[:-2]
+    elif text.endswith("\n"):
+        text = text[:-1]
+    return _usable_token(text, f"{source} {path}")
+
+
+def token_from_env(token_file: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The agent's credential: the file `token_file` (the --token-file flag)
+    if given, else TOOLMESH_TOKEN (the key or JWT itself) or
+    TOOLMESH_TOKEN_FILE (a file holding it, one line; the trailing line
+    break is dropped), else None. Setting both variables is an error.
+    Raises InvalidCredential, which never repeats the token.
+    """
+    env = os.environ if env is None else env
+    if token_file:
+        return _read_token_file(token_file, "--token-file")
+    value, path = env.get("TOOLMESH_TOKEN") or "", env.get("TOOLMESH_TOKEN_FILE") or ""
+    if value and path:
+        raise InvalidCredential("TOOLMESH_TOKEN and TOOLMESH_TOKEN_FILE are both set: set only one")
+    if path:
+        return _read_token_file(path, "TOOLMESH_TOKEN_FILE")
+    if value:
+        return _usable_token(value, "TOOLMESH_TOKEN")
+    return None
+
+
+def ca_file_from_env(ca_file: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The CA file an https:// registry's certificate is verified with:
+    `ca_file` (the --ca-file flag), else TOOLMESH_CA_FILE, else None (public roots)."""
+    env = os.environ if env is None else env
+    return ca_file or env.get("TOOLMESH_CA_FILE") or None
+
+
+def _read_ca(path: str, source: str) -> bytes:
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as err:
+        raise InvalidCredential(f"{source} {path}: {err.strerror or err}") from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise InvalidCredential(f"{source} {path}: no PEM certificate in it (-----BEGIN CERTIFICATE-----)")
+    return pem
 
 
 # --------------------------------------------------------------------------- errors
@@ -191,6 +282,25 @@ class ToolUnavailable(ToolmeshError):
     """UNAVAILABLE: no healthy instance, or the registry cannot be reached."""
 
 
+class Unauthenticated(ToolmeshError):
+    """UNAUTHENTICATED: the registry wants a credential, or refuses the one sent.
+
+    `had_credential` says which: False when the client sent none;
+    `status_message` is the registry's reason.
+    """
+
+    def __init__(self, message: str, had_credential: bool, status_message: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.had_credential = had_credential
+        self.status_message = status_message
+        """What the registry said (never the credential)."""
+
+NO_CREDENTIAL_HINT = (
+    "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, "
+    "or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it"
+)
+
+
 def _rich_status(err: grpc.RpcError) -> Any | None:
     """The google.rpc.Status carried in grpc-status-details-bin, if any."""
     try:
@@ -211,7 +321,7 @@ def _unpack(status: Any | None, kind: type) -> Iterator[Any]:
             yield message
 
 
-def _translate(err: grpc.RpcError, tool: str) -> ToolmeshError:
+def _translate(err: grpc.RpcError, tool: str, had_credential: bool = False) -> ToolmeshError:
     """Maps a failed call to the typed exception an agent handles."""
     code = err.code()  # type: ignore[attr-defined]
     message = err.details() or code.name  # type: ignore[attr-defined]
@@ -242,6 +352,10 @@ def _translate(err: grpc.RpcError, tool: str) -> ToolmeshError:
         return ToolTimeout(message, **kw)
     if code == grpc.StatusCode.UNAVAILABLE:
         return ToolUnavailable(message, **kw)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        if had_credential:
+            return Unauthenticated(f"the registry refused the credential ({message})", True, message, **kw)
+        return Unauthenticated(f"{NO_CREDENTIAL_HINT} ({message})", False, message, **kw)
     return ToolmeshError(message, **kw)
 
 
@@ -313,15 +427,64 @@ class ToolmeshClient:
         self,
         target: str = "127.0.0.1:50051",
         *,
+        token: str | None = None,
+        ca_file: str | None = None,
         channel: grpc.Channel | None = None,
         default_timeout: float | None = 30.0,
     ) -> None:
-        """`target` is host:port or http://host:port (plaintext; see
-        registry_target, which raises InvalidAddress for anything else);
-        pass `channel` for TLS or custom options."""
-        self._channel = channel if channel is not None else grpc.insecure_channel(registry_target(target))
+        """`target` is host:port or http://host:port (plaintext), or
+        https://host:port (TLS; see registry_address, which raises
+        InvalidAddress for anything else).
+
+        `token` (an API key or a JWT) is sent as `authorization: Bearer
+        <token>` on every call; `ca_file` (PEM) verifies an https://
+        registry's certificate instead of the public roots, and is refused
+        with a plaintext address. Pass `channel` for custom options.
+        ToolmeshClient.from_env() reads all three from the environment.
+        """
+        if token is not None:
+            _usable_token(token, "the token")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+        if channel is None:
+            address = registry_address(target)
+            if address.tls:
+                roots = _read_ca(ca_file, "the CA file") if ca_file else None
+                channel = grpc.secure_channel(address.target, grpc.ssl_channel_credentials(root_certificates=roots))
+            elif ca_file:
+                raise InvalidCredential(
+                    f"a CA file is given but {json.dumps(target)} is plaintext: write https://{address.target} for TLS"
+                )
+            else:
+                channel = grpc.insecure_channel(address.target)
+        self._channel = channel
         self._stub = toolmesh_pb2_grpc.ToolRegistryStub(self._channel)
         self.default_timeout = default_timeout
+
+    @classmethod
+    def from_env(
+        cls,
+        target: str | None = None,
+        *,
+        token_file: str | None = None,
+        ca_file: str | None = None,
+        **kw: Any,
+    ) -> "ToolmeshClient":
+        """A client set up from the environment: the registry from
+        TOOLMESH_REGISTRY (unless `target`), the credential by
+        token_from_env and the CA by ca_file_from_env."""
+        return cls(
+            target or os.environ.get("TOOLMESH_REGISTRY") or "127.0.0.1:50051",
+            token=token_from_env(token_file),
+            ca_file=ca_file_from_env(ca_file),
+            **kw,
+        )
+
+    def __repr__(self) -> str:
+        # Never the token.
+        return f"ToolmeshClient(credential={'yes' if self._metadata else 'no'})"
+
+    def _failed(self, err: grpc.RpcError, tool: str) -> ToolmeshError:
+        return _translate(err, tool, had_credential=bool(self._metadata))
 
     def close(self) -> None:
         self._channel.close()
@@ -338,19 +501,22 @@ class ToolmeshClient:
             response = self._stub.ListTools(
                 toolmesh_pb2.ListToolsRequest(tags=tags or []),
                 timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
             )
         except grpc.RpcError as err:
-            raise _translate(err, "") from None
+            raise self._failed(err, "") from None
         return [ToolSpec.from_proto(t) for t in response.tools]
 
     def get_tool(self, name: str, timeout: float | None = None) -> ToolSpec:
         """One tool; raises ToolNotFound if it has no live instance."""
         try:
             tool = self._stub.GetTool(
-                toolmesh_pb2.GetToolRequest(name=name), timeout=timeout or self.default_timeout
+                toolmesh_pb2.GetToolRequest(name=name),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
             )
         except grpc.RpcError as err:
-            raise _translate(err, name) from None
+            raise self._failed(err, name) from None
         return ToolSpec.from_proto(tool)
 
     def as_openai_tools(self, tags: list[str] | None = None) -> list[dict[str, Any]]:
@@ -367,7 +533,7 @@ class ToolmeshClient:
         """Calls a tool and returns its parsed JSON result.
 
         Raises ToolArgumentError, ToolNotFound, RateLimited, ToolFailed,
-        ToolTimeout, ToolUnavailable (all ToolmeshError).
+        ToolTimeout, ToolUnavailable, Unauthenticated (all ToolmeshError).
         `timeout` (seconds) becomes the gRPC deadline; the registry applies
         min(deadline, tool timeout).
         """
@@ -377,9 +543,9 @@ class ToolmeshClient:
             idempotency_key=idempotency_key or "",
         )
         try:
-            response = self._stub.Invoke(request, timeout=timeout or self.default_timeout)
+            response = self._stub.Invoke(request, timeout=timeout or self.default_timeout, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise _translate(err, name) from None
+            raise self._failed(err, name) from None
         result = json.loads(response.result_json) if response.result_json else None
         if response.is_error:
             if isinstance(result, str):
@@ -398,7 +564,8 @@ EXIT_OK = 0
 EXIT_OTHER = 1
 """Any other error from the registry (e.g. INTERNAL)."""
 EXIT_USAGE = 2
-"""A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry."""
+"""A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry,
+an unusable token or CA setting."""
 EXIT_RATE_LIMITED = 3
 EXIT_TOOL_FAILED = 4
 """The tool ran and reported a failure (is_error)."""
@@ -406,19 +573,26 @@ EXIT_INVALID_ARGUMENTS = 5
 EXIT_NOT_FOUND = 6
 EXIT_TIMEOUT = 7
 EXIT_UNAVAILABLE = 8
+EXIT_UNAUTHENTICATED = 9
+"""No credential, or one the registry refuses (UNAUTHENTICATED)."""
 
 _USAGE = """\
-agent.py [--registry ADDR] list [--openai]
-       agent.py [--registry ADDR] [--timeout S] [--idempotency-key K] [call] TOOL [JSON|-]"""
+agent.py [--registry ADDR] [--token-file FILE] [--ca-file PEM] list [--openai]
+       agent.py [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout S] [--idempotency-key K] [call] TOOL [JSON|-]"""
 
 _EPILOG = """\
 TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
 - reads it from stdin. `call` is only needed for a tool named "list" or "call".
 
+credential (sent as `authorization: Bearer ...`): --token-file FILE, else
+TOOLMESH_TOKEN (the API key or JWT) or TOOLMESH_TOKEN_FILE (a file holding
+it). An https:// registry is TLS, verified with --ca-file or TOOLMESH_CA_FILE
+(PEM), else the public roots.
+
 exit codes: 0 result printed, 1 other registry error, 2 bad command line,
 3 rate limited, 4 the tool failed (is_error), 5 arguments refused
 (INVALID_ARGUMENT), 6 unknown tool, 7 timed out, 8 registry or tool
-unavailable."""
+unavailable, 9 no credential or a refused one (UNAUTHENTICATED)."""
 
 
 class _UsageError(Exception):
@@ -464,7 +638,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--registry",
         metavar="ADDR",
         default=os.environ.get("TOOLMESH_REGISTRY") or "127.0.0.1:50051",
-        help="registry address, host:port or http://host:port (env TOOLMESH_REGISTRY; default 127.0.0.1:50051)",
+        help="registry address, host:port, http://host:port or https://host:port (TLS) "
+        "(env TOOLMESH_REGISTRY; default 127.0.0.1:50051)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=None,
+        help="file holding the API key or JWT, one line (else env TOOLMESH_TOKEN or TOOLMESH_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        default=None,
+        help="CA certificates an https:// registry is verified with (env TOOLMESH_CA_FILE; default: public roots)",
     )
     parser.add_argument("--openai", action="store_true", help="with list: print OpenAI tool definitions")
     parser.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS", help="deadline of the call, in seconds")
@@ -521,13 +708,28 @@ def main(argv: list[str] | None = None) -> int:
     """The CLI: see the module's docstring and `agent.py --help`."""
     try:
         opts = _parse(argv)
-        registry = registry_target(opts.registry)
-    except (_UsageError, InvalidAddress) as err:
+        registry = registry_address(opts.registry)
+        token = token_from_env(opts.token_file)
+        ca_file = ca_file_from_env(opts.ca_file)
+        source = "--ca-file" if opts.ca_file else "TOOLMESH_CA_FILE"
+        if ca_file and registry.tls:
+            _read_ca(ca_file, source)
+        if ca_file and not registry.tls:
+            raise InvalidCredential(
+                f"{source} is set but the registry {json.dumps(opts.registry)} is plaintext: "
+                f"write https://{registry.target} for TLS"
+            )
+        mesh = ToolmeshClient(opts.registry, token=token, ca_file=ca_file)
+    except (_UsageError, InvalidAddress, InvalidCredential) as err:
         what = "--registry " if isinstance(err, InvalidAddress) else ""
         print(f"agent.py: error: {what}{_one_line(str(err))} (see --help)", file=sys.stderr)
         return EXIT_USAGE
+    if opts.token_file:
+        token_source = "--token-file"
+    else:
+        token_source = "TOOLMESH_TOKEN_FILE" if os.environ.get("TOOLMESH_TOKEN_FILE") else "TOOLMESH_TOKEN"
 
-    with ToolmeshClient(registry) as mesh:
+    with mesh:
         try:
             if opts.command == "list":
                 tools = mesh.list_tools(timeout=opts.timeout)
@@ -554,6 +756,12 @@ def main(argv: list[str] | None = None) -> int:
         except ToolFailed as err:
             print(f"tool failed: {err.message}", file=sys.stderr)
             return EXIT_TOOL_FAILED
+        except Unauthenticated as err:
+            if err.had_credential:
+                print(f"the registry refused the credential from {token_source} ({err.status_message})", file=sys.stderr)
+            else:
+                print(err.message, file=sys.stderr)
+            return EXIT_UNAUTHENTICATED
         except ToolmeshError as err:
             print(f"{type(err).__name__} ({err.code.name if err.code else '-'}): {err.message}", file=sys.stderr)
             if isinstance(err, ToolNotFound):

@@ -6,6 +6,7 @@ Run: ./generate.sh && python3 -m pytest -q test_agent.py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import pytest
 
 from agent import (
     InvalidAddress,
+    InvalidCredential,
     RateLimited,
     ToolArgumentError,
     ToolFailed,
@@ -29,7 +31,10 @@ from agent import (
     ToolNotFound,
     ToolTimeout,
     ToolUnavailable,
+    Unauthenticated,
+    registry_address,
     registry_target,
+    token_from_env,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -94,10 +99,26 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 class Mesh:
-    """A registry and one sidecar on ephemeral loopback ports."""
+    """A registry and one sidecar on ephemeral loopback ports.
 
-    def __init__(self, workdir: Path) -> None:
+    `registry_args` are added to the registry's command line (credentials,
+    policy, TLS); `sidecar_args` to the sidecar's; `scheme` is how the
+    sidecar reaches the registry (https:// when it serves TLS).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        yaml: str = SIDECAR_YAML,
+        registry_args: list[str] | None = None,
+        sidecar_args: list[str] | None = None,
+        scheme: str = "http://",
+    ) -> None:
         self.workdir = workdir
+        self.yaml = yaml
+        self.registry_args = registry_args or []
+        self.sidecar_args = sidecar_args or []
+        self.scheme = scheme
         self.registry_addr = ""
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
@@ -108,18 +129,24 @@ class Mesh:
         self.registry_addr = f"127.0.0.1:{free_port()}"
         sidecar_addr = f"127.0.0.1:{free_port()}"
         config = self.workdir / "sidecar.yaml"
-        config.write_text(SIDECAR_YAML)
+        config.write_text(self.yaml)
         self._spawn(
             "registry",
-            [str(BIN_DIR / "toolmesh-registry"), "--listen", self.registry_addr, "--lease-ttl", "3s"],
+            [
+                str(BIN_DIR / "toolmesh-registry"),
+                "--listen", self.registry_addr,
+                "--lease-ttl", "3s",
+                *self.registry_args,
+            ],
         )
         self._spawn(
             "sidecar",
             [
                 str(BIN_DIR / "toolmesh-sidecar"),
                 "--config", str(config),
-                "--registry", f"http://{self.registry_addr}",
+                "--registry", f"{self.scheme}{self.registry_addr}",
                 "--listen", sidecar_addr,
+                *self.sidecar_args,
             ],
         )
 
@@ -268,8 +295,16 @@ def test_unreachable_registry() -> None:
 def test_registry_takes_host_port_and_http_urls_alike() -> None:
     for given in ["127.0.0.1:50051", "http://127.0.0.1:50051", "http://127.0.0.1:50051/", " 127.0.0.1:50051\n"]:
         assert registry_target(given) == "127.0.0.1:50051", given
+        assert not registry_address(given).tls, given
     assert registry_target("registry.svc:7000") == "registry.svc:7000"
     assert registry_target("[::1]:50051") == "[::1]:50051"
+
+
+def test_https_is_tls() -> None:
+    # The same as toolmesh_proto::endpoint: https:// stays https, never plaintext.
+    assert registry_address("https://registry.svc:7000/") == registry_address("https://registry.svc:7000")
+    address = registry_address("https://registry.svc:7000")
+    assert (address.target, address.tls) == ("registry.svc:7000", True)
 
 
 def test_every_address_mistake_says_what_to_write() -> None:
@@ -283,8 +318,8 @@ def test_every_address_mistake_says_what_to_write() -> None:
         ("127.0.0.1:http", "the port must be a number"),
         ("127.0.0.1:70000", "the port must be a number"),
         ("127.0.0.1:0", "the port must be a number"),
-        ("https://127.0.0.1:50051", "https:// needs TLS, which toolmesh does not support yet"),
-        ("grpc://127.0.0.1:50051", "the scheme must be http://"),
+        ("https://", "the host is missing"),
+        ("grpc://127.0.0.1:50051", "the scheme must be http:// or https://"),
         ("http://127.0.0.1:50051/v1", "only a host and a port"),
         ("::1:50051", "an IPv6 address goes in brackets"),
     ]:
@@ -293,7 +328,7 @@ def test_every_address_mistake_says_what_to_write() -> None:
         message = str(info.value)
         assert message.startswith(f"{json.dumps(given)} is not a server address: "), message
         assert problem in message, (given, message)
-        assert message.endswith("write host:port or http://host:port, e.g. 127.0.0.1:50051"), message
+        assert message.endswith("write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051"), message
 
 
 def test_client_takes_an_http_url(mesh: tuple[Mesh, ToolmeshClient]) -> None:
@@ -429,7 +464,10 @@ USAGE_ERRORS = [
     (["list", "echo"], "list takes no arguments, got 'echo'"),
     (["--openai", "echo"], "--openai only goes with list"),
     (["--timeout", "soon", "echo"], "argument --timeout: 'soon' is not a number of seconds > 0"),
-    (["--registry", "https://127.0.0.1:50051", "list"], '--registry "https://127.0.0.1:50051" is not a server address: https:// needs TLS, which toolmesh does not support yet'),
+    (["--registry", "grpc://127.0.0.1:50051", "list"], '--registry "grpc://127.0.0.1:50051" is not a server address: the scheme must be http:// or https://'),
+    (["--ca-file", "/dev/null", "list"], '--ca-file is set but the registry "127.0.0.1:50051" is plaintext: write https://127.0.0.1:50051 for TLS'),
+    (["--registry", "https://127.0.0.1:50051", "--ca-file", "/no/such/ca.pem", "list"], "--ca-file /no/such/ca.pem: No such file or directory"),
+    (["--token-file", "/no/such/token", "list"], "--token-file /no/such/token: No such file or directory"),
     (["--registry", "127.0.0.1", "list"], '--registry "127.0.0.1" is not a server address: the port is missing'),
 ]
 
@@ -506,3 +544,221 @@ def test_agent_copied_out_of_the_repository(registry: str, tmp_path: Path, how: 
     done = run_cli("--registry", registry, "echo", '{"copied": true}', agent=home / "agent.py")
     assert_exit(done, 0)
     assert done.stdout == '{"copied": true}\n'
+
+
+# --------------------------------------------------------------------------- credentials and TLS
+
+# Test keys: long enough to look like real ones; only their SHA-256 goes to the registry.
+KEY_A = "agent-a-key-0123456789abcdef0123456789abcdef"
+KEY_B = "agent-b-key-fedcba9876543210fedcba9876543210"
+WRONG_KEY = "not-a-key-the-registry-knows-0123456789"
+ADD_CODE = "import json, sys; a = json.load(sys.stdin); print(json.dumps({'sum': a['a'] + a['b']}))"
+SECURED_YAML = f"""\
+tools:
+  - name: add
+    description: Adds a and b
+    timeout: 2s
+    backend:
+      command: [{json.dumps(sys.executable)}, "-c", {json.dumps(ADD_CODE)}]
+  - name: echo
+    description: Returns its arguments
+    timeout: 2s
+    backend:
+      command: ["cat"]
+"""
+SECURED_TOOLS = {"add", "echo"}
+
+
+def write_auth_files(workdir: Path) -> list[str]:
+    """The registry's --api-keys-file (SHA-256 of KEY_A and KEY_B) and
+    --policy-file (agent-a may call add only; agent-b anything)."""
+    keys = workdir / "api-keys.yaml"
+    keys.write_text(
+        "keys:\n"
+        f"  - {{caller: agent-a, sha256: {hashlib.sha256(KEY_A.encode()).hexdigest()}}}\n"
+        f"  - {{caller: agent-b, sha256: {hashlib.sha256(KEY_B.encode()).hexdigest()}}}\n"
+    )
+    policy = workdir / "policy.yaml"
+    policy.write_text('rules:\n  - {callers: [agent-a], tools: ["add"]}\n  - {callers: [agent-b], tools: ["*"]}\n')
+    return ["--api-keys-file", str(keys), "--policy-file", str(policy)]
+
+
+def make_certificates(workdir: Path) -> tuple[Path, Path, Path]:
+    """A CA made for this run and a server certificate it signs for
+    127.0.0.1 and localhost, with openssl: (ca.pem, server.pem, server.key)."""
+    ca_key, ca, key, csr, cert = (workdir / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ext = workdir / "server.ext"
+    ext.write_text(
+        "subjectAltName = IP:127.0.0.1, DNS:localhost\n"
+        "basicConstraints = critical, CA:FALSE\n"
+        "keyUsage = critical, digitalSignature\n"
+        "extendedKeyUsage = serverAuth\n"
+    )
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for argv in (
+        ["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=toolmesh test CA"],
+        ["openssl", "req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+        ["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-set_serial", "2",
+         "-days", "2", "-extfile", ext, "-out", cert],
+    ):
+        done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{' '.join(map(str, argv))}: {done.stderr}"
+    return ca, cert, key
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Mesh]:
+    """A registry that authenticates agents (API keys) and has a policy."""
+    with tempfile.TemporaryDirectory(prefix="toolmesh-py-auth-") as tmp:
+        workdir = Path(tmp)
+        m = Mesh(workdir, SECURED_YAML, registry_args=write_auth_files(workdir))
+        try:
+            m.start()
+            with ToolmeshClient(m.registry_addr, token=KEY_B, default_timeout=10) as admin:
+                m.wait_for_tools(admin, SECURED_TOOLS)
+            yield m
+        finally:
+            m.stop()
+
+
+@pytest.fixture(scope="module")
+def tls_mesh() -> Iterator[tuple[Mesh, Path]]:
+    """A registry serving TLS with a certificate of a CA made for the test,
+    and authenticating agents; the sidecar reaches it over https:// too."""
+    with tempfile.TemporaryDirectory(prefix="toolmesh-py-tls-") as tmp:
+        workdir = Path(tmp)
+        ca, cert, key = make_certificates(workdir)
+        m = Mesh(
+            workdir,
+            SECURED_YAML,
+            registry_args=[*write_auth_files(workdir), "--tls-cert-file", str(cert), "--tls-key-file", str(key)],
+            sidecar_args=["--registry-ca-file", str(ca)],
+            scheme="https://",
+        )
+        try:
+            m.start()
+            with ToolmeshClient(f"https://{m.registry_addr}", token=KEY_B, ca_file=str(ca), default_timeout=10) as admin:
+                m.wait_for_tools(admin, SECURED_TOOLS)
+            yield m, ca
+        finally:
+            m.stop()
+
+
+NO_TOKEN = {"TOOLMESH_TOKEN": "", "TOOLMESH_TOKEN_FILE": "", "TOOLMESH_CA_FILE": ""}
+
+
+def test_without_a_token_the_registry_wants_a_credential(secured: Mesh) -> None:
+    with ToolmeshClient(secured.registry_addr) as anonymous:
+        with pytest.raises(Unauthenticated) as info:
+            anonymous.list_tools()
+    err = info.value
+    assert not err.had_credential and err.code.name == "UNAUTHENTICATED"
+    assert err.message.startswith("the registry wants a credential: set TOOLMESH_TOKEN"), err.message
+    done = run_cli("--registry", secured.registry_addr, "list", env=NO_TOKEN)
+    assert_exit(done, 9)
+    assert done.stdout == ""
+    assert done.stderr.startswith(
+        "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, "
+        "or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it ("
+    ), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_wrong_token_is_refused_and_never_shown(secured: Mesh) -> None:
+    with ToolmeshClient(secured.registry_addr, token=WRONG_KEY) as wrong:
+        with pytest.raises(Unauthenticated) as info:
+            wrong.invoke("add", {"a": 1, "b": 2})
+    assert info.value.had_credential
+    assert WRONG_KEY not in str(info.value) and WRONG_KEY not in repr(wrong)
+    done = run_cli("--registry", secured.registry_addr, "list", env={**NO_TOKEN, "TOOLMESH_TOKEN": WRONG_KEY})
+    assert_exit(done, 9)
+    assert done.stderr.startswith("the registry refused the credential from TOOLMESH_TOKEN ("), done.stderr
+    assert WRONG_KEY not in done.stderr + done.stdout
+
+
+def test_with_the_key_the_agent_lists_and_invokes(secured: Mesh, tmp_path: Path) -> None:
+    with ToolmeshClient(secured.registry_addr, token=KEY_B) as mesh:
+        assert {t.name for t in mesh.list_tools()} == SECURED_TOOLS
+        assert mesh.get_tool("add").name == "add"
+        assert mesh.invoke("add", {"a": 2, "b": 3}) == {"sum": 5}
+    token_file = tmp_path / "token"
+    token_file.write_text(KEY_B + "\r\n")
+    for args, env in [
+        ([], {**NO_TOKEN, "TOOLMESH_TOKEN": KEY_B}),
+        ([], {**NO_TOKEN, "TOOLMESH_TOKEN_FILE": str(token_file)}),
+        (["--token-file", str(token_file)], NO_TOKEN),
+    ]:
+        listed = run_cli("--registry", secured.registry_addr, *args, "list", env=env)
+        assert_exit(listed, 0)
+        assert {line.split(":")[0] for line in listed.stdout.splitlines()} == SECURED_TOOLS, listed.stdout
+        called = run_cli("--registry", secured.registry_addr, *args, "add", '{"a": 40, "b": 2}', env=env)
+        assert_exit(called, 0)
+        assert called.stdout == '{"sum": 42}\n'
+        assert KEY_B not in listed.stderr + called.stderr
+
+
+def test_the_policy_shows_a_caller_only_its_tools(secured: Mesh) -> None:
+    with ToolmeshClient(secured.registry_addr, token=KEY_A) as agent_a:
+        assert [t.name for t in agent_a.list_tools()] == ["add"]
+        assert agent_a.invoke("add", {"a": 1, "b": 1}) == {"sum": 2}
+        with pytest.raises(ToolNotFound):
+            agent_a.invoke("echo", {})
+        with pytest.raises(ToolNotFound):
+            agent_a.get_tool("echo")
+    env = {**NO_TOKEN, "TOOLMESH_TOKEN": KEY_A}
+    listed = run_cli("--registry", secured.registry_addr, "list", env=env)
+    assert_exit(listed, 0)
+    assert [line.split(":")[0] for line in listed.stdout.splitlines()] == ["add"]
+    hidden = run_cli("--registry", secured.registry_addr, "echo", "{}", env=env)
+    assert_exit(hidden, 6)
+
+
+def test_tls_with_the_ca_file(tls_mesh: tuple[Mesh, Path]) -> None:
+    m, ca = tls_mesh
+    with ToolmeshClient(f"https://{m.registry_addr}", token=KEY_A, ca_file=str(ca)) as mesh:
+        assert [t.name for t in mesh.list_tools()] == ["add"]
+        assert mesh.invoke("add", {"a": 1, "b": 2}) == {"sum": 3}
+    env = {**NO_TOKEN, "TOOLMESH_TOKEN": KEY_B, "TOOLMESH_CA_FILE": str(ca)}
+    done = run_cli("--registry", f"https://{m.registry_addr}", "add", '{"a": 20, "b": 22}', env=env)
+    assert_exit(done, 0)
+    assert done.stdout == '{"sum": 42}\n'
+    by_flag = run_cli("--registry", f"https://{m.registry_addr}", "--ca-file", str(ca), "list", env={**env, "TOOLMESH_CA_FILE": ""})
+    assert_exit(by_flag, 0)
+    assert {line.split(":")[0] for line in by_flag.stdout.splitlines()} == SECURED_TOOLS
+
+
+def test_tls_is_verified_and_never_plaintext(tls_mesh: tuple[Mesh, Path]) -> None:
+    m, _ = tls_mesh
+    env = {**NO_TOKEN, "TOOLMESH_TOKEN": KEY_B}
+    # Without the CA the certificate is not trusted (public roots only).
+    untrusted = run_cli("--registry", f"https://{m.registry_addr}", "--timeout", "5", "list", env=env)
+    assert_exit(untrusted, 8)
+    # http:// is plaintext, which a TLS registry does not speak.
+    plaintext = run_cli("--registry", f"http://{m.registry_addr}", "--timeout", "5", "list", env=env)
+    assert_exit(plaintext, 8)
+    assert KEY_B not in untrusted.stderr + plaintext.stderr
+
+
+def test_token_settings(tmp_path: Path) -> None:
+    assert token_from_env(env={}) is None
+    assert token_from_env(env={"TOOLMESH_TOKEN": KEY_A}) == KEY_A
+    token_file = tmp_path / "token"
+    token_file.write_text(KEY_A + "\n")
+    assert token_from_env(env={"TOOLMESH_TOKEN_FILE": str(token_file)}) == KEY_A
+    assert token_from_env(str(token_file), env={"TOOLMESH_TOKEN": KEY_B}) == KEY_A
+    bad = "has a space " + KEY_B
+    for env, message in [
+        ({"TOOLMESH_TOKEN": KEY_A, "TOOLMESH_TOKEN_FILE": str(token_file)}, "TOOLMESH_TOKEN and TOOLMESH_TOKEN_FILE are both set"),
+        ({"TOOLMESH_TOKEN": bad}, "TOOLMESH_TOKEN is not a usable token: a token is one line of visible ASCII"),
+    ]:
+        with pytest.raises(InvalidCredential) as info:
+            token_from_env(env=env)
+        assert str(info.value).startswith(message), str(info.value)
+        assert KEY_A not in str(info.value) and bad not in str(info.value)
+    token_file.write_text("two\nlines\n")
+    with pytest.raises(InvalidCredential, match=f"TOOLMESH_TOKEN_FILE {token_file} is not a usable token"):
+        token_from_env(env={"TOOLMESH_TOKEN_FILE": str(token_file)})
+    done = run_cli("list", env={**NO_TOKEN, "TOOLMESH_TOKEN": bad})
+    assert_exit(done, 2)
+    assert done.stderr.startswith("agent.py: error: TOOLMESH_TOKEN is not a usable token"), done.stderr
+    assert bad not in done.stderr

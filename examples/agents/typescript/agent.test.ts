@@ -6,6 +6,7 @@
 
 import { after, before, describe, it } from 'node:test';
 import * as assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
@@ -17,6 +18,7 @@ import { pathToFileURL } from 'node:url';
 import {
   EXIT,
   InvalidAddress,
+  InvalidCredential,
   RateLimited,
   ToolArgumentError,
   ToolFailed,
@@ -24,7 +26,10 @@ import {
   ToolNotFound,
   ToolTimeout,
   ToolUnavailable,
+  Unauthenticated,
+  registryAddress,
   registryTarget,
+  tokenFromEnv,
   type ToolmeshError,
 } from './agent';
 
@@ -128,12 +133,26 @@ async function stop(proc: ChildProcess): Promise<void> {
   }
 }
 
+/** How a Mesh's registry and sidecar run, beyond the defaults. */
+interface MeshOptions {
+  yaml?: string;
+  /** Added to the registry's command line (credentials, policy, TLS). */
+  registryArgs?: string[];
+  /** Added to the sidecar's command line. */
+  sidecarArgs?: string[];
+  /** How the sidecar reaches the registry: https:// when it serves TLS. */
+  scheme?: string;
+}
+
 /** A registry and one sidecar on ephemeral loopback ports. */
 class Mesh {
   readonly procs: { name: string; proc: ChildProcess }[] = [];
   registryAddr = '';
 
-  constructor(readonly workdir: string) {}
+  constructor(
+    readonly workdir: string,
+    readonly opts: MeshOptions = {},
+  ) {}
 
   async start(): Promise<void> {
     for (const binary of ['toolmesh-registry', 'toolmesh-sidecar']) {
@@ -142,12 +161,17 @@ class Mesh {
     this.registryAddr = `127.0.0.1:${await freePort()}`;
     const sidecarAddr = `127.0.0.1:${await freePort()}`;
     const config = path.join(this.workdir, 'sidecar.yaml');
-    fs.writeFileSync(config, SIDECAR_YAML);
-    this.spawn('registry', 'toolmesh-registry', ['--listen', this.registryAddr, '--lease-ttl', '3s']);
+    fs.writeFileSync(config, this.opts.yaml ?? SIDECAR_YAML);
+    this.spawn('registry', 'toolmesh-registry', [
+      '--listen', this.registryAddr,
+      '--lease-ttl', '3s',
+      ...(this.opts.registryArgs ?? []),
+    ]);
     this.spawn('sidecar', 'toolmesh-sidecar', [
       '--config', config,
-      '--registry', `http://${this.registryAddr}`,
+      '--registry', `${this.opts.scheme ?? 'http://'}${this.registryAddr}`,
       '--listen', sidecarAddr,
+      ...(this.opts.sidecarArgs ?? []),
     ]);
   }
 
@@ -214,7 +238,7 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
 
   before(async () => {
     await mesh.start();
-    client = new ToolmeshClient(mesh.registryAddr, undefined, 10_000);
+    client = new ToolmeshClient(mesh.registryAddr, { defaultTimeoutMs: 10_000 });
     await mesh.waitForTools(client, TOOLS);
   });
 
@@ -427,9 +451,14 @@ describe('registry addresses', () => {
   it('takes host:port and http://host:port alike', () => {
     for (const given of ['127.0.0.1:50051', 'http://127.0.0.1:50051', 'http://127.0.0.1:50051/', ' 127.0.0.1:50051\n']) {
       assert.equal(registryTarget(given), '127.0.0.1:50051', JSON.stringify(given));
+      assert.equal(registryAddress(given).tls, false, JSON.stringify(given));
     }
     assert.equal(registryTarget('registry.svc:7000'), 'registry.svc:7000');
     assert.equal(registryTarget('[::1]:50051'), '[::1]:50051');
+  });
+
+  it('keeps https:// as TLS, never plaintext', () => {
+    assert.deepEqual(registryAddress('https://registry.svc:7000/'), { target: 'registry.svc:7000', tls: true });
   });
 
   it('says what to write for every mistake (the table of toolmesh_proto::endpoint)', () => {
@@ -442,8 +471,8 @@ describe('registry addresses', () => {
       ['127.0.0.1:http', 'the port must be a number'],
       ['127.0.0.1:70000', 'the port must be a number'],
       ['127.0.0.1:0', 'the port must be a number'],
-      ['https://127.0.0.1:50051', 'https:// needs TLS, which toolmesh does not support yet'],
-      ['grpc://127.0.0.1:50051', 'the scheme must be http://'],
+      ['https://', 'the host is missing'],
+      ['grpc://127.0.0.1:50051', 'the scheme must be http:// or https://'],
       ['http://127.0.0.1:50051/v1', 'only a host and a port'],
       ['::1:50051', 'an IPv6 address goes in brackets'],
     ]) {
@@ -453,7 +482,7 @@ describe('registry addresses', () => {
           err instanceof InvalidAddress &&
           err.message.startsWith(`${JSON.stringify(given)} is not a server address: `) &&
           err.message.includes(problem) &&
-          err.message.endsWith('write host:port or http://host:port, e.g. 127.0.0.1:50051'),
+          err.message.endsWith('write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051'),
         given,
       );
     }
@@ -472,9 +501,18 @@ describe('the CLI on bad input', () => {
     [['--openai', 'echo'], '--openai only goes with list'],
     [['--timeout', 'soon', 'echo'], "argument --timeout: 'soon' is not a number of seconds > 0"],
     [
-      ['--registry', 'https://127.0.0.1:50051', 'list'],
-      '--registry "https://127.0.0.1:50051" is not a server address: https:// needs TLS, which toolmesh does not support yet',
+      ['--registry', 'grpc://127.0.0.1:50051', 'list'],
+      '--registry "grpc://127.0.0.1:50051" is not a server address: the scheme must be http:// or https://',
     ],
+    [
+      ['--ca-file', '/dev/null', 'list'],
+      '--ca-file is set but the registry "127.0.0.1:50051" is plaintext: write https://127.0.0.1:50051 for TLS',
+    ],
+    [
+      ['--registry', 'https://127.0.0.1:50051', '--ca-file', '/no/such/ca.pem', 'list'],
+      '--ca-file /no/such/ca.pem: No such file or directory',
+    ],
+    [['--token-file', '/no/such/token', 'list'], '--token-file /no/such/token: No such file or directory'],
     [['--registry', '127.0.0.1', 'list'], '--registry "127.0.0.1" is not a server address: the port is missing'],
   ] as const) {
     it(`${JSON.stringify(args)}: one line, exit 2`, () => {
@@ -497,5 +535,262 @@ describe('the CLI on bad input', () => {
     const done = cli(['--help']);
     assertExit(done, EXIT.ok);
     assert.match(done.stdout, /exit codes: 0 result printed/);
+  });
+});
+
+// ------------------------------------------------------------------- credentials and TLS
+
+// Test keys: long enough to look like real ones; only their SHA-256 goes to the registry.
+const KEY_A = 'agent-a-key-0123456789abcdef0123456789abcdef';
+const KEY_B = 'agent-b-key-fedcba9876543210fedcba9876543210';
+const WRONG_KEY = 'not-a-key-the-registry-knows-0123456789';
+const ADD_CODE = "import json, sys; a = json.load(sys.stdin); print(json.dumps({'sum': a['a'] + a['b']}))";
+const SECURED_YAML = `\
+tools:
+  - name: add
+    description: Adds a and b
+    timeout: 2s
+    backend:
+      command: ["python3", "-c", ${JSON.stringify(ADD_CODE)}]
+  - name: echo
+    description: Returns its arguments
+    timeout: 2s
+    backend:
+      command: ["cat"]
+`;
+const SECURED_TOOLS = ['add', 'echo'];
+/** The agent's own variables emptied, so the test's environment cannot leak in. */
+const NO_TOKEN = { TOOLMESH_TOKEN: '', TOOLMESH_TOKEN_FILE: '', TOOLMESH_CA_FILE: '' };
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+/**
+ * The registry's --api-keys-file (SHA-256 of KEY_A and KEY_B) and
+ * --policy-file (agent-a may call add only; agent-b anything).
+ */
+function authFiles(workdir: string): string[] {
+  const keys = path.join(workdir, 'api-keys.yaml');
+  fs.writeFileSync(
+    keys,
+    `keys:\n  - {caller: agent-a, sha256: ${sha256(KEY_A)}}\n  - {caller: agent-b, sha256: ${sha256(KEY_B)}}\n`,
+  );
+  const policy = path.join(workdir, 'policy.yaml');
+  fs.writeFileSync(policy, 'rules:\n  - {callers: [agent-a], tools: ["add"]}\n  - {callers: [agent-b], tools: ["*"]}\n');
+  return ['--api-keys-file', keys, '--policy-file', policy];
+}
+
+/** A CA made for this run and a server certificate it signs for 127.0.0.1 and localhost, with openssl. */
+function makeCertificates(workdir: string): { ca: string; cert: string; key: string } {
+  const file = (name: string) => path.join(workdir, name);
+  fs.writeFileSync(
+    file('server.ext'),
+    'subjectAltName = IP:127.0.0.1, DNS:localhost\nbasicConstraints = critical, CA:FALSE\n' +
+      'keyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n',
+  );
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  for (const args of [
+    ['req', '-x509', ...ec, '-keyout', file('ca.key'), '-out', file('ca.pem'), '-days', '2', '-subj', '/CN=toolmesh test CA'],
+    ['req', ...ec, '-keyout', file('server.key'), '-out', file('server.csr'), '-subj', '/CN=127.0.0.1'],
+    ['x509', '-req', '-in', file('server.csr'), '-CA', file('ca.pem'), '-CAkey', file('ca.key'), '-set_serial', '2',
+      '-days', '2', '-extfile', file('server.ext'), '-out', file('server.pem')],
+  ]) {
+    const done = spawnSync('openssl', args, { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(done.status, 0, `openssl ${args.join(' ')}: ${done.stderr}`);
+  }
+  return { ca: file('ca.pem'), cert: file('server.pem'), key: file('server.key') };
+}
+
+function toolNames(stdout: string): string[] {
+  return stdout.trim().split('\n').map((line) => line.split(':')[0]);
+}
+
+describe('a registry that authenticates agents, with a policy', () => {
+  const workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'toolmesh-ts-auth-'));
+  const mesh = new Mesh(workdir, { yaml: SECURED_YAML, registryArgs: authFiles(workdir) });
+  const registry = () => mesh.registryAddr;
+
+  before(async () => {
+    await mesh.start();
+    const admin = new ToolmeshClient(mesh.registryAddr, { token: KEY_B, defaultTimeoutMs: 10_000 });
+    try {
+      await mesh.waitForTools(admin, SECURED_TOOLS);
+    } finally {
+      admin.close();
+    }
+  });
+
+  after(async () => {
+    await mesh.stop();
+    fs.rmSync(workdir, { recursive: true, force: true });
+  });
+
+  it('without a token: the registry wants a credential', async () => {
+    const anonymous = new ToolmeshClient(registry());
+    try {
+      const err = await rejectsWith(anonymous.listTools(), Unauthenticated);
+      assert.equal(err.hadCredential, false);
+      assert.equal(err.code, 16);
+      assert.ok(err.message.startsWith('the registry wants a credential: set TOOLMESH_TOKEN'), err.message);
+    } finally {
+      anonymous.close();
+    }
+    const done = cli(['--registry', registry(), 'list'], { env: NO_TOKEN });
+    assertExit(done, EXIT.unauthenticated);
+    assert.equal(done.stdout, '');
+    assert.ok(
+      done.stderr.startsWith(
+        "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, " +
+          'or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it (',
+      ),
+      done.stderr,
+    );
+    assert.equal(done.stderr.split('\n').length, 2, done.stderr);
+  });
+
+  it('refuses a wrong token and never shows it', async () => {
+    const wrong = new ToolmeshClient(registry(), { token: WRONG_KEY });
+    try {
+      const err = await rejectsWith(wrong.invoke('add', { a: 1, b: 2 }), Unauthenticated);
+      assert.equal(err.hadCredential, true);
+      assert.ok(!err.message.includes(WRONG_KEY));
+    } finally {
+      wrong.close();
+    }
+    const done = cli(['--registry', registry(), 'list'], { env: { ...NO_TOKEN, TOOLMESH_TOKEN: WRONG_KEY } });
+    assertExit(done, EXIT.unauthenticated);
+    assert.ok(done.stderr.startsWith('the registry refused the credential from TOOLMESH_TOKEN ('), done.stderr);
+    assert.ok(!(done.stdout + done.stderr).includes(WRONG_KEY));
+  });
+
+  it('with the key: lists and invokes (TOOLMESH_TOKEN, TOOLMESH_TOKEN_FILE, --token-file)', async () => {
+    const client = new ToolmeshClient(registry(), { token: KEY_B });
+    try {
+      assert.deepEqual((await client.listTools()).map((t) => t.name), SECURED_TOOLS);
+      assert.equal((await client.getTool('add')).name, 'add');
+      assert.deepEqual(await client.invoke('add', { a: 2, b: 3 }), { sum: 5 });
+    } finally {
+      client.close();
+    }
+    const tokenFile = path.join(workdir, 'token');
+    fs.writeFileSync(tokenFile, `${KEY_B}\r\n`);
+    for (const [args, env] of [
+      [[], { ...NO_TOKEN, TOOLMESH_TOKEN: KEY_B }],
+      [[], { ...NO_TOKEN, TOOLMESH_TOKEN_FILE: tokenFile }],
+      [['--token-file', tokenFile], NO_TOKEN],
+    ] as const) {
+      const listed = cli(['--registry', registry(), ...args, 'list'], { env });
+      assertExit(listed, EXIT.ok);
+      assert.deepEqual(toolNames(listed.stdout), SECURED_TOOLS);
+      const called = cli(['--registry', registry(), ...args, 'add', '{"a": 40, "b": 2}'], { env });
+      assertExit(called, EXIT.ok);
+      assert.equal(called.stdout, '{"sum":42}\n');
+    }
+  });
+
+  it('the policy shows a caller only the tools it may call', async () => {
+    const agentA = new ToolmeshClient(registry(), { token: KEY_A });
+    try {
+      assert.deepEqual((await agentA.listTools()).map((t) => t.name), ['add']);
+      assert.deepEqual(await agentA.invoke('add', { a: 1, b: 1 }), { sum: 2 });
+      await rejectsWith(agentA.invoke('echo'), ToolNotFound);
+      await rejectsWith(agentA.getTool('echo'), ToolNotFound);
+    } finally {
+      agentA.close();
+    }
+    const env = { ...NO_TOKEN, TOOLMESH_TOKEN: KEY_A };
+    const listed = cli(['--registry', registry(), 'list'], { env });
+    assertExit(listed, EXIT.ok);
+    assert.deepEqual(toolNames(listed.stdout), ['add']);
+    assertExit(cli(['--registry', registry(), 'echo'], { env }), EXIT.notFound);
+  });
+});
+
+describe('a registry serving TLS', () => {
+  const workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'toolmesh-ts-tls-'));
+  const { ca, cert, key } = makeCertificates(workdir);
+  const mesh = new Mesh(workdir, {
+    yaml: SECURED_YAML,
+    registryArgs: [...authFiles(workdir), '--tls-cert-file', cert, '--tls-key-file', key],
+    sidecarArgs: ['--registry-ca-file', ca],
+    scheme: 'https://',
+  });
+
+  before(async () => {
+    await mesh.start();
+    const admin = new ToolmeshClient(`https://${mesh.registryAddr}`, { token: KEY_B, caFile: ca, defaultTimeoutMs: 10_000 });
+    try {
+      await mesh.waitForTools(admin, SECURED_TOOLS);
+    } finally {
+      admin.close();
+    }
+  });
+
+  after(async () => {
+    await mesh.stop();
+    fs.rmSync(workdir, { recursive: true, force: true });
+  });
+
+  it('connects over https:// with the CA file', async () => {
+    const agentA = new ToolmeshClient(`https://${mesh.registryAddr}`, { token: KEY_A, caFile: ca });
+    try {
+      assert.deepEqual((await agentA.listTools()).map((t) => t.name), ['add']);
+      assert.deepEqual(await agentA.invoke('add', { a: 1, b: 2 }), { sum: 3 });
+    } finally {
+      agentA.close();
+    }
+    const env = { ...NO_TOKEN, TOOLMESH_TOKEN: KEY_B, TOOLMESH_CA_FILE: ca };
+    const done = cli(['--registry', `https://${mesh.registryAddr}`, 'add', '{"a": 20, "b": 22}'], { env });
+    assertExit(done, EXIT.ok);
+    assert.equal(done.stdout, '{"sum":42}\n');
+    assert.equal(done.stderr, '');
+    const byFlag = cli(['--registry', `https://${mesh.registryAddr}`, '--ca-file', ca, 'list'], {
+      env: { ...env, TOOLMESH_CA_FILE: '' },
+    });
+    assertExit(byFlag, EXIT.ok);
+    assert.deepEqual(toolNames(byFlag.stdout), SECURED_TOOLS);
+  });
+
+  it('verifies the certificate and never falls back to plaintext', () => {
+    const env = { ...NO_TOKEN, TOOLMESH_TOKEN: KEY_B };
+    // Without the CA the certificate is not trusted (public roots only).
+    assertExit(cli(['--registry', `https://${mesh.registryAddr}`, '--timeout', '5', 'list'], { env }), EXIT.unavailable);
+    // http:// is plaintext, which a TLS registry does not speak.
+    assertExit(cli(['--registry', `http://${mesh.registryAddr}`, '--timeout', '5', 'list'], { env }), EXIT.unavailable);
+  });
+});
+
+describe('token settings', () => {
+  it('reads the token from the flag, the variable or the file, and never shows it', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'toolmesh-ts-token-'));
+    try {
+      const tokenFile = path.join(dir, 'token');
+      fs.writeFileSync(tokenFile, `${KEY_A}\n`);
+      assert.equal(tokenFromEnv(undefined, {}), undefined);
+      assert.equal(tokenFromEnv(undefined, { TOOLMESH_TOKEN: KEY_A }), KEY_A);
+      assert.equal(tokenFromEnv(undefined, { TOOLMESH_TOKEN_FILE: tokenFile }), KEY_A);
+      assert.equal(tokenFromEnv(tokenFile, { TOOLMESH_TOKEN: KEY_B }), KEY_A);
+      const bad = `has a space ${KEY_B}`;
+      for (const [env, message] of [
+        [{ TOOLMESH_TOKEN: KEY_A, TOOLMESH_TOKEN_FILE: tokenFile }, 'TOOLMESH_TOKEN and TOOLMESH_TOKEN_FILE are both set'],
+        [{ TOOLMESH_TOKEN: bad }, 'TOOLMESH_TOKEN is not a usable token: a token is one line of visible ASCII'],
+      ] as const) {
+        assert.throws(
+          () => tokenFromEnv(undefined, env),
+          (err: unknown) =>
+            err instanceof InvalidCredential &&
+            err.message.startsWith(message) &&
+            !err.message.includes(KEY_A) &&
+            !err.message.includes(bad),
+        );
+      }
+      fs.writeFileSync(tokenFile, 'two\nlines\n');
+      assert.throws(() => tokenFromEnv(undefined, { TOOLMESH_TOKEN_FILE: tokenFile }), /is not a usable token/);
+      const done = cli(['list'], { env: { ...NO_TOKEN, TOOLMESH_TOKEN: bad } });
+      assertExit(done, EXIT.usage);
+      assert.ok(done.stderr.startsWith('agent.ts: error: TOOLMESH_TOKEN is not a usable token'), done.stderr);
+      assert.ok(!done.stderr.includes(bad));
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -11,6 +11,12 @@
  *   npx tsx agent.ts list                                     # the live tools, one a line
  *   npx tsx agent.ts word_count '{"text":"a b c"}'            # only the result, on stdout
  *   npx tsx agent.ts --registry http://10.0.0.5:50051 list --openai
+ *   TOOLMESH_TOKEN_FILE=key TOOLMESH_CA_FILE=ca.pem npx tsx agent.ts --registry https://registry:50051 list
+ *
+ * The credential (an API key or a JWT) is sent as `authorization: Bearer ...`
+ * on every call: `--token-file FILE`, else TOOLMESH_TOKEN or
+ * TOOLMESH_TOKEN_FILE. An https:// registry is TLS, verified with
+ * TOOLMESH_CA_FILE (or --ca-file), else Node's public roots.
  *
  * The CLI's exit codes are those of the Python agent: see EXIT below.
  */
@@ -67,7 +73,7 @@ function toolmeshPackage(): ProtoGrpcType {
 
 // ------------------------------------------------------------------- addresses
 
-/** A registry address that is neither host:port nor http://host:port. */
+/** A registry address that is not host:port, http://host:port or https://host:port. */
 export class InvalidAddress extends Error {
   override name = 'InvalidAddress';
 }
@@ -77,26 +83,33 @@ export class ToolmeshSetupError extends Error {
   override name = 'ToolmeshSetupError';
 }
 
+/** Where the registry is: its gRPC target and whether to speak TLS. */
+export interface RegistryAddress {
+  /** host:port, as gRPC dials it. */
+  target: string;
+  /** true for https:// (TLS, never plaintext); false for host:port and http://. */
+  tls: boolean;
+}
+
 /**
- * The gRPC target (host:port) for a registry address, by the rule every
- * toolmesh binary and agent shares (toolmesh_proto::endpoint in Rust):
- * `host:port` or `http://host:port`, a trailing `/` dropped; `https://` is
- * refused until TLS is supported rather than silently used as plaintext.
- * Throws InvalidAddress saying what to write.
+ * The registry's target and transport, by the rule every toolmesh binary and
+ * agent shares (toolmesh_proto::endpoint in Rust): `host:port` or
+ * `http://host:port` (plaintext), `https://host:port` (TLS), a trailing `/`
+ * dropped. Throws InvalidAddress saying what to write.
  */
-export function registryTarget(address: string): string {
+export function registryAddress(address: string): RegistryAddress {
   const given = address.trim();
   const error = (problem: string) =>
     new InvalidAddress(
       `${JSON.stringify(address)} is not a server address: ${problem}; ` +
-        'write host:port or http://host:port, e.g. 127.0.0.1:50051',
+        'write host:port, http://host:port or https://host:port, e.g. 127.0.0.1:50051',
     );
   let rest = given;
+  let scheme = 'http';
   const sep = given.indexOf('://');
   if (sep >= 0) {
-    const scheme = given.slice(0, sep);
-    if (scheme === 'https') throw error('https:// needs TLS, which toolmesh does not support yet');
-    if (scheme !== 'http') throw error('the scheme must be http://');
+    scheme = given.slice(0, sep);
+    if (scheme !== 'http' && scheme !== 'https') throw error('the scheme must be http:// or https://');
     rest = given.slice(sep + 3);
   }
   const authority = rest.endsWith('/') ? rest.slice(0, -1) : rest;
@@ -113,8 +126,96 @@ export function registryTarget(address: string): string {
   if (!/^\+?[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
     throw error('the port must be a number from 1 to 65535');
   }
-  return authority;
+  return { target: authority, tls: scheme === 'https' };
 }
+
+/** The gRPC target (host:port) of a registry address; see registryAddress. */
+export function registryTarget(address: string): string {
+  return registryAddress(address).target;
+}
+
+// ------------------------------------------------------------------- credentials
+
+/** A token or CA setting that cannot be used. The message names the variable, flag or file, never the token. */
+export class InvalidCredential extends Error {
+  override name = 'InvalidCredential';
+}
+
+function usableToken(token: string, source: string): string {
+  if (!token) throw new InvalidCredential(`${source} is empty: it must hold the agent's API key or JWT`);
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    throw new InvalidCredential(
+      `${source} is not a usable token: a token is one line of visible ASCII characters, without spaces (an API key or a JWT)`,
+    );
+  }
+  return token;
+}
+
+function readOrExplain(file: string, source: string): Buffer {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    const { code, message } = err as NodeJS.ErrnoException;
+    const why = code === 'ENOENT' ? 'No such file or directory' : code === 'EACCES' ? 'Permission denied' : message;
+    throw new InvalidCredential(`${source} ${file}: ${why}`);
+  }
+}
+
+function readTokenFile(file: string, source: string): string {
+  let text = readOrExplain(file, source).toString('latin1');
+  if (text.endsWith('\r\n')) text = text.slice(0, -2);
+  else if (text.endsWith('\n')) text = text.slice(0, -1);
+  return usableToken(text, `${source} ${file}`);
+}
+
+/**
+ * The agent's credential: the file `tokenFile` (the --token-file flag) if
+ * given, else TOOLMESH_TOKEN (the key or JWT itself) or TOOLMESH_TOKEN_FILE
+ * (a file holding it, one line; the trailing line break is dropped), else
+ * undefined. Setting both variables is an error. Throws InvalidCredential,
+ * which never repeats the token.
+ */
+export function tokenFromEnv(tokenFile?: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (tokenFile) return readTokenFile(tokenFile, '--token-file');
+  const value = env.TOOLMESH_TOKEN ?? '';
+  const file = env.TOOLMESH_TOKEN_FILE ?? '';
+  if (value && file) throw new InvalidCredential('TOOLMESH_TOKEN and TOOLMESH_TOKEN_FILE are both set: set only one');
+  if (file) return readTokenFile(file, 'TOOLMESH_TOKEN_FILE');
+  if (value) return usableToken(value, 'TOOLMESH_TOKEN');
+  return undefined;
+}
+
+/**
+ * The CA file an https:// registry's certificate is verified with: `caFile`
+ * (the --ca-file flag), else TOOLMESH_CA_FILE, else undefined (public roots).
+ */
+export function caFileFromEnv(caFile?: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return caFile || env.TOOLMESH_CA_FILE || undefined;
+}
+
+function readCa(file: string, source: string): Buffer {
+  const pem = readOrExplain(file, source);
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) {
+    throw new InvalidCredential(`${source} ${file}: no PEM certificate in it (-----BEGIN CERTIFICATE-----)`);
+  }
+  return pem;
+}
+
+/** How a client reaches the registry and who it says it is. */
+export interface ConnectOptions {
+  /** The API key or JWT, sent as `authorization: Bearer <token>` on every call. */
+  token?: string;
+  /** PEM CA certificates an https:// registry is verified with (default: Node's public roots); refused for a plaintext address. */
+  caFile?: string;
+  /** Channel credentials to use instead (custom TLS); `caFile` is then ignored. */
+  credentials?: grpc.ChannelCredentials;
+  /** Default deadline of each call, in milliseconds. */
+  defaultTimeoutMs?: number;
+}
+
+export const NO_CREDENTIAL_HINT =
+  "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, " +
+  'or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it';
 
 // ------------------------------------------------------------------- errors
 
@@ -188,6 +289,22 @@ export class ToolUnavailable extends ToolmeshError {
   override name = 'ToolUnavailable';
 }
 
+/** UNAUTHENTICATED: the registry wants a credential, or refuses the one sent. */
+export class Unauthenticated extends ToolmeshError {
+  override name = 'Unauthenticated';
+  constructor(
+    message: string,
+    /** Whether the client sent a credential. */
+    readonly hadCredential: boolean,
+    /** What the registry said (never the credential). */
+    readonly statusMessage: string,
+    code?: grpc.status,
+    status?: Status__Output,
+  ) {
+    super(message, code, status);
+  }
+}
+
 // google.rpc messages are decoded with protobufjs (the library under
 // proto-loader) from the .proto files google-proto-files ships.
 let rpcRoot: protobuf.Root | undefined;
@@ -230,7 +347,7 @@ function seconds(d: Duration__Output): number {
   return Number(d.seconds) + d.nanos / 1e9;
 }
 
-function translate(err: grpc.ServiceError, tool: string): ToolmeshError {
+function translate(err: grpc.ServiceError, tool: string, hadCredential = false): ToolmeshError {
   const status = richStatus(err);
   const message = err.details || grpc.status[err.code];
   switch (err.code) {
@@ -255,6 +372,10 @@ function translate(err: grpc.ServiceError, tool: string): ToolmeshError {
       return new ToolTimeout(message, err.code, status);
     case grpc.status.UNAVAILABLE:
       return new ToolUnavailable(message, err.code, status);
+    case grpc.status.UNAUTHENTICATED: {
+      const text = hadCredential ? `the registry refused the credential (${message})` : `${NO_CREDENTIAL_HINT} (${message})`;
+      return new Unauthenticated(text, hadCredential, message, err.code, status);
+    }
     default:
       return new ToolmeshError(message, err.code, status);
   }
@@ -323,18 +444,52 @@ export interface InvokeOptions {
 /** Discovers and calls tools through a toolmesh registry. */
 export class ToolmeshClient {
   private readonly stub: ToolRegistryClient;
+  private readonly metadata: grpc.Metadata;
+  private readonly hasCredential: boolean;
+  readonly defaultTimeoutMs: number;
 
   /**
-   * `target` is host:port or http://host:port (see registryTarget, which
-   * throws InvalidAddress for anything else).
+   * `target` is host:port or http://host:port (plaintext), or
+   * https://host:port (TLS; see registryAddress, which throws InvalidAddress
+   * for anything else). `options.token` is sent on every call;
+   * `options.caFile` verifies an https:// registry's certificate.
+   * ToolmeshClient.fromEnv() reads them from the environment.
    */
-  constructor(
-    target = '127.0.0.1:50051',
-    credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure(),
-    readonly defaultTimeoutMs = 30_000,
-  ) {
+  constructor(target = '127.0.0.1:50051', options: ConnectOptions = {}) {
+    const address = registryAddress(target);
+    this.defaultTimeoutMs = options.defaultTimeoutMs ?? 30_000;
+    this.metadata = new grpc.Metadata();
+    this.hasCredential = options.token !== undefined;
+    if (options.token !== undefined) {
+      this.metadata.set('authorization', `Bearer ${usableToken(options.token, 'the token')}`);
+    }
+    let credentials = options.credentials;
+    if (!credentials) {
+      if (address.tls) {
+        credentials = grpc.credentials.createSsl(options.caFile ? readCa(options.caFile, 'the CA file') : null);
+      } else if (options.caFile) {
+        throw new InvalidCredential(
+          `a CA file is given but ${JSON.stringify(target)} is plaintext: write https://${address.target} for TLS`,
+        );
+      } else {
+        credentials = grpc.credentials.createInsecure();
+      }
+    }
     const { ToolRegistry } = toolmeshPackage().toolmesh.v1;
-    this.stub = new ToolRegistry(registryTarget(target), credentials);
+    this.stub = new ToolRegistry(address.target, credentials);
+  }
+
+  /**
+   * A client set up from the environment: the registry from
+   * TOOLMESH_REGISTRY (unless `target`), the credential by tokenFromEnv and
+   * the CA by caFileFromEnv.
+   */
+  static fromEnv(target?: string, opts: { tokenFile?: string; caFile?: string; defaultTimeoutMs?: number } = {}): ToolmeshClient {
+    return new ToolmeshClient(target || process.env.TOOLMESH_REGISTRY || '127.0.0.1:50051', {
+      token: tokenFromEnv(opts.tokenFile),
+      caFile: caFileFromEnv(opts.caFile),
+      defaultTimeoutMs: opts.defaultTimeoutMs,
+    });
   }
 
   close(): void {
@@ -345,11 +500,15 @@ export class ToolmeshClient {
     return { deadline: Date.now() + (timeoutMs ?? this.defaultTimeoutMs) };
   }
 
+  private failed(err: grpc.ServiceError, tool: string): ToolmeshError {
+    return translate(err, tool, this.hasCredential);
+  }
+
   /** The tools with at least one live instance, sorted by name. */
   listTools(tags: string[] = [], timeoutMs?: number): Promise<ToolSpec[]> {
     return new Promise((resolve, reject) => {
-      this.stub.listTools({ tags }, this.options(timeoutMs), (err, response) =>
-        err ? reject(translate(err, '')) : resolve(response!.tools.map(toSpec)),
+      this.stub.listTools({ tags }, this.metadata, this.options(timeoutMs), (err, response) =>
+        err ? reject(this.failed(err, '')) : resolve(response!.tools.map(toSpec)),
       );
     });
   }
@@ -357,8 +516,8 @@ export class ToolmeshClient {
   /** One tool; rejects with ToolNotFound if it has no live instance. */
   getTool(name: string, timeoutMs?: number): Promise<ToolSpec> {
     return new Promise((resolve, reject) => {
-      this.stub.getTool({ name }, this.options(timeoutMs), (err, tool) =>
-        err ? reject(translate(err, name)) : resolve(toSpec(tool!)),
+      this.stub.getTool({ name }, this.metadata, this.options(timeoutMs), (err, tool) =>
+        err ? reject(this.failed(err, name)) : resolve(toSpec(tool!)),
       );
     });
   }
@@ -370,14 +529,14 @@ export class ToolmeshClient {
 
   /**
    * Calls a tool and resolves to its parsed JSON result. Rejects with
-   * ToolArgumentError, ToolNotFound, RateLimited, ToolFailed, ToolTimeout or
-   * ToolUnavailable (all ToolmeshError).
+   * ToolArgumentError, ToolNotFound, RateLimited, ToolFailed, ToolTimeout,
+   * ToolUnavailable or Unauthenticated (all ToolmeshError).
    */
   invoke<T = unknown>(name: string, args: Record<string, unknown> = {}, opts: InvokeOptions = {}): Promise<T> {
     const request = { tool: name, argumentsJson: JSON.stringify(args), idempotencyKey: opts.idempotencyKey ?? '' };
     return new Promise<InvokeResponse__Output>((resolve, reject) => {
-      this.stub.invoke(request, this.options(opts.timeoutMs), (err, response) =>
-        err ? reject(translate(err, name)) : resolve(response!),
+      this.stub.invoke(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
+        err ? reject(this.failed(err, name)) : resolve(response!),
       );
     }).then((response) => {
       const result: unknown = response.resultJson ? JSON.parse(response.resultJson) : null;
@@ -403,7 +562,7 @@ export const EXIT = {
   ok: 0,
   /** Any other error from the registry (e.g. INTERNAL). */
   other: 1,
-  /** A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry. */
+  /** A bad command line: unknown flag, no tool named, arguments not a JSON object, bad --registry, an unusable token or CA setting. */
   usage: 2,
   /** RESOURCE_EXHAUSTED: the tool's rate limit is used up. */
   rateLimited: 3,
@@ -417,16 +576,23 @@ export const EXIT = {
   timeout: 7,
   /** UNAVAILABLE: the registry is unreachable, or no instance of the tool is. */
   unavailable: 8,
+  /** UNAUTHENTICATED: no credential, or one the registry refuses. */
+  unauthenticated: 9,
 } as const;
 
-const USAGE = `usage: agent.ts [--registry ADDR] list [--openai]
-       agent.ts [--registry ADDR] [--timeout SECONDS] [--idempotency-key KEY] [call] TOOL [JSON|-]
+const USAGE = `usage: agent.ts [--registry ADDR] [--token-file FILE] [--ca-file PEM] list [--openai]
+       agent.ts [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout SECONDS] [--idempotency-key KEY] [call] TOOL [JSON|-]
 
 List the tools of a toolmesh registry, or call one.
 
 options:
-  --registry ADDR          registry address, host:port or http://host:port
+  --registry ADDR          registry address, host:port, http://host:port or
+                           https://host:port (TLS)
                            (env TOOLMESH_REGISTRY; default 127.0.0.1:50051)
+  --token-file FILE        file holding the API key or JWT, one line
+                           (else env TOOLMESH_TOKEN or TOOLMESH_TOKEN_FILE)
+  --ca-file PEM            CA certificates an https:// registry is verified
+                           with (env TOOLMESH_CA_FILE; default: public roots)
   --openai                 with list: print OpenAI tool definitions
   --timeout SECONDS        deadline of the call, in seconds
   --idempotency-key KEY    calls with the same key run the tool once
@@ -434,10 +600,15 @@ options:
 TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
 - reads it from stdin. \`call\` is only needed for a tool named "list" or "call".
 
+credential (sent as \`authorization: Bearer ...\`): --token-file FILE, else
+TOOLMESH_TOKEN (the API key or JWT) or TOOLMESH_TOKEN_FILE (a file holding
+it). An https:// registry is TLS, verified with --ca-file or TOOLMESH_CA_FILE
+(PEM), else the public roots.
+
 exit codes: 0 result printed, 1 other registry error, 2 bad command line,
 3 rate limited, 4 the tool failed (is_error), 5 arguments refused
 (INVALID_ARGUMENT), 6 unknown tool, 7 timed out, 8 registry or tool
-unavailable.`;
+unavailable, 9 no credential or a refused one (UNAUTHENTICATED).`;
 
 class UsageError extends Error {}
 
@@ -445,6 +616,9 @@ const EXAMPLE = `e.g. '{"text": "a b c"}'`;
 
 interface Command {
   registry: string;
+  address: RegistryAddress;
+  tokenFile?: string;
+  caFile?: string;
   timeoutMs?: number;
   list?: { openai: boolean };
   call?: { tool: string; args: Record<string, unknown>; idempotencyKey?: string };
@@ -457,6 +631,8 @@ function parseCommand(argv: string[]): Command | 'help' {
       args: argv,
       options: {
         registry: { type: 'string' },
+        'token-file': { type: 'string' },
+        'ca-file': { type: 'string' },
         openai: { type: 'boolean' },
         timeout: { type: 'string' },
         'idempotency-key': { type: 'string' },
@@ -473,8 +649,12 @@ function parseCommand(argv: string[]): Command | 'help' {
   }
   const { values, positionals } = parsed;
   if (values.help) return 'help';
+  const registry = values.registry ?? (process.env.TOOLMESH_REGISTRY || '127.0.0.1:50051');
   const command: Command = {
-    registry: registryTarget(values.registry ?? (process.env.TOOLMESH_REGISTRY || '127.0.0.1:50051')),
+    registry,
+    address: registryAddress(registry),
+    tokenFile: values['token-file'],
+    caFile: values['ca-file'],
   };
   if (values.timeout !== undefined) {
     const seconds = Number(values.timeout);
@@ -532,9 +712,27 @@ export async function main(argv: string[]): Promise<number> {
     return EXIT.ok;
   }
   let mesh: ToolmeshClient;
+  const tokenSource = command.tokenFile
+    ? '--token-file'
+    : process.env.TOOLMESH_TOKEN_FILE
+      ? 'TOOLMESH_TOKEN_FILE'
+      : 'TOOLMESH_TOKEN';
   try {
-    mesh = new ToolmeshClient(command.registry);
+    const token = tokenFromEnv(command.tokenFile);
+    const caFile = caFileFromEnv(command.caFile);
+    const caSource = command.caFile ? '--ca-file' : 'TOOLMESH_CA_FILE';
+    if (caFile && !command.address.tls) {
+      throw new InvalidCredential(
+        `${caSource} is set but the registry ${JSON.stringify(command.registry)} is plaintext: write https://${command.address.target} for TLS`,
+      );
+    }
+    if (caFile) readCa(caFile, caSource);
+    mesh = new ToolmeshClient(command.registry, { token, caFile });
   } catch (err) {
+    if (err instanceof InvalidCredential) {
+      console.error(`agent.ts: error: ${err.message.split(/\s+/).join(' ')} (see --help)`);
+      return EXIT.usage;
+    }
     if (!(err instanceof ToolmeshSetupError)) throw err;
     console.error(`agent.ts: error: ${err.message}`);
     return EXIT.usage;
@@ -569,6 +767,12 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`tool failed: ${err.message}`);
       return EXIT.toolFailed;
     }
+    if (err instanceof Unauthenticated) {
+      console.error(
+        err.hadCredential ? `the registry refused the credential from ${tokenSource} (${err.statusMessage})` : err.message,
+      );
+      return EXIT.unauthenticated;
+    }
     if (err instanceof ToolmeshError) {
       console.error(`${err.name} (${err.code === undefined ? '-' : grpc.status[err.code]}): ${err.message}`);
       if (err instanceof ToolNotFound) return EXIT.notFound;
@@ -583,6 +787,14 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 if (require.main === module) {
+  // grpc-js sets the TLS server name to the registry's host even when it is an
+  // IP address (https://127.0.0.1:50051), which Node warns about (DEP0123) on
+  // stderr; the certificate is still verified for that IP. Other warnings
+  // are printed as Node prints them.
+  process.removeAllListeners('warning');
+  process.on('warning', (warning: Error & { code?: string }) => {
+    if (warning.code !== 'DEP0123') console.error(`(node:${process.pid}) ${warning.name}: ${warning.message}`);
+  });
   // A reader that goes away (e.g. `| head -1`) is not an error worth a stack trace.
   process.stdout.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? EXIT.ok : EXIT.other));
   main(process.argv.slice(2)).then((code) => process.exit(code));

@@ -1,12 +1,17 @@
 //! `agent`: the demo's Rust agent on its own, against any registry that
 //! serves the demo's tools. Exits 0 only when every expected outcome was
 //! observed.
+//!
+//! Its credential (an API key or a JWT) comes from `--token-file`, else
+//! `TOOLMESH_TOKEN` or `TOOLMESH_TOKEN_FILE`; an `https://` registry is
+//! verified with `--ca-file` / `TOOLMESH_CA_FILE`, else the public roots.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use toolmesh_examples::agent::{self, Options};
+use toolmesh_examples::agent::{self, Access, Options};
 
 /// Discovers the demo's tools, calls them, and shows every error case with
 /// its decoded google.rpc details.
@@ -14,7 +19,7 @@ use toolmesh_examples::agent::{self, Options};
 #[command(name = "agent", version, about)]
 struct Cli {
     /// Registry address: host:port, http://host:port, or https://host:port
-    /// (TLS, verified with the public roots).
+    /// (TLS, verified with --ca-file, else the public roots).
     #[arg(
         long,
         env = "TOOLMESH_REGISTRY",
@@ -25,6 +30,15 @@ struct Cli {
     /// Seconds to wait for the registry and every tool.
     #[arg(long, default_value_t = 30)]
     wait_secs: u64,
+    /// File holding the agent's API key or JWT, one line (else the
+    /// environment: TOOLMESH_TOKEN, the token itself, or
+    /// TOOLMESH_TOKEN_FILE, a file holding it).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// PEM CA certificates an https:// registry's certificate is verified
+    /// with (default: the public roots).
+    #[arg(long, value_name = "PEM", env = "TOOLMESH_CA_FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 /// `--registry` as the URL to dial, by the rule every binary and agent
@@ -36,11 +50,18 @@ fn registry_url(address: &str) -> Result<String, toolmesh_proto::endpoint::Endpo
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let access = match Access::from_env(cli.token_file.as_deref(), cli.ca_file) {
+        Ok(access) => access,
+        Err(error) => {
+            eprintln!("agent: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
     let options = Options {
         registry: cli.registry,
         wait_for_tools: Duration::from_secs(cli.wait_secs),
     };
-    match agent::run(&options).await {
+    match agent::run_with(&options, &access).await {
         Ok(report) if report.passed() => ExitCode::SUCCESS,
         Ok(_) => ExitCode::FAILURE,
         Err(error) => {
