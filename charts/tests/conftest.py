@@ -276,11 +276,15 @@ class Grpcurl:
     def __init__(self, path: str):
         self.path = path
 
-    def __call__(self, addr: str, method: str, request: dict | None = None, timeout: float = 10) -> dict:
+    def __call__(self, addr: str, method: str, request: dict | None = None, timeout: float = 10,
+                 headers: dict[str, str] | None = None) -> dict:
         """Calls ``method`` (``package.Service/Method``) on ``addr``
-        (``host:port``); returns the answer as JSON, or raises
-        :class:`GrpcError` with the status code (``NotFound``, ...)."""
+        (``host:port``), with ``headers`` (e.g. ``authorization``); returns
+        the answer as JSON, or raises :class:`GrpcError` with the status
+        code (``NotFound``, ...)."""
         args = [self.path, "-plaintext", "-max-time", str(timeout)]
+        for name, value in (headers or {}).items():
+            args += ["-H", f"{name}: {value}"]
         if request is not None:
             args += ["-d", json.dumps(request)]
         args += [addr, method]

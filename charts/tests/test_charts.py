@@ -53,6 +53,7 @@ from chartlib import (
 
 pytestmark = pytest.mark.timeout(120)
 
+DIGEST_ = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 WORKSPACE_VERSION = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["package"]["version"]
 LATEST_KUBERNETES = kubernetes_validate.utils.latest_version()
 
@@ -82,8 +83,24 @@ def prepared_charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     return prepared(tmp_path_factory.mktemp("charts"))
 
 
+#: Values that let the registry chart render without authentication: its
+#: defaults refuse to (secure by default; see test_defaults_refuse_an_open_registry).
+OPEN = {"insecure": True}
+
+
+def base_values(chart: ChartInfo) -> dict[str, Any]:
+    """What "the defaults" are rendered with: nothing, but for the registry
+    chart `insecure: true`, since its bare defaults fail on purpose."""
+    return dict(OPEN) if chart is REGISTRY else {}
+
+
+def render_open(prepared_charts: dict[str, Path], values: dict[str, Any] | None = None, **kwargs: Any) -> Rendered:
+    """The registry chart rendered with ``values`` over `insecure: true`."""
+    return render(prepared_charts["toolmesh"], merged(OPEN, values), **kwargs)
+
+
 def render_case(prepared_charts: dict[str, Path], chart: ChartInfo, values_file: Path | None) -> Rendered:
-    values = load_values(values_file) if values_file else {}
+    values = load_values(values_file) if values_file else base_values(chart)
     return render(prepared_charts[chart.name], values, name="toolmesh", namespace="toolmesh")
 
 
@@ -100,7 +117,7 @@ def min_kubernetes(chart_dir: Path) -> str:
 
 @pytest.mark.parametrize("chart", list(CHARTS.values()), ids=lambda c: c.name)
 def test_lint_strict_with_defaults(prepared_charts, chart):
-    report = helm.lint(str(prepared_charts[chart.name]), strict=True, quiet=False)
+    report = helm.lint(str(prepared_charts[chart.name]), base_values(chart), strict=True, quiet=False)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not report["errors"] and not problems, f"helm lint --strict {chart.path}: {report}"
 
@@ -206,7 +223,7 @@ def test_workloads_have_probes_resources_and_restricted_security(prepared_charts
 
 
 def test_registry_probes_are_native_grpc_health(prepared_charts):
-    deployment = render(prepared_charts["toolmesh"]).one("Deployment")
+    deployment = render_open(prepared_charts).one("Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[probe]["grpc"] == {"port": 50051}, probe
@@ -229,6 +246,16 @@ def test_registry_probes_are_native_grpc_health(prepared_charts):
         pytest.param(REGISTRY, {"redis": {"internal": {"enable": True}}}, "enable", id="toolmesh:unknown-deep-key"),
         pytest.param(EXAMPLE, {"port": "8080"}, "port", id="inventory-tool:port-as-text"),
         pytest.param(EXAMPLE, {"replica": 1}, "replica", id="inventory-tool:unknown-key"),
+        pytest.param(REGISTRY, {"insecure": "yes"}, "insecure", id="toolmesh:insecure-as-text"),
+        pytest.param(REGISTRY, {"registrants": {"inline": [{"name": "x", "token_sha256": "abc", "tools": ["t"]}]}},
+                     "token_sha256", id="toolmesh:registrant-digest"),
+        pytest.param(REGISTRY, {"auth": {"apiKeys": {"inline": [{"caller": "a", "sha256": DIGEST_, "group": []}]}}},
+                     "group", id="toolmesh:api-key-unknown-field"),
+        pytest.param(REGISTRY, {"auth": {"policy": {"rules": [{"callers": ["a"]}]}}}, "tools", id="toolmesh:rule-without-tools"),
+        pytest.param(REGISTRY, {"tls": {"existingSecret": "t", "requireClientCert": "true"}}, "requireClientCert",
+                     id="toolmesh:tls-bool-as-text"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"insecure": 1}}, "insecure", id="toolmesh-sidecar:insecure-as-number"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"tls": {"secret": "x"}}}, "secret", id="toolmesh-sidecar:unknown-tls-key"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"port": "x"}}, "port", id="toolmesh-sidecar:port-as-text"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registy": "r:1"}}, "registy", id="toolmesh-sidecar:unknown-key"),
         pytest.param(
@@ -271,7 +298,7 @@ def test_schema_closes_every_object_of_its_own(chart):
 
 def test_replicas_without_redis_fail_with_a_clear_message(prepared_charts):
     with pytest.raises(helm.HelmRenderError) as refused:
-        render(prepared_charts["toolmesh"], {"replicas": 3})
+        render_open(prepared_charts, {"replicas": 3})
     message = str(refused.value)
     assert "replicas: 3 needs Redis" in message
     assert "redis.url" in message and "redis.internal.enabled" in message
@@ -280,14 +307,14 @@ def test_replicas_without_redis_fail_with_a_clear_message(prepared_charts):
 
 def test_autoscaling_without_redis_fails(prepared_charts):
     with pytest.raises(helm.HelmRenderError, match="autoscaling.enabled needs Redis"):
-        render(prepared_charts["toolmesh"], {"autoscaling": {"enabled": True}})
+        render_open(prepared_charts, {"autoscaling": {"enabled": True}})
 
 
 @pytest.mark.parametrize(
     "redis", [{"url": "redis://redis:6379/0"}, {"internal": {"enabled": True}}], ids=["external", "internal"]
 )
 def test_replicas_with_redis_render(prepared_charts, redis):
-    deployment = render(prepared_charts["toolmesh"], {"replicas": 3, "redis": redis}).one("Deployment", "toolmesh")
+    deployment = render_open(prepared_charts, {"replicas": 3, "redis": redis}).one("Deployment", "toolmesh")
     assert deployment["spec"]["replicas"] == 3
 
 
@@ -305,7 +332,7 @@ def test_replicas_with_redis_render(prepared_charts, redis):
 )
 def test_refused_combinations(prepared_charts, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
-        render(prepared_charts["toolmesh"], values)
+        render_open(prepared_charts, values)
 
 
 def test_sidecar_without_tools_fails(prepared_charts):
@@ -332,10 +359,19 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
     assert len(envs) >= 20, f"README's flag tables not found: {envs}"
     everything = {
         "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
-        "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]},
+        "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"], "auditLog": "-"},
         "executeToken": {"existingSecret": "toolmesh-execute-token"},
+        "insecure": True,
+        "tls": {"existingSecret": "tls", "clientCaSecret": "client-ca", "requireClientCert": True},
+        "sidecarTls": {"caSecret": "sidecar-ca", "clientCertSecret": "registry-client"},
+        "registrants": {"existingSecret": "registrants"},
+        "auth": {
+            "apiKeys": {"existingSecret": "api-keys"},
+            "jwt": {"existingSecret": "jwks", "issuer": "https://issuer.example", "audience": "toolmesh"},
+            "policy": {"existingConfigMap": "policy"},
+        },
     }
-    container = render(prepared_charts["toolmesh"], everything).one("Deployment")["spec"]["template"]["spec"][
+    container = render_open(prepared_charts, everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"
     ][0]
     set_ = set(env_of(container))
@@ -350,7 +386,7 @@ def test_registry_settings_reach_the_environment(prepared_charts):
         "config": {"leaseTtl": "1m 30s", "maxTools": 7, "logCalls": False, "port": 6000, "listenHost": "[::]"},
         "redis": {"url": "redis://r:6379", "outage": "degrade", "poolSize": 9},
     }
-    rendered = render(prepared_charts["toolmesh"], values)
+    rendered = render_open(prepared_charts, values)
     container = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = env_of(container)
     assert env["TOOLMESH_LEASE_TTL"] == "1m 30s"
@@ -360,7 +396,7 @@ def test_registry_settings_reach_the_environment(prepared_charts):
     assert env["TOOLMESH_REDIS_OUTAGE"] == "degrade"
     assert env["TOOLMESH_REDIS_POOL_SIZE"] == "9"
     assert "TOOLMESH_ENDPOINT_ALLOW" not in env, "empty: any host"
-    allowed = render(prepared_charts["toolmesh"], {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
+    allowed = render_open(prepared_charts, {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
     allowed_env = env_of(allowed.one("Deployment")["spec"]["template"]["spec"]["containers"][0])
     assert allowed_env["TOOLMESH_ENDPOINT_ALLOW"] == "10.0.0.0/8,*.svc.cluster.local"
     assert container["readinessProbe"]["grpc"]["port"] == 6000
@@ -376,7 +412,7 @@ def test_shutdown_delay_is_tied_to_the_grace_period(prepared_charts, delay, grac
     values: dict[str, Any] = {"config": {"shutdownDelaySeconds": delay, "shutdownGraceSeconds": grace}}
     if explicit is not None:
         values["terminationGracePeriodSeconds"] = explicit
-    pod = render(prepared_charts["toolmesh"], values).one("Deployment")["spec"]["template"]["spec"]
+    pod = render_open(prepared_charts, values).one("Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == expected
     env = env_of(pod["containers"][0])
     assert env["TOOLMESH_SHUTDOWN_DELAY"] == f"{delay}s"
@@ -384,7 +420,7 @@ def test_shutdown_delay_is_tied_to_the_grace_period(prepared_charts, delay, grac
 
 
 def test_service_account_token_is_never_mounted(prepared_charts):
-    rendered = render(prepared_charts["toolmesh"])
+    rendered = render_open(prepared_charts)
     assert rendered.one("ServiceAccount")["automountServiceAccountToken"] is False
     pod = rendered.one("Deployment")["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
@@ -396,7 +432,7 @@ def test_external_redis_password_comes_from_a_secret_file(prepared_charts):
         ({"url": "redis://r:6379", "existingSecret": "mine", "existingSecretPasswordKey": "pw"}, "mine", "pw"),
         ({"url": "redis://r:6379", "password": "hunter2"}, "toolmesh-redis", "redis-password"),
     ]:
-        rendered = render(prepared_charts["toolmesh"], {"redis": redis})
+        rendered = render_open(prepared_charts, {"redis": redis})
         pod = rendered.one("Deployment")["spec"]["template"]["spec"]
         env = env_of(pod["containers"][0])
         assert env["TOOLMESH_REDIS_PASSWORD_FILE"] == "/var/run/secrets/toolmesh/redis/password"
@@ -412,7 +448,7 @@ def test_external_redis_password_comes_from_a_secret_file(prepared_charts):
 
 
 def test_internal_redis(prepared_charts):
-    rendered = render(prepared_charts["toolmesh"], {"replicas": 2, "redis": {"internal": {"enabled": True}}})
+    rendered = render_open(prepared_charts, {"replicas": 2, "redis": {"internal": {"enabled": True}}})
     secret = rendered.one("Secret", "toolmesh-redis")
     password = base64.b64decode(secret["data"]["redis-password"]).decode()
     assert len(password) == 32, "a random password is generated"
@@ -442,7 +478,7 @@ def test_internal_redis_config_runs_on_redis_server(prepared_charts, tmp_path):
             pytest.fail(message)
         pytest.skip(message)
     password = 'p a"s\\s $(x)'
-    rendered = render(prepared_charts["toolmesh"], {"redis": {"internal": {"enabled": True, "password": password}}})
+    rendered = render_open(prepared_charts, {"redis": {"internal": {"enabled": True, "password": password}}})
     secret = rendered.one("Secret", "toolmesh-redis")
     assert base64.b64decode(secret["data"]["redis-password"]).decode() == password
     conf = tmp_path / "redis.conf"
@@ -482,7 +518,7 @@ def test_internal_redis_config_runs_on_redis_server(prepared_charts, tmp_path):
 
 
 def test_pdb_hpa_spread(prepared_charts):
-    rendered = render(prepared_charts["toolmesh"], load_values(REGISTRY.source / "ci" / "redis-ha-values.yaml"))
+    rendered = render_open(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-ha-values.yaml"))
     deployment = rendered.one("Deployment")
     assert "replicas" not in deployment["spec"], "the HPA owns replicas"
     hpa = rendered.one("HorizontalPodAutoscaler")
@@ -497,14 +533,14 @@ def test_pdb_hpa_spread(prepared_charts):
 
 
 def test_optional_objects_are_off_by_default(prepared_charts):
-    kinds = {o["kind"] for o in render(prepared_charts["toolmesh"]).objects}
+    kinds = {o["kind"] for o in render_open(prepared_charts).objects}
     assert kinds == {"Deployment", "Service", "ServiceAccount", "Pod"}, kinds
 
 
 def test_network_policies(prepared_charts):
     values = load_values(REGISTRY.source / "ci" / "networkpolicy-values.yaml")
     values["redis"]["url"] = "redis://10.20.0.5:6390/2"
-    policy = render(prepared_charts["toolmesh"], values).one("NetworkPolicy")
+    policy = render_open(prepared_charts, values).one("NetworkPolicy")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     [ingress] = spec["ingress"]
@@ -515,14 +551,14 @@ def test_network_policies(prepared_charts):
     egress_ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
     assert egress_ports == [[53, 53], [50061, 50062], [6390], [4317]]
 
-    internal = render(prepared_charts["toolmesh"], load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
+    internal = render_open(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
     redis_policy = internal.one("NetworkPolicy", "toolmesh-redis")["spec"]
     assert redis_policy["egress"] == [] and redis_policy["policyTypes"] == ["Ingress", "Egress"]
     assert redis_policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "registry"
 
 
 def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
-    rendered = render(prepared_charts["toolmesh"], name="tm", namespace="tools")
+    rendered = render_open(prepared_charts, name="tm", namespace="tools")
     [hook] = rendered.hooks()
     assert hook["kind"] == "Pod" and hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
     container = hook["spec"]["containers"][0]
@@ -531,14 +567,215 @@ def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
     services = [container["args"][i + 1] for i, a in enumerate(container["args"]) if a == "--service"]
     assert services == ["", "toolmesh.v1.ToolRegistry", "toolmesh.v1.Registration"]
     assert hook["spec"]["restartPolicy"] == "Never"
-    assert not render(prepared_charts["toolmesh"], {"tests": {"enabled": False}}).hooks()
+    assert not render_open(prepared_charts, {"tests": {"enabled": False}}).hooks()
 
 
 def test_notes(prepared_charts):
-    notes = render(prepared_charts["toolmesh"], name="tm", namespace="tools").notes
+    notes = render_open(prepared_charts, name="tm", namespace="tools").notes
     assert "tm-toolmesh.tools.svc:50051" in notes and "embedded" in notes
-    notes = render(prepared_charts["toolmesh"], {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
+    notes = render_open(prepared_charts, {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
     assert "not for production" in notes and "Replicas: 3" in notes
+
+
+# --- security: authentication, TLS, the audit log --------------------------------
+
+DIGEST = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+AUTH = {
+    "registrants": {"inline": [{"name": "inventory", "token_sha256": DIGEST, "tools": ["lookup"], "max_instances": 4}]},
+    "auth": {"apiKeys": {"inline": [{"caller": "agent-1", "sha256": DIGEST, "groups": ["ops"]}]}},
+}
+
+
+def registry_pod(rendered: Rendered) -> dict[str, Any]:
+    return rendered.one("Deployment")["spec"]["template"]["spec"]
+
+
+def file_source(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volume a file path of the container comes from, and its mount."""
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    return volume, mount
+
+
+def test_defaults_refuse_an_open_registry(prepared_charts):
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(prepared_charts["toolmesh"])
+    message = str(refused.value)
+    assert "refuses to listen beyond loopback (config.listenHost 0.0.0.0)" in message
+    assert "agents (set auth.apiKeys or auth.jwt) and registration (set registrants) unauthenticated" in message
+    assert "insecure=true" in message
+    # Half the authentication is not enough: the message names the other half.
+    with pytest.raises(helm.HelmRenderError, match=r"with registration \(set registrants\) unauthenticated"):
+        render(prepared_charts["toolmesh"], {"auth": AUTH["auth"]})
+    with pytest.raises(helm.HelmRenderError, match=r"with agents \(set auth.apiKeys or auth.jwt\) unauthenticated"):
+        render(prepared_charts["toolmesh"], {"registrants": AUTH["registrants"]})
+    # On loopback the registry starts without any (as it does).
+    render(prepared_charts["toolmesh"], {"config": {"listenHost": "127.0.0.1"}, "hostNetwork": True})
+
+
+@pytest.mark.parametrize(
+    "agents",
+    [AUTH["auth"], {"jwt": {"keys": "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n"}}],
+    ids=["api-keys", "jwt"],
+)
+def test_authenticated_registry_renders_without_insecure(prepared_charts, agents):
+    rendered = render(prepared_charts["toolmesh"], {"registrants": AUTH["registrants"], "auth": agents})
+    env = env_of(registry_pod(rendered)["containers"][0])
+    assert "TOOLMESH_INSECURE" not in env
+    assert "WARNING: insecure" not in rendered.notes
+
+
+def test_insecure_sets_the_flag_and_warns(prepared_charts):
+    rendered = render_open(prepared_charts)
+    assert env_of(registry_pod(rendered)["containers"][0])["TOOLMESH_INSECURE"] == "true"
+    notes = " ".join(rendered.notes.split())
+    assert "WARNING: insecure=true. Agents are not authenticated" in notes
+    assert "Registration is open" in notes
+
+
+def test_inline_registrants_and_api_keys_go_in_a_secret(prepared_charts):
+    rendered = render(prepared_charts["toolmesh"], AUTH)
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    for variable, name, key, wanted in [
+        ("TOOLMESH_REGISTRANTS_FILE", "toolmesh-registrants", "registrants.yaml",
+         {"registrants": AUTH["registrants"]["inline"]}),
+        ("TOOLMESH_API_KEYS_FILE", "toolmesh-api-keys", "api-keys.yaml", {"keys": AUTH["auth"]["apiKeys"]["inline"]}),
+    ]:
+        secret = rendered.one("Secret", name)
+        path = env[variable]
+        assert path.startswith("/var/run/secrets/toolmesh/") and path.endswith("/" + key)
+        volume, mount = file_source(pod, container, path)
+        assert mount["readOnly"] is True and "subPath" not in mount, "a whole volume: the kubelet's updates reach it"
+        assert volume["secret"]["secretName"] == name
+        assert volume["secret"]["items"] == [{"key": key, "path": key}]
+        assert yaml.safe_load(base64.b64decode(secret["data"][key])) == wanted
+    # No checksum annotation: the registry reloads the files, no restart.
+    annotations = rendered.one("Deployment")["spec"]["template"]["metadata"].get("annotations") or {}
+    assert not [a for a in annotations if a.startswith("checksum/")]
+
+
+def test_existing_secrets_win_over_inline_values(prepared_charts):
+    values = merged(AUTH, {
+        "registrants": {"existingSecret": "regs", "existingSecretKey": "r.yaml"},
+        "auth": {"apiKeys": {"existingSecret": "keys", "existingSecretKey": "k.yaml"}},
+    })
+    rendered = render(prepared_charts["toolmesh"], values)
+    assert not rendered.of_kind("Secret"), "nothing of the chart's own"
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    for variable, secret, key in [("TOOLMESH_REGISTRANTS_FILE", "regs", "r.yaml"),
+                                  ("TOOLMESH_API_KEYS_FILE", "keys", "k.yaml")]:
+        volume, _ = file_source(pod, container, env[variable])
+        assert volume["secret"]["secretName"] == secret
+        assert volume["secret"]["items"] == [{"key": key, "path": env[variable].rsplit("/", 1)[1]}]
+
+
+def test_inline_policy_and_jwt_keys_go_in_a_configmap(prepared_charts):
+    rules = [{"callers": ["agent-1"], "tools": ["lookup", "invoice.*"]}, {"groups": ["ops"], "tools": ["*"]}]
+    jwks = '{"keys": []}'
+    values = merged(AUTH, {"auth": {"policy": {"rules": rules}, "jwt": {
+        "keys": jwks, "issuer": "https://issuer.example", "audience": "toolmesh", "leeway": "30s",
+        "callerClaim": "email", "groupsClaim": "roles"}}})
+    rendered = render(prepared_charts["toolmesh"], values)
+    assert yaml.safe_load(rendered.one("ConfigMap", "toolmesh-policy")["data"]["policy.yaml"]) == {"rules": rules}
+    assert rendered.one("ConfigMap", "toolmesh-jwt-keys")["data"]["jwt-keys"].strip() == jwks
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert env["TOOLMESH_POLICY_FILE"] == "/etc/toolmesh/policy/policy.yaml"
+    volume, _ = file_source(pod, container, env["TOOLMESH_POLICY_FILE"])
+    assert volume["configMap"] == {"name": "toolmesh-policy", "defaultMode": 0o444,
+                                   "items": [{"key": "policy.yaml", "path": "policy.yaml"}]}
+    volume, _ = file_source(pod, container, env["TOOLMESH_JWT_KEYS_FILE"])
+    assert volume["configMap"]["items"] == [{"key": "jwt-keys", "path": "keys"}]
+    assert (env["TOOLMESH_JWT_ISSUER"], env["TOOLMESH_JWT_AUDIENCE"], env["TOOLMESH_JWT_LEEWAY"]) == (
+        "https://issuer.example", "toolmesh", "30s")
+    assert (env["TOOLMESH_JWT_CALLER_CLAIM"], env["TOOLMESH_JWT_GROUPS_CLAIM"]) == ("email", "roles")
+    # An existing ConfigMap instead, under a key of its own.
+    existing = render(prepared_charts["toolmesh"], merged(AUTH, {"auth": {"policy": {
+        "existingConfigMap": "team-policy", "existingConfigMapKey": "rules.yaml", "rules": rules}}}))
+    assert not existing.of_kind("ConfigMap")
+    pod = registry_pod(existing)
+    volume, _ = file_source(pod, pod["containers"][0], "/etc/toolmesh/policy/policy.yaml")
+    assert volume["configMap"]["name"] == "team-policy"
+    assert volume["configMap"]["items"] == [{"key": "rules.yaml", "path": "policy.yaml"}]
+
+
+def test_policy_without_authenticated_agents_fails(prepared_charts):
+    with pytest.raises(helm.HelmRenderError, match="auth.policy needs authenticated agents"):
+        render_open(prepared_charts, {"auth": {"policy": {"rules": [{"callers": ["*"], "tools": ["*"]}]}}})
+
+
+def test_audit_log(prepared_charts):
+    env = env_of(registry_pod(render_open(prepared_charts, {"config": {"auditLog": "-"}}))["containers"][0])
+    assert env["TOOLMESH_AUDIT_LOG"] == "-"
+    assert "TOOLMESH_AUDIT_LOG" not in env_of(registry_pod(render_open(prepared_charts))["containers"][0])
+
+
+def test_tls_mounts_the_secret_and_switches_probes_to_exec(prepared_charts):
+    values = merged(AUTH, {"tls": {"existingSecret": "toolmesh-tls", "clientCaSecret": "client-ca"},
+                           "sidecarTls": {"caSecret": "sidecars-ca", "caSecretKey": "root.pem",
+                                          "clientCertSecret": "registry-client"}})
+    rendered = render(prepared_charts["toolmesh"], values, name="tm", namespace="tools")
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert env["TOOLMESH_TLS_CERT_FILE"] == "/var/run/secrets/toolmesh/tls/tls.crt"
+    assert env["TOOLMESH_TLS_KEY_FILE"] == "/var/run/secrets/toolmesh/tls/tls.key"
+    volume, mount = file_source(pod, container, env["TOOLMESH_TLS_CERT_FILE"])
+    assert volume["secret"]["secretName"] == "toolmesh-tls" and "subPath" not in mount
+    assert volume["secret"]["items"] == [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"},
+                                         {"key": "ca.crt", "path": "ca.crt"}]
+    for variable, secret, items in [
+        ("TOOLMESH_TLS_CLIENT_CA_FILE", "client-ca", [{"key": "ca.crt", "path": "ca.crt"}]),
+        ("TOOLMESH_SIDECAR_CA_FILE", "sidecars-ca", [{"key": "root.pem", "path": "ca.crt"}]),
+        ("TOOLMESH_SIDECAR_CERT_FILE", "registry-client",
+         [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]),
+    ]:
+        volume, _ = file_source(pod, container, env[variable])
+        assert (volume["secret"]["secretName"], volume["secret"]["items"]) == (secret, items), variable
+    assert env["TOOLMESH_SIDECAR_KEY_FILE"] == "/var/run/secrets/toolmesh/sidecar-client/tls.key"
+    assert "TOOLMESH_TLS_REQUIRE_CLIENT_CERT" not in env
+    # Probes: exec of the registry's health over TLS, on the pod's loopback
+    # under the Service's name (hostAliases), which the certificate names.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        handler = container[probe]
+        assert "grpc" not in handler, probe
+        command = handler["exec"]["command"]
+        assert command[:4] == ["/usr/local/bin/toolmesh-registry", "health", "--address", "https://tm-toolmesh.tools.svc:50051"]
+        assert command[4:6] == ["--ca-file", "/var/run/secrets/toolmesh/tls/ca.crt"]
+        assert "--cert-file" not in command
+    assert pod["hostAliases"] == [{"ip": "127.0.0.1", "hostnames": ["tm-toolmesh.tools.svc"]}]
+    # The helm test pod: the same over the Service, trusting the same CA.
+    [hook] = rendered.hooks()
+    args = hook["spec"]["containers"][0]["args"]
+    assert args[:5] == ["health", "--address", "https://tm-toolmesh.tools.svc:50051", "--ca-file",
+                        "/var/run/secrets/toolmesh/tls/ca.crt"]
+    assert hook["spec"]["volumes"][0]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert "-cacert ca.crt" in rendered.notes and "-plaintext" not in rendered.notes
+
+
+def test_tls_with_required_client_certificates(prepared_charts):
+    values = merged(AUTH, {"tls": {"existingSecret": "toolmesh-tls", "clientCaSecret": "toolmesh-tls",
+                                   "requireClientCert": True, "probeHost": "registry.example.com", "caKey": ""}})
+    rendered = render(prepared_charts["toolmesh"], values)
+    container = registry_pod(rendered)["containers"][0]
+    assert env_of(container)["TOOLMESH_TLS_REQUIRE_CLIENT_CERT"] == "true"
+    command = container["livenessProbe"]["exec"]["command"]
+    assert command[3] == "https://registry.example.com:50051"
+    assert "--ca-file" not in command, "caKey empty: the public roots"
+    assert command[4:8] == ["--cert-file", "/var/run/secrets/toolmesh/tls/tls.crt",
+                            "--key-file", "/var/run/secrets/toolmesh/tls/tls.key"]
+    assert registry_pod(rendered)["hostAliases"][0]["hostnames"] == ["registry.example.com"]
+    [hook] = rendered.hooks()
+    assert "--cert-file" in hook["spec"]["containers"][0]["args"]
+    with pytest.raises(helm.HelmRenderError, match="tls.requireClientCert needs tls.clientCaSecret"):
+        render_open(prepared_charts, {"tls": {"existingSecret": "t", "requireClientCert": True}})
+    with pytest.raises(helm.HelmRenderError, match="need TLS: set tls.existingSecret"):
+        render_open(prepared_charts, {"tls": {"clientCaSecret": "ca"}})
 
 
 # --- the sidecar library and the example tool chart -----------------------------
@@ -584,7 +821,7 @@ def test_execute_token_from_one_secret_on_both_sides(prepared_charts):
     """The registry and a tool chart read the same Secret as a file; the
     token is never in the environment or the rendered objects."""
     secret = {"existingSecret": "toolmesh-execute-token", "existingSecretKey": "t"}
-    registry_pod = render(prepared_charts["toolmesh"], {"executeToken": secret}).one("Deployment")["spec"]["template"]["spec"]
+    registry_pod = render_open(prepared_charts, {"executeToken": secret}).one("Deployment")["spec"]["template"]["spec"]
     tool_pod = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"executeToken": secret}}).one(
         "Deployment")["spec"]["template"]["spec"]
     for pod, container_name in ((registry_pod, "registry"), (tool_pod, "toolmesh-sidecar")):
@@ -596,9 +833,76 @@ def test_execute_token_from_one_secret_on_both_sides(prepared_charts):
         assert volume["secret"]["secretName"] == "toolmesh-execute-token"
         assert volume["secret"]["items"] == [{"key": "t", "path": path.rsplit("/", 1)[1]}]
     # Without it, no token file at all.
-    plain = render(prepared_charts["inventory-tool"]).one("Deployment")["spec"]["template"]["spec"]
+    plain = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {
+        "executeToken": {"existingSecret": ""}, "insecure": True}}).one("Deployment")["spec"]["template"]["spec"]
     sidecar = next(c for c in plain["containers"] if c["name"] == "toolmesh-sidecar")
     assert "TOOLMESH_EXECUTE_TOKEN_FILE" not in env_of(sidecar)
+
+
+def sidecar_of(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    return pod, next(c for c in pod["containers"] if c["name"] == "toolmesh-sidecar")
+
+
+def test_example_is_secure_by_default(prepared_charts):
+    """The example tool chart authenticates both ways with its defaults:
+    the registry's execute token and its own registration token."""
+    pod, sidecar = sidecar_of(render(prepared_charts["inventory-tool"]))
+    env = env_of(sidecar)
+    assert "TOOLMESH_SIDECAR_INSECURE" not in env
+    for variable, secret in [("TOOLMESH_EXECUTE_TOKEN_FILE", "toolmesh-execute-token"),
+                             ("TOOLMESH_REGISTRATION_TOKEN_FILE", "inventory-tool-registration-token")]:
+        volume, mount = file_source(pod, sidecar, env[variable])
+        assert volume["secret"]["secretName"] == secret and mount["readOnly"] is True
+        assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
+
+
+def test_sidecar_refuses_to_listen_open(prepared_charts):
+    unguarded = {"toolmesh-sidecar": {"executeToken": {"existingSecret": ""}}}
+    with pytest.raises(helm.HelmRenderError) as refused:
+        render(prepared_charts["inventory-tool"], unguarded)
+    message = str(refused.value)
+    assert "refuses to listen beyond loopback (toolmesh-sidecar.listenHost 0.0.0.0)" in message
+    assert "executeToken.existingSecret" in message and "registryIdentity" in message and "insecure=true" in message
+    _, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], merged(unguarded, {"toolmesh-sidecar": {"insecure": True}})))
+    assert env_of(sidecar)["TOOLMESH_SIDECAR_INSECURE"] == "true"
+    # On loopback it needs nothing (as the binary).
+    render(prepared_charts["inventory-tool"], merged(unguarded, {"hostNetwork": True, "toolmesh-sidecar": {"listenHost": "127.0.0.1"}}))
+    with pytest.raises(helm.HelmRenderError, match="registryIdentity needs TLS with client certificates"):
+        render(prepared_charts["inventory-tool"], merged(unguarded, {"toolmesh-sidecar": {"registryIdentity": "spiffe://x"}}))
+
+
+def test_sidecar_tls_and_registry_identity(prepared_charts):
+    values = {"toolmesh-sidecar": {
+        "executeToken": {"existingSecret": ""},
+        "tls": {"existingSecret": "inventory-tls", "clientCaSecret": "mesh-ca", "clientCaSecretKey": "root.pem"},
+        "registryIdentity": "spiffe://example.org/ns/toolmesh/sa/toolmesh",
+        "registry": "https://toolmesh.toolmesh.svc:50051",
+        "registryTls": {"caSecret": "mesh-ca", "clientCertSecret": "inventory-client"},
+    }}
+    pod, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], values))
+    env = env_of(sidecar)
+    assert env["TOOLMESH_REGISTRY"] == "https://toolmesh.toolmesh.svc:50051"
+    assert env["TOOLMESH_ADVERTISE"] == "https://$(POD_IP):50061"
+    assert env["TOOLMESH_REGISTRY_IDENTITY"] == "spiffe://example.org/ns/toolmesh/sa/toolmesh"
+    assert "TOOLMESH_EXECUTE_TOKEN_FILE" not in env and "TOOLMESH_SIDECAR_INSECURE" not in env
+    for variable, secret, key, path in [
+        ("TOOLMESH_SIDECAR_TLS_CERT_FILE", "inventory-tls", "tls.crt", "tls.crt"),
+        ("TOOLMESH_SIDECAR_TLS_KEY_FILE", "inventory-tls", "tls.key", "tls.key"),
+        ("TOOLMESH_SIDECAR_TLS_CLIENT_CA_FILE", "mesh-ca", "root.pem", "ca.crt"),
+        ("TOOLMESH_REGISTRY_CA_FILE", "mesh-ca", "ca.crt", "ca.crt"),
+        ("TOOLMESH_REGISTRY_CERT_FILE", "inventory-client", "tls.crt", "tls.crt"),
+        ("TOOLMESH_REGISTRY_KEY_FILE", "inventory-client", "tls.key", "tls.key"),
+    ]:
+        assert env[variable].startswith("/var/run/secrets/toolmesh-sidecar/") and env[variable].endswith("/" + path)
+        volume, mount = file_source(pod, sidecar, env[variable])
+        assert volume["secret"]["secretName"] == secret and mount["readOnly"] is True, variable
+        assert {"key": key, "path": path} in volume["secret"]["items"], variable
+    # gRPC probes cannot speak TLS: both probes check the port.
+    assert sidecar["readinessProbe"]["tcpSocket"] == {"port": 50061} and "grpc" not in sidecar["readinessProbe"]
+    assert sidecar["livenessProbe"]["tcpSocket"] == {"port": 50061}
+    # The preStop withdraw reaches the TLS health through the same variable.
+    assert sidecar["lifecycle"]["preStop"]["exec"]["command"][:2] == ["/usr/local/bin/toolmesh-sidecar", "withdraw"]
 
 
 def test_sidecar_explicit_addresses_and_tools_rollout(prepared_charts):

@@ -280,3 +280,19 @@ def test_registry_stops_gracefully_on_sigterm(podman, images, grpcurl, prefix):
     # Within the grace period, not killed when `--time` ran out.
     assert time.monotonic() - stopped < 5
     assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+
+
+def test_registry_refuses_to_listen_open_by_default(podman, images, prefix):
+    """The image listens on 0.0.0.0 (TOOLMESH_LISTEN): with agents and
+    registration unauthenticated the registry refuses to start, unless
+    --insecure (TOOLMESH_INSECURE), which it warns about. The chart's
+    `insecure` value sets that variable."""
+    port, = free_ports(1)
+    refused = podman("run", "--rm", "--name", f"{prefix}open", *RUN, "--env", f"TOOLMESH_LISTEN=0.0.0.0:{port}",
+                     images.toolmesh, check=False, timeout=30)
+    assert refused.returncode != 0
+    assert "beyond loopback" in refused.stderr + refused.stdout and "--insecure" in refused.stderr + refused.stdout
+    name = start(podman, f"{prefix}insecure", images.toolmesh,
+                 extra=("--env", f"TOOLMESH_LISTEN=0.0.0.0:{port}", "--env", "TOOLMESH_INSECURE=true"))
+    wait_until(lambda: "--insecure" in logs(name), 20, "the registry's warning", explain=lambda: logs(name))
+    assert podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true", logs(name)

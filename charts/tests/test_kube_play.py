@@ -16,7 +16,18 @@ nothing else:
   ``test_helm_test_pod_passes``;
 - containers' ``ports`` are removed: podman turns them into port mappings,
   which host networking refuses ("PortMappings can only be used with
-  Bridge or slirp4netns networking").
+  Bridge or slirp4netns networking");
+- Secrets are played as ConfigMaps (decoded), and ``secret`` volumes as
+  ``configMap`` volumes with the same items: podman 4.3 writes a Secret's
+  base64 text into the files undecoded (and crashes on a ``secret`` volume
+  without ``optional``).
+
+Both sides authenticate, as the charts' secure defaults want: the agent
+presents an API key (``auth.apiKeys``, with a policy letting it call
+``lookup``), the sidecar registers with a token (``registrants``), and the
+registry presents the execute token the sidecar requires; the tokens are
+made by the test, their Secrets added to the played YAML. The registry's
+audit log (``config.auditLog: "-"``) is checked for the agent's call.
 
 podman 4.3's ``kube down`` stops a pod with no grace period (SIGTERM, then
 SIGKILL at once) and runs no ``preStop`` hook; so the stop is tested twice:
@@ -32,9 +43,12 @@ afterwards, also on failure.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import contextlib
+import hashlib
 import json
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -55,6 +69,13 @@ PLAYED_KINDS = {"Pod", "Deployment", "ConfigMap", "Secret"}
 LEAVES_WITHIN = 5.0
 
 
+def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
+    """A Secret object holding ``data`` (text), as `kubectl create secret
+    generic` makes it."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
 def for_podman(objects: list[dict[str, Any]]) -> str:
     """The objects podman kube play can run, as one YAML stream (see the
     module's docstring for what is changed and why)."""
@@ -63,10 +84,18 @@ def for_podman(objects: list[dict[str, Any]]) -> str:
         if obj["kind"] not in PLAYED_KINDS:
             continue
         obj = json.loads(json.dumps(without_origin(obj)))  # a deep copy
+        if obj["kind"] == "Secret":
+            data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+            data.update(obj.get("stringData") or {})
+            obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"], "data": data}
         pod = obj["spec"]["template"]["spec"] if obj["kind"] == "Deployment" else obj.get("spec")
         if pod:
             for container in pod.get("containers", []) + pod.get("initContainers", []):
                 container.pop("ports", None)
+            for volume in pod.get("volumes", []):
+                if "secret" in volume:
+                    source = volume.pop("secret")
+                    volume["configMap"] = {"name": source.pop("secretName"), **source}
         docs.append(obj)
     return yaml.safe_dump_all(docs, sort_keys=False)
 
@@ -89,9 +118,14 @@ def deployment_pod(rendered: Rendered) -> tuple[str, dict[str, Any]]:
     return f"{deployment['metadata']['name']}-pod-0", deployment["spec"]["template"]["spec"]
 
 
-def tools_listed(grpcurl, registry: str) -> dict[str, int]:
-    """Tool name -> live instances, as ListTools says."""
-    answer = grpcurl(registry, "toolmesh.v1.ToolRegistry/ListTools", timeout=5)
+#: The agent's caller id (its API key's, in the registry's values).
+AGENT = "kube-play-agent"
+
+
+def tools_listed(grpcurl, registry: dict[str, Any]) -> dict[str, int]:
+    """Tool name -> live instances, as ListTools says to the agent."""
+    answer = grpcurl(registry["address"], "toolmesh.v1.ToolRegistry/ListTools", timeout=5,
+                     headers=registry["agent"])
     return {t["descriptor"]["name"]: int(t.get("instances", 0)) for t in answer.get("tools", [])}
 
 
@@ -150,17 +184,43 @@ def names(podman_env) -> Iterator[str]:  # noqa: ARG001 (CONTAINERS_CONF)
         remove_volumes_and_secrets(prefix)
 
 
+def digest(token: str) -> str:
+    """What `toolmesh-registry hash-key` prints for ``token``."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 @pytest.fixture(scope="module")
-def registry(names, images, charts, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    """The registry chart, rendered and played; its address."""
+def tokens() -> dict[str, str]:
+    """The agent's API key, the sidecar's registration token, the execute
+    token: made for this run."""
+    return {name: secrets.token_hex(32) for name in ("api_key", "registration", "execute")}
+
+
+@pytest.fixture(scope="module")
+def registry(names, images, charts, tokens, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The registry chart, rendered and played, authenticating agents (an
+    API key and a policy), sidecars (registrants) and presenting the
+    execute token; its address and the agent's header."""
     [port] = free_ports(1)
+    release = f"{names}reg"
+    execute_secret = f"{release}-execute"
     values = merged(
         load_values(KUBE_PLAY_VALUES / "toolmesh.yaml"),
-        {"config": {"port": port}, "image": image_values(images.toolmesh)},
+        {
+            "config": {"port": port},
+            "image": image_values(images.toolmesh),
+            "executeToken": {"existingSecret": execute_secret},
+            "auth": {
+                "apiKeys": {"inline": [{"caller": AGENT, "sha256": digest(tokens["api_key"])}]},
+                "policy": {"rules": [{"callers": [AGENT], "tools": ["lookup"]}]},
+            },
+            "registrants": {"inline": [{"name": "inventory", "token_sha256": digest(tokens["registration"]),
+                                        "tools": ["lookup"], "max_instances": 2}]},
+        },
     )
-    release = f"{names}reg"
     rendered = render(charts["toolmesh"], values, name=release, namespace="default")
-    played = Played(tmp_path_factory.mktemp("registry") / "registry.yaml", for_podman(rendered.installed()))
+    objects = [secret(execute_secret, {"token": tokens["execute"]}), *rendered.installed()]
+    played = Played(tmp_path_factory.mktemp("registry") / "registry.yaml", for_podman(objects))
     pod, spec = deployment_pod(rendered)
     container = f"{pod}-{spec['containers'][0]['name']}"
     try:
@@ -171,12 +231,13 @@ def registry(names, images, charts, tmp_path_factory) -> Iterator[dict[str, Any]
             "rendered": rendered,
             "values": values,
             "release": release,
+            "agent": {"authorization": f"Bearer {tokens['api_key']}"},
         }
     finally:
         played.down(check=False)
 
 
-def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl, tmp_path):
+def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens, grpcurl, tmp_path):
     address = registry["address"]
     explain = lambda: "registry logs:\n" + logs(registry["container"])  # noqa: E731
     health = wait_until(
@@ -202,11 +263,21 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl
             "image": image_values(images.inventory),
         },
     )
-    rendered = render(charts["inventory-tool"], values, name=f"{names}inv", namespace="default")
+    release = f"{names}inv"
+    values = merged(values, {"toolmesh-sidecar": {
+        "executeToken": {"existingSecret": f"{release}-execute"},
+        "registrationToken": {"existingSecret": f"{release}-registration"},
+    }})
+    rendered = render(charts["inventory-tool"], values, name=release, namespace="default")
     pod, spec = deployment_pod(rendered)
     sidecar = next(c for c in spec["containers"] if c["name"] == "toolmesh-sidecar")
     sidecar_container = f"{pod}-toolmesh-sidecar"
-    tool = Played(tmp_path / "tool.yaml", for_podman(rendered.installed()))
+    # The same execute token as the registry's, in a Secret of the tool's
+    # own (podman makes a volume of each, named after it).
+    objects = [secret(f"{release}-execute", {"token": tokens["execute"]}),
+               secret(f"{release}-registration", {"token": tokens["registration"]}),
+               *rendered.installed()]
+    tool = Played(tmp_path / "tool.yaml", for_podman(objects))
 
     def explain_tool() -> str:
         return "\n".join(
@@ -217,7 +288,7 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl
         # 1. It announces; an agent lists it and invokes it through the registry.
         tool.play()
         wait_until(
-            lambda: tools_listed(grpcurl, address).get("lookup", 0) >= 1,
+            lambda: tools_listed(grpcurl, registry).get("lookup", 0) >= 1,
             timeout=30,
             what="lookup in ListTools",
             explain=explain_tool,
@@ -226,13 +297,31 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl
             address,
             "toolmesh.v1.ToolRegistry/Invoke",
             {"tool": "lookup", "arguments_json": json.dumps({"key": "widget"})},
+            headers=registry["agent"],
         )
         assert json.loads(answer["resultJson"]) == {"key": "widget", "quantity": 42}, answer
         assert not answer.get("isError"), answer
         assert answer["instanceId"] == pod, "the instance id is the pod's name"
         with pytest.raises(GrpcError) as refused:
-            grpcurl(address, "toolmesh.v1.ToolRegistry/Invoke", {"tool": "lookup", "arguments_json": "{}"})
+            grpcurl(address, "toolmesh.v1.ToolRegistry/Invoke", {"tool": "lookup", "arguments_json": "{}"},
+                    headers=registry["agent"])
         assert refused.value.code == "InvalidArgument", "the registry validates against the chart's schema"
+        # Without the API key, or with another, the agent gets nothing.
+        for headers in (None, {"authorization": "Bearer " + "0" * 64}):
+            with pytest.raises(GrpcError) as refused:
+                grpcurl(address, "toolmesh.v1.ToolRegistry/Invoke",
+                        {"tool": "lookup", "arguments_json": json.dumps({"key": "widget"})}, headers=headers)
+            assert refused.value.code == "Unauthenticated", refused.value
+        # The audit log (standard output) names the agent's call.
+        wait_until(
+            lambda: any(
+                '"kind":"invoke"' in line and f'"caller":"{AGENT}"' in line and '"outcome":"ok"' in line
+                for line in logs(registry["container"], tail=200).splitlines()
+            ),
+            timeout=10,
+            what="the agent's call in the registry's audit log",
+            explain=explain,
+        )
 
         # 2. Stopped as Kubernetes stops it: the preStop hook the chart
         # renders, then the pod's end (kube down).
@@ -241,20 +330,20 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl
         hook = podman("exec", sidecar_container, *pre_stop, timeout=15, check=False)
         assert hook.returncode == 0, f"preStop {pre_stop} exited {hook.returncode}: {hook.stderr}\n{explain_tool()}"
         wait_until(
-            lambda: "lookup" not in tools_listed(grpcurl, address),
+            lambda: "lookup" not in tools_listed(grpcurl, registry),
             timeout=LEAVES_WITHIN - (time.monotonic() - started),
             what="lookup leaving ListTools after the preStop hook",
             explain=explain_tool,
         )
         graceful = time.monotonic() - started
         tool.down()
-        assert "lookup" not in tools_listed(grpcurl, address)
+        assert "lookup" not in tools_listed(grpcurl, registry)
 
         # 3. Stopped as podman 4.3's kube down alone does: killed at once.
         remove_volumes_and_secrets(f"{names}inv")
         tool.play()
         wait_until(
-            lambda: tools_listed(grpcurl, address).get("lookup", 0) >= 1,
+            lambda: tools_listed(grpcurl, registry).get("lookup", 0) >= 1,
             timeout=30,
             what="lookup back in ListTools",
             explain=explain_tool,
@@ -264,7 +353,7 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl
         started = time.monotonic()
         with in_background(tool.down) as down:
             wait_until(
-                lambda: "lookup" not in tools_listed(grpcurl, address),
+                lambda: "lookup" not in tools_listed(grpcurl, registry),
                 timeout=LEAVES_WITHIN,
                 what="lookup leaving ListTools after kube down",
                 explain=explain,

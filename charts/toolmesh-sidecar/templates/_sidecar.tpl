@@ -20,6 +20,17 @@ See examples/charts/inventory-tool for a whole chart.
 {{- if not $v }}
 {{- fail "toolmesh-sidecar: no `toolmesh-sidecar:` values: depend on the toolmesh-sidecar chart under its own name (no alias) in Chart.yaml, and run `helm dependency update`" }}
 {{- end }}
+{{- $host := $v.listenHost | trimPrefix "[" | trimSuffix "]" }}
+{{- $loopback := or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}
+{{- if and (not $v.insecure) (not $loopback) (not $v.executeToken.existingSecret) (not $v.registryIdentity) }}
+{{- fail (printf "toolmesh-sidecar: the sidecar refuses to listen beyond loopback (toolmesh-sidecar.listenHost %s) with nothing keeping callers other than the registry out: anyone reaching its port could run the tools. Set toolmesh-sidecar.executeToken.existingSecret (the registry's executeToken Secret) or toolmesh-sidecar.registryIdentity (mTLS), or toolmesh-sidecar.insecure=true on a network you trust" $v.listenHost) }}
+{{- end }}
+{{- if and $v.registryIdentity (not (and $v.tls.existingSecret $v.tls.clientCaSecret)) }}
+{{- fail "toolmesh-sidecar: toolmesh-sidecar.registryIdentity needs TLS with client certificates: set toolmesh-sidecar.tls.existingSecret and toolmesh-sidecar.tls.clientCaSecret" }}
+{{- end }}
+{{- if and $v.tls.clientCaSecret (not $v.tls.existingSecret) }}
+{{- fail "toolmesh-sidecar: toolmesh-sidecar.tls.clientCaSecret needs toolmesh-sidecar.tls.existingSecret (the sidecar's certificate and key)" }}
+{{- end }}
 {{- if not $v.tools }}
 {{- fail "toolmesh-sidecar: toolmesh-sidecar.tools is empty: list the tools this pod serves, e.g. [{name: lookup, description: ..., input_schema: {...}, backend: {http: {url: \"http://127.0.0.1:8080/lookup\"}}}] (README, \"The YAML file\")" }}
 {{- end }}
@@ -74,29 +85,61 @@ data:
 checksum/toolmesh-sidecar: {{ include "toolmesh-sidecar.config" . | sha256sum | trunc 16 | quote }}
 {{- end }}
 
-{{/* The volumes of the sidecar (list items): its YAML, and the registry's
-token when `executeToken.existingSecret` is set. */}}
+{{/* The volumes of the sidecar (list items): its YAML, and each Secret it
+reads a file of (tokens, certificates). */}}
 {{- define "toolmesh-sidecar.volume" -}}
 {{- $v := index .Values "toolmesh-sidecar" -}}
 - name: toolmesh-sidecar
   configMap:
     name: {{ include "toolmesh-sidecar.configMapName" . }}
-{{- with $v.executeToken.existingSecret }}
-- name: toolmesh-sidecar-execute-token
+{{- range $volume := include "toolmesh-sidecar.secretFiles" . | fromYamlArray }}
+- name: toolmesh-sidecar-{{ $volume.name }}
   secret:
-    secretName: {{ . }}
+    secretName: {{ $volume.secret }}
     defaultMode: 0444
     items:
-      - key: {{ $v.executeToken.existingSecretKey }}
-        path: token
+      {{- range $volume.items }}
+      - key: {{ .key }}
+        path: {{ .path }}
+      {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The sidecar's files from Secrets, as a YAML list of {name, secret, items,
+env}: each is mounted at /var/run/secrets/toolmesh-sidecar/<name>, and each
+env names a variable and the file it points at.
+*/}}
+{{- define "toolmesh-sidecar.secretFiles" -}}
+{{- $v := index .Values "toolmesh-sidecar" }}
+{{- $files := list }}
+{{- with $v.executeToken.existingSecret }}
+{{- $files = append $files (dict "name" "execute-token" "secret" . "items" (list (dict "key" $v.executeToken.existingSecretKey "path" "token")) "env" (dict "TOOLMESH_EXECUTE_TOKEN_FILE" "token")) }}
+{{- end }}
+{{- with $v.registrationToken.existingSecret }}
+{{- $files = append $files (dict "name" "registration-token" "secret" . "items" (list (dict "key" $v.registrationToken.existingSecretKey "path" "token")) "env" (dict "TOOLMESH_REGISTRATION_TOKEN_FILE" "token")) }}
+{{- end }}
+{{- with $v.tls.existingSecret }}
+{{- $files = append $files (dict "name" "tls" "secret" . "items" (list (dict "key" $v.tls.certKey "path" "tls.crt") (dict "key" $v.tls.keyKey "path" "tls.key")) "env" (dict "TOOLMESH_SIDECAR_TLS_CERT_FILE" "tls.crt" "TOOLMESH_SIDECAR_TLS_KEY_FILE" "tls.key")) }}
+{{- end }}
+{{- with $v.tls.clientCaSecret }}
+{{- $files = append $files (dict "name" "tls-client-ca" "secret" . "items" (list (dict "key" $v.tls.clientCaSecretKey "path" "ca.crt")) "env" (dict "TOOLMESH_SIDECAR_TLS_CLIENT_CA_FILE" "ca.crt")) }}
+{{- end }}
+{{- with $v.registryTls.caSecret }}
+{{- $files = append $files (dict "name" "registry-ca" "secret" . "items" (list (dict "key" $v.registryTls.caSecretKey "path" "ca.crt")) "env" (dict "TOOLMESH_REGISTRY_CA_FILE" "ca.crt")) }}
+{{- end }}
+{{- with $v.registryTls.clientCertSecret }}
+{{- $files = append $files (dict "name" "registry-client" "secret" . "items" (list (dict "key" "tls.crt" "path" "tls.crt") (dict "key" "tls.key" "path" "tls.key")) "env" (dict "TOOLMESH_REGISTRY_CERT_FILE" "tls.crt" "TOOLMESH_REGISTRY_KEY_FILE" "tls.key")) }}
+{{- end }}
+{{- toYaml $files }}
 {{- end }}
 
 {{/* The sidecar container (one list item). */}}
 {{- define "toolmesh-sidecar.container" -}}
 {{- include "toolmesh-sidecar.check" . }}
 {{- $v := index .Values "toolmesh-sidecar" }}
-{{- $port := int $v.port -}}
+{{- $port := int $v.port }}
+{{- $files := include "toolmesh-sidecar.secretFiles" . | fromYamlArray -}}
 - name: toolmesh-sidecar
   {{- if $v.image.digest }}
   image: {{ printf "%s@%s" $v.image.repository $v.image.digest | quote }}
@@ -122,7 +165,7 @@ token when `executeToken.existingSecret` is set. */}}
         fieldRef:
           fieldPath: status.podIP
     - name: TOOLMESH_ADVERTISE
-      value: {{ printf "http://$(POD_IP):%d" $port | quote }}
+      value: {{ printf "%s://$(POD_IP):%d" (ternary "https" "http" (not (empty $v.tls.existingSecret))) $port | quote }}
     {{- end }}
     - name: TOOLMESH_INSTANCE_ID
     {{- if $v.instanceId }}
@@ -136,9 +179,19 @@ token when `executeToken.existingSecret` is set. */}}
       value: {{ $v.log | quote }}
     - name: TOOLMESH_LOG_FORMAT
       value: {{ $v.logFormat | quote }}
-    {{- if $v.executeToken.existingSecret }}
-    - name: TOOLMESH_EXECUTE_TOKEN_FILE
-      value: /var/run/secrets/toolmesh-sidecar/execute-token/token
+    {{- range $volume := $files }}
+    {{- range $name, $file := $volume.env }}
+    - name: {{ $name }}
+      value: {{ printf "/var/run/secrets/toolmesh-sidecar/%s/%s" $volume.name $file }}
+    {{- end }}
+    {{- end }}
+    {{- with $v.registryIdentity }}
+    - name: TOOLMESH_REGISTRY_IDENTITY
+      value: {{ . | quote }}
+    {{- end }}
+    {{- if $v.insecure }}
+    - name: TOOLMESH_SIDECAR_INSECURE
+      value: "true"
     {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}
@@ -148,8 +201,14 @@ token when `executeToken.existingSecret` is set. */}}
       containerPort: {{ $port }}
       protocol: TCP
   readinessProbe:
+    {{- if $v.tls.existingSecret }}
+    # Kubernetes' gRPC probes cannot speak TLS: whether the port accepts.
+    tcpSocket:
+      port: {{ $port }}
+    {{- else }}
     grpc:
       port: {{ $port }}
+    {{- end }}
     {{- toYaml $v.readinessProbe | nindent 4 }}
   livenessProbe:
     tcpSocket:
@@ -175,9 +234,9 @@ token when `executeToken.existingSecret` is set. */}}
     - name: toolmesh-sidecar
       mountPath: /etc/toolmesh-sidecar
       readOnly: true
-    {{- if $v.executeToken.existingSecret }}
-    - name: toolmesh-sidecar-execute-token
-      mountPath: /var/run/secrets/toolmesh-sidecar/execute-token
+    {{- range $files }}
+    - name: toolmesh-sidecar-{{ .name }}
+      mountPath: /var/run/secrets/toolmesh-sidecar/{{ .name }}
       readOnly: true
     {{- end }}
     {{- with $v.extraVolumeMounts }}

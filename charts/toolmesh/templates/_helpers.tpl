@@ -184,10 +184,105 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- if and .Values.redis.caSecret (not .Values.redis.url) }}
 {{- fail "toolmesh: redis.caSecret is for an external rediss:// Redis: set redis.url too" }}
 {{- end }}
+{{- $agents := or (include "toolmesh.apiKeysOn" .) (include "toolmesh.jwtOn" .) }}
+{{- $registrants := include "toolmesh.registrantsOn" . }}
+{{- if and (not .Values.insecure) (not (include "toolmesh.loopback" .)) (not (and $agents $registrants)) }}
+{{- $open := list }}
+{{- if not $agents }}{{- $open = append $open "agents (set auth.apiKeys or auth.jwt)" }}{{- end }}
+{{- if not $registrants }}{{- $open = append $open "registration (set registrants)" }}{{- end }}
+{{- fail (printf "toolmesh: the registry refuses to listen beyond loopback (config.listenHost %s) with %s unauthenticated. Configure them (docs/kubernetes.md, \"Authentication\"), or set insecure=true to run it open on a network you trust" .Values.config.listenHost (join " and " $open)) }}
+{{- end }}
+{{- if and (include "toolmesh.policyOn" .) (not $agents) }}
+{{- fail "toolmesh: auth.policy needs authenticated agents: set auth.apiKeys or auth.jwt too (a policy names callers, and without authentication every call is anonymous)" }}
+{{- end }}
+{{- if and .Values.tls.requireClientCert (not .Values.tls.clientCaSecret) }}
+{{- fail "toolmesh: tls.requireClientCert needs tls.clientCaSecret, the CA client certificates are verified with" }}
+{{- end }}
+{{- if and (or .Values.tls.clientCaSecret .Values.tls.requireClientCert) (not .Values.tls.existingSecret) }}
+{{- fail "toolmesh: tls.clientCaSecret and tls.requireClientCert need TLS: set tls.existingSecret (the registry's certificate and key)" }}
+{{- end }}
 {{- $needed := add .Values.config.shutdownDelaySeconds .Values.config.shutdownGraceSeconds }}
 {{- if and (not (kindIs "invalid" .Values.terminationGracePeriodSeconds)) (lt (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
 {{- fail (printf "toolmesh: terminationGracePeriodSeconds (%d) is shorter than config.shutdownDelaySeconds + config.shutdownGraceSeconds (%d): Kubernetes would kill the registry while it drains. Raise it, or leave it empty to have it computed" (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when config.listenHost is a loopback address (the registry then needs no authentication to start). */}}
+{{- define "toolmesh.loopback" -}}
+{{- $host := .Values.config.listenHost | trimPrefix "[" | trimSuffix "]" }}
+{{- if or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}true{{- end }}
+{{- end }}
+
+{{/* Whether each file is configured: "true" or "". */}}
+{{- define "toolmesh.apiKeysOn" -}}
+{{- if or .Values.auth.apiKeys.existingSecret .Values.auth.apiKeys.inline }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.jwtOn" -}}
+{{- if or .Values.auth.jwt.existingSecret .Values.auth.jwt.keys }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.policyOn" -}}
+{{- if or .Values.auth.policy.existingConfigMap .Values.auth.policy.rules }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.registrantsOn" -}}
+{{- if or .Values.registrants.existingSecret .Values.registrants.inline }}true{{- end }}
+{{- end }}
+
+{{/* The object the chart writes for a file written in values: `<fullname>-<file>` (registrants, api-keys: Secrets; policy, jwt-keys: ConfigMaps). */}}
+{{- define "toolmesh.fileObjectName" -}}
+{{- include "toolmesh.suffixed" (list .root .file) }}
+{{- end }}
+
+{{/* The host the TLS probes dial: tls.probeHost, else the Service's name. */}}
+{{- define "toolmesh.probeHost" -}}
+{{- default (printf "%s.%s.svc" (include "toolmesh.fullname" .) .Release.Namespace) .Values.tls.probeHost }}
+{{- end }}
+
+{{/* hostAliases mapping the probe host to 127.0.0.1 (TLS on, a name). */}}
+{{- define "toolmesh.hostAliases" -}}
+{{- $host := include "toolmesh.probeHost" . }}
+{{- if and .Values.tls.existingSecret (not (regexMatch "^[0-9.]+$|:" $host)) }}
+hostAliases:
+  - ip: 127.0.0.1
+    hostnames:
+      - {{ $host | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+`toolmesh-registry health` TLS arguments (after --address): the CA, and the
+registry's own certificate when client certificates are required.
+*/}}
+{{- define "toolmesh.healthTlsArgs" -}}
+{{- if .Values.tls.caKey }}
+- --ca-file
+- /var/run/secrets/toolmesh/tls/ca.crt
+{{- end }}
+{{- if .Values.tls.requireClientCert }}
+- --cert-file
+- /var/run/secrets/toolmesh/tls/tls.crt
+- --key-file
+- /var/run/secrets/toolmesh/tls/tls.key
+{{- end }}
+{{- end }}
+
+{{/* The registry's probe: native gRPC, or with TLS an exec of `toolmesh-registry health`; `probe` (the timing values) and `root` given. */}}
+{{- define "toolmesh.probe" -}}
+{{- $root := .root }}
+{{- if $root.Values.tls.existingSecret }}
+exec:
+  command:
+    - /usr/local/bin/toolmesh-registry
+    - health
+    - --address
+    - {{ printf "https://%s:%d" (include "toolmesh.probeHost" $root) (int $root.Values.config.port) | quote }}
+    {{- include "toolmesh.healthTlsArgs" $root | nindent 4 }}
+    - --timeout
+    - {{ printf "%ds" (int (.probe.timeoutSeconds | default 1)) | quote }}
+{{- else }}
+grpc:
+  port: {{ $root.Values.config.port }}
+{{- end }}
+{{ toYaml .probe }}
 {{- end }}
 
 {{/* The port of an external Redis URL (6379 when it has none). */}}
