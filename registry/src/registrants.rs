@@ -162,7 +162,7 @@ impl Registrants {
                 tools,
             });
             if let Some(hex) = &entry.token_sha256 {
-                let digest = parse_digest(hex)
+                let digest = crate::auth::api_keys::parse_hash(hex.trim())
                     .ok_or_else(|| format!("{at}.token_sha256: 64 hexadecimal digits"))?;
                 if registrants
                     .by_token
@@ -226,18 +226,6 @@ impl crate::auth::reload::AuthFile for Registrants {
     fn parse(text: &str) -> Result<Self, crate::auth::FormatError> {
         Self::parse(text).map_err(crate::auth::FormatError::File)
     }
-}
-
-fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    let hex = hex.trim();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut digest = [0u8; 32];
-    for (i, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(digest)
 }
 
 #[cfg(test)]

@@ -133,7 +133,9 @@ impl AuthFile for ApiKeys {
     }
 }
 
-fn parse_hash(hex: &str) -> Option<[u8; 32]> {
+/// The 32 bytes of a 64-digit hex SHA-256, as the key and registrants
+/// files store them.
+pub(crate) fn parse_hash(hex: &str) -> Option<[u8; 32]> {
     let bytes = hex.as_bytes();
     if bytes.len() != 64 {
         return None;

@@ -10,7 +10,7 @@ use tonic::{Code, Request};
 use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
-use toolmesh_registry::auth::api_keys::hash_key as hash_hex;
+use toolmesh_registry::auth::api_keys::hash_key;
 use toolmesh_test_support::catalog::{invoke, wait_for_instances};
 use toolmesh_test_support::process::{self, SidecarProcess};
 use toolmesh_test_support::redis::RedisServer;
@@ -32,8 +32,8 @@ fn registrants_yaml() -> String {
     tools: [\"*\"]
     max_instances: 3
 ",
-        hash_hex(INVENTORY),
-        hash_hex(MALLORY)
+        hash_key(INVENTORY),
+        hash_key(MALLORY)
     )
 }
 
@@ -374,7 +374,7 @@ fn hash_key_prints_what_the_files_store() {
     assert!(output.status.success());
     assert_eq!(
         String::from_utf8_lossy(&output.stdout).trim(),
-        hash_hex(INVENTORY)
+        hash_key(INVENTORY)
     );
 }
 
