@@ -120,7 +120,7 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    toolmesh_telemetry::init(&config.log)?;
+    let _telemetry = toolmesh_telemetry::init(&config.log, "toolmesh-registry")?;
     let listener = bind(&config).await?;
     tracing::info!(address = %listener.local_addr()?, lease_ttl = ?config.lease_ttl, "toolmesh registry listening");
     let mut terminate =

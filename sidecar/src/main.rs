@@ -255,7 +255,7 @@ async fn run(
     matches: &ArgMatches,
     withdraw: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    toolmesh_telemetry::init(&cli.log)?;
+    let _telemetry = toolmesh_telemetry::init(&cli.log, "toolmesh-sidecar")?;
 
     // Config first, ports second.
     let Some(config_file) = cli.config else {

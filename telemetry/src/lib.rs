@@ -1,18 +1,44 @@
-//! How the toolmesh binaries log: the same flags, the same formats, set up
-//! in one place.
+//! How the toolmesh binaries log, trace and report metrics: the same
+//! flags, the same formats, set up in one place.
 //!
 //! - `--log FILTER` (`RUST_LOG`): what to log, e.g. `info` or
 //!   `toolmesh_registry=debug,info`.
 //! - `--log-format text|json` (`TOOLMESH_LOG_FORMAT`): one human-readable
-//!   line per event, or one JSON object per line for a log pipeline.
+//!   line per event, or one JSON object per line for a log pipeline; inside
+//!   a traced span, each line names its `trace_id` ([`format`]).
 //! - Colour only when standard output is a terminal and `NO_COLOR` is not
 //!   set, so log files and pipes get plain text.
+//! - Spans exported over OTLP when the `OTEL_*` variables name an endpoint
+//!   ([`otel`]); W3C trace context read and passed on at every hop
+//!   ([`propagation`]).
+//! - [`admin`]: the admin HTTP port (metrics, liveness, readiness);
+//!   [`labels`]: metric label values with a bounded number of names.
 //! - [`shown`]: client-supplied text in errors and log lines, bounded and
 //!   escaped; [`causes`]: an error and its sources on one line.
 
-use std::io::IsTerminal as _;
+use std::{
+    io::IsTerminal as _,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
+use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+
+pub mod admin;
+pub mod format;
+pub mod labels;
+pub mod otel;
+pub mod propagation;
 pub mod shown;
+
+pub use propagation::TraceContext;
+
+static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// Whether spans are exported (an OTLP endpoint is configured and
+/// [`init`] installed the exporter).
+pub fn tracing_enabled() -> bool {
+    TRACING.load(Ordering::Relaxed)
+}
 
 /// How each log line is written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -61,6 +87,35 @@ pub enum TelemetryError {
     /// A global subscriber is already installed.
     #[error("logging is already set up")]
     AlreadySet,
+    /// The `OTEL_*` variables ask for what cannot be done.
+    #[error("tracing: {0}")]
+    Otel(String),
+}
+
+/// Flushes the spans not yet exported when dropped: keep it until the
+/// process ends.
+#[must_use = "dropping it stops trace export"]
+pub struct Telemetry {
+    provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("exporting", &self.provider.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take() {
+            TRACING.store(false, Ordering::Relaxed);
+            if let Err(error) = provider.shutdown() {
+                eprintln!("tracing: flushing the last spans failed: {error}");
+            }
+        }
+    }
 }
 
 /// Whether to colour the output: a terminal, and no `NO_COLOR`.
@@ -68,24 +123,57 @@ fn colour() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Installs the global subscriber `args` describe, writing to stdout.
-pub fn init(args: &LogArgs) -> Result<(), TelemetryError> {
+/// Installs the global subscriber `args` describe, writing logs to stdout,
+/// and exports spans as the `OTEL_*` variables say, naming the process
+/// `service` unless they name it. Call inside a tokio runtime (the gRPC
+/// exporter needs one).
+pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> {
+    let export = otel::TraceExport::from_vars(|name| std::env::var(name).ok())?;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.filter).map_err(|e| {
         TelemetryError::Filter {
             filter: args.filter.clone(),
             reason: e.to_string(),
         }
     })?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let installed = match args.log_format {
-        LogFormat::Text => builder.with_ansi(colour()).try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
+    let ansi = colour() && args.log_format == LogFormat::Text;
+    let fields = tracing_subscriber::fmt::layer().with_ansi(ansi);
+    let logs = match args.log_format {
+        LogFormat::Text => fields
+            .event_format(format::TextLines(
+                tracing_subscriber::fmt::format().with_ansi(ansi),
+            ))
+            .boxed(),
+        LogFormat::Json => fields
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(format::JsonLines)
+            .boxed(),
     };
-    installed.map_err(|_| TelemetryError::AlreadySet)
+    let provider = export
+        .as_ref()
+        .map(|export| export.provider(service))
+        .transpose()?;
+    // Spans are exported whatever the log filter says: toolmesh's own, at
+    // info and above (not the transport crates' debug spans).
+    let traces = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(otel::tracer(provider))
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target().starts_with("toolmesh") && *meta.level() <= tracing::Level::INFO
+            }))
+    });
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(traces)
+        .try_init()
+        .map_err(|_| TelemetryError::AlreadySet)?;
+    if let Some(export) = &export {
+        TRACING.store(true, Ordering::Relaxed);
+        tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
+    }
+    Ok(Telemetry { provider })
 }
 
 /// `error` and its sources on one line, `outer: inner`, each said once: a
@@ -130,10 +218,13 @@ mod tests {
 
     #[test]
     fn a_bad_filter_is_named_with_an_example() {
-        let error = init(&LogArgs {
-            filter: "info,=[".into(),
-            log_format: LogFormat::Text,
-        })
+        let error = init(
+            &LogArgs {
+                filter: "info,=[".into(),
+                log_format: LogFormat::Text,
+            },
+            "test",
+        )
         .expect_err("invalid");
         assert!(error.to_string().contains("try `info`"), "{error}");
     }

@@ -19,7 +19,10 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    toolmesh_telemetry::init(&toolmesh_telemetry::LogArgs::default())?;
+    let _telemetry = toolmesh_telemetry::init(
+        &toolmesh_telemetry::LogArgs::default(),
+        env!("CARGO_BIN_NAME"),
+    )?;
     let cli = Cli::parse();
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
