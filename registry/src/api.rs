@@ -7,7 +7,12 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use toolmesh_proto::{pb, timeout, tls};
-use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
+use toolmesh_telemetry::{
+    TraceContext,
+    shown::{QUOTED_MAX, clip},
+    spans,
+};
+use tracing::Instrument as _;
 
 use crate::{
     access::{Access, allows},
@@ -15,7 +20,7 @@ use crate::{
     auth::Caller,
     catalog::{Catalog, lease_tag},
     error::RegistryError,
-    invoke::Invoker,
+    invoke::{Call, Invoker},
     registrants::{Owner, Registrant},
     watch::{self, Visibility, Watchers},
 };
@@ -31,6 +36,9 @@ pub struct ToolRegistryApi {
     shutdown: CancellationToken,
     list_limit: usize,
 }
+
+/// `Invoke`'s fully qualified name, as its spans name it.
+const INVOKE: &str = "toolmesh.v1.ToolRegistry/Invoke";
 
 /// What a `ListTools` answer leaves for everything but its tools.
 const LIST_MARGIN: usize = 1024;
@@ -62,6 +70,50 @@ impl ToolRegistryApi {
     pub fn max_message_bytes(mut self, max_message_bytes: usize) -> Self {
         self.list_limit = max_message_bytes.saturating_sub(LIST_MARGIN);
         self
+    }
+
+    /// `Invoke` inside its server span; `trace` is the agent's context.
+    async fn invoke_traced(
+        &self,
+        request: Request<pb::InvokeRequest>,
+        trace: TraceContext,
+    ) -> Result<Response<pb::InvokeResponse>, Status> {
+        let caller_timeout = timeout::of(&request);
+        let peer = tls::peer(&request).remote_addr;
+        let caller = match self.access.caller(request.metadata()) {
+            Ok(caller) => caller,
+            Err(error) => {
+                self.invoker.refused(request.get_ref(), "", peer, &error);
+                return Err(error.into());
+            }
+        };
+        if !allows(
+            self.access.policy().as_deref(),
+            &caller,
+            &request.get_ref().tool,
+        ) {
+            // As if the tool did not exist: a caller learns nothing of the
+            // tools it may not call.
+            let error = RegistryError::ToolNotFound {
+                tool: request.get_ref().tool.clone(),
+            };
+            self.invoker
+                .refused(request.get_ref(), &caller.id, peer, &error);
+            return Err(error.into());
+        }
+        let call = Call {
+            caller: &caller.id,
+            peer,
+            caller_timeout,
+            trace,
+        };
+        match self.invoker.invoke(request.into_inner(), call).await {
+            Ok(response) => Ok(Response::new(response)),
+            Err(error) => {
+                tracing::debug!(%error, "invoke failed");
+                Err(error.into())
+            }
+        }
     }
 
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
@@ -116,45 +168,28 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX)))]
     async fn invoke(
         &self,
         request: Request<pb::InvokeRequest>,
     ) -> Result<Response<pb::InvokeResponse>, Status> {
-        let caller_timeout = timeout::of(&request);
-        let peer = tls::peer(&request).remote_addr;
-        let caller = match self.access.caller(request.metadata()) {
-            Ok(caller) => caller,
-            Err(error) => {
-                self.invoker.refused(request.get_ref(), "", peer, &error);
-                return Err(error.into());
-            }
-        };
-        if !allows(
-            self.access.policy().as_deref(),
-            &caller,
-            &request.get_ref().tool,
-        ) {
-            // As if the tool did not exist: a caller learns nothing of the
-            // tools it may not call.
-            let error = RegistryError::ToolNotFound {
-                tool: request.get_ref().tool.clone(),
-            };
-            self.invoker
-                .refused(request.get_ref(), &caller.id, peer, &error);
-            return Err(error.into());
-        }
+        let span = tracing::info_span!(
+            "toolmesh.v1.ToolRegistry/Invoke",
+            otel.kind = "server",
+            tool = %clip(&request.get_ref().tool, QUOTED_MAX),
+        );
+        let trace = TraceContext::from_metadata(request.metadata());
+        trace.parent(&span);
+        spans::rpc(&span, INVOKE);
         let result = self
-            .invoker
-            .invoke(request.into_inner(), &caller.id, peer, caller_timeout)
+            .invoke_traced(request, trace)
+            .instrument(span.clone())
             .await;
-        match result {
-            Ok(response) => Ok(Response::new(response)),
-            Err(error) => {
-                tracing::debug!(%error, "invoke failed");
-                Err(error.into())
-            }
-        }
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(status) => status.code(),
+        };
+        spans::rpc_status(&span, toolmesh_proto::code::name(code));
+        result
     }
 
     type WatchToolsStream = EventStream;

@@ -36,6 +36,7 @@ pub struct CallLog {
     instance: Option<String>,
     attempts: u32,
     replayed: bool,
+    trace_id: Option<String>,
     audit: Option<Audited>,
 }
 
@@ -65,8 +66,19 @@ impl CallLog {
             instance: None,
             attempts: 0,
             replayed: false,
+            trace_id: None,
             audit: None,
         }
+    }
+
+    /// Names the call's trace on its line: the trace its span belongs to
+    /// when traces are exported, else `incoming`, the agent's.
+    #[must_use]
+    pub fn traced(mut self, incoming: Option<&str>) -> Self {
+        self.trace_id = toolmesh_telemetry::format::current_ids()
+            .map(|(trace, _)| trace)
+            .or_else(|| incoming.map(str::to_owned));
+        self
     }
 
     /// Also writes the call's record to `audit`, when it is on.
@@ -185,6 +197,7 @@ impl Drop for CallLog {
                 .as_deref(),
             attempts = self.attempts,
             replayed = self.replayed.then_some(true),
+            trace_id = self.trace_id.as_deref(),
             "call"
         );
     }

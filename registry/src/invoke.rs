@@ -8,6 +8,12 @@ use toolmesh_proto::{
     pb::{ExecuteRequest, InvokeRequest, InvokeResponse},
     timeout,
 };
+use toolmesh_telemetry::{
+    TraceContext,
+    shown::{QUOTED_MAX, clip},
+    spans,
+};
+use tracing::Instrument as _;
 
 use crate::{
     audit::AuditLog,
@@ -44,6 +50,19 @@ impl Default for InvokeSettings {
             log_calls: true,
         }
     }
+}
+
+/// Who makes a call, and from where.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// The caller id (`""`: anonymous).
+    pub caller: &'a str,
+    /// The agent's address.
+    pub peer: Option<SocketAddr>,
+    /// What remained of the caller's gRPC deadline when the request arrived.
+    pub caller_timeout: Option<Duration>,
+    /// The agent's trace context.
+    pub trace: TraceContext,
 }
 
 /// Runs agents' calls.
@@ -102,23 +121,38 @@ impl Invoker {
             .refused(error);
     }
 
-    /// Runs one call for `caller` (`""`: anonymous) from `peer`, and logs
-    /// it in one line (and one audit record). `caller_timeout` is what
-    /// remained of the caller's gRPC deadline when the request arrived.
+    /// Runs one call, and logs it in one line (and one audit record), in
+    /// an `execute_tool` span.
     pub async fn invoke(
         &self,
         request: InvokeRequest,
-        caller: &str,
-        peer: Option<SocketAddr>,
-        caller_timeout: Option<Duration>,
+        call: Call<'_>,
     ) -> Result<InvokeResponse, RegistryError> {
-        let mut log = CallLog::start(&request.tool, self.settings.log_calls).audited(
-            self.audit(),
-            caller,
-            peer,
-            request.arguments_json.len(),
+        let invocation_id = uuid::Uuid::new_v4().to_string();
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", clip(&request.tool, QUOTED_MAX)),
         );
-        let result = self.run(request, caller, caller_timeout, &mut log).await;
+        spans::set(&span, "gen_ai.operation.name", "execute_tool");
+        spans::set(&span, "gen_ai.tool.name", clip(&request.tool, QUOTED_MAX));
+        spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
+        let mut log = CallLog::start(&request.tool, self.settings.log_calls)
+            .traced(call.trace.trace_id())
+            .audited(
+                self.audit(),
+                call.caller,
+                call.peer,
+                request.arguments_json.len(),
+            );
+        let result = self
+            .run(request, &call, invocation_id, &mut log)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(response) if response.is_error => spans::failed(&span, "tool_error"),
+            Ok(_) => {}
+            Err(error) => spans::failed(&span, toolmesh_proto::code::name(error.code())),
+        }
         log.finish(&result);
         result
     }
@@ -126,11 +160,13 @@ impl Invoker {
     async fn run(
         &self,
         request: InvokeRequest,
-        caller: &str,
-        caller_timeout: Option<Duration>,
+        call: &Call<'_>,
+        invocation_id: String,
         log: &mut CallLog,
     ) -> Result<InvokeResponse, RegistryError> {
+        let caller = call.caller;
         let started = Instant::now();
+        let span = tracing::Span::current();
         let tool = self
             .catalog
             .get(&request.tool)
@@ -138,14 +174,19 @@ impl Invoker {
                 tool: request.tool.clone(),
             })?;
         let arguments =
-            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)?;
+            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
+                .inspect_err(|_| spans::set(&span, "toolmesh.validation", "malformed"))?;
         self.catalog
             .validator(&tool)?
             .check(&arguments)
-            .map_err(|violations| RegistryError::ArgumentsInvalid {
-                tool: request.tool.clone(),
-                violations,
+            .map_err(|violations| {
+                spans::set(&span, "toolmesh.validation", "invalid");
+                RegistryError::ArgumentsInvalid {
+                    tool: request.tool.clone(),
+                    violations,
+                }
             })?;
+        spans::set(&span, "toolmesh.validation", "valid");
         if log.wants_arguments(&tool.descriptor) {
             log.arguments(
                 &tool.descriptor,
@@ -153,7 +194,7 @@ impl Invoker {
                 arguments.clone(),
             );
         }
-        let budget = self.budget(&tool, caller_timeout);
+        let budget = self.budget(&tool, call.caller_timeout);
         let deadline = started + budget;
         let ticket = match request.idempotency_key.as_str() {
             "" => None,
@@ -164,6 +205,7 @@ impl Invoker {
                 Claim::Run(ticket) => Some(ticket),
                 Claim::Replay(outcome) => {
                     log.replayed();
+                    spans::set(&span, "toolmesh.idempotency_replay", true);
                     return replay(outcome);
                 }
                 Claim::ArgumentsDiffer => {
@@ -174,7 +216,20 @@ impl Invoker {
                 }
             },
         };
-        if let Err(error) = self.take_token(&tool, caller).await {
+        let limited = self.take_token(&tool, caller).await;
+        spans::set(
+            &span,
+            "toolmesh.rate_limit",
+            match &limited {
+                Ok(()) => "allowed",
+                Err(RegistryError::RateLimited {
+                    caller: Some(_), ..
+                }) => "limited_caller",
+                Err(RegistryError::RateLimited { caller: None, .. }) => "limited_tool",
+                Err(_) => "unavailable",
+            },
+        );
+        if let Err(error) = limited {
             if let Some(ticket) = ticket {
                 ticket.release().await;
             }
@@ -187,11 +242,18 @@ impl Invoker {
             } else {
                 request.arguments_json
             },
-            invocation_id: uuid::Uuid::new_v4().to_string(),
+            invocation_id,
             caller: caller.to_owned(),
         };
-        let attempted = self.attempts.run(&tool, execute, deadline, budget).await;
+        let attempted = self
+            .attempts
+            .run(&tool, execute, deadline, budget, &call.trace)
+            .await;
         log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
+        spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));
+        if let Some(instance) = &attempted.last_instance {
+            spans::set(&span, "toolmesh.instance", instance.clone());
+        }
         if let Some(ticket) = ticket {
             if attempted.reached {
                 ticket.complete(stored(&attempted.result)).await;

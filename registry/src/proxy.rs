@@ -14,6 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, tool_runtime_client::ToolRuntimeClient};
 use toolmesh_proto::tls::{self, ClientTls};
 use toolmesh_proto::token::Token;
+use toolmesh_telemetry::TraceContext;
 
 use crate::endpoint_policy::EndpointPolicy;
 
@@ -116,7 +117,8 @@ impl Proxy {
     }
 
     /// Runs `request` on the sidecar at `endpoint` by `deadline` (sent on
-    /// to the sidecar as the call's gRPC deadline). Whatever is still
+    /// to the sidecar as the call's gRPC deadline), in the trace `trace`
+    /// names. Whatever is still
     /// pending at the deadline, connecting included, ends as
     /// [`ProxyError::Timeout`]; so does any failure seen once it has passed.
     pub async fn execute(
@@ -124,8 +126,10 @@ impl Proxy {
         endpoint: &str,
         request: ExecuteRequest,
         deadline: Instant,
+        trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
-        match tokio::time::timeout_at(deadline, self.call(endpoint, request, deadline)).await {
+        match tokio::time::timeout_at(deadline, self.call(endpoint, request, deadline, trace)).await
+        {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
             Ok(Err(_)) if Instant::now() >= deadline => Err(ProxyError::Timeout),
@@ -139,6 +143,7 @@ impl Proxy {
         endpoint: &str,
         request: ExecuteRequest,
         deadline: Instant,
+        trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
         let channel = self.channel(endpoint).await?;
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -153,6 +158,7 @@ impl Proxy {
         if let Some(token) = &self.token {
             token.attach(request.metadata_mut());
         }
+        trace.inject_metadata(request.metadata_mut());
         match client.execute(request).await {
             Ok(response) => Ok(response.into_inner()),
             Err(status) => Err(ProxyError::classify(endpoint, status)),

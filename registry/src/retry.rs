@@ -20,7 +20,9 @@ use futures::{StreamExt as _, stream::FuturesUnordered};
 use tokio::time::Instant;
 use tonic::Code;
 use toolmesh_proto::pb::{ExecuteRequest, InvokeResponse};
+use toolmesh_telemetry::{TraceContext, spans};
 use tower::retry::budget::{Budget as _, TpsBudget};
+use tracing::Instrument as _;
 
 use crate::{
     balance::Balancer,
@@ -77,12 +79,17 @@ impl Attempts {
         request: ExecuteRequest,
         deadline: Instant,
         budget: Duration,
+        trace: &TraceContext,
     ) -> Attempted {
         let mut reached = false;
         let mut tried = Vec::new();
-        let result = self
-            .attempt(tool, request, deadline, budget, &mut reached, &mut tried)
-            .await;
+        let call = Launch {
+            tool,
+            request: &request,
+            deadline,
+            trace,
+        };
+        let result = self.attempt(&call, budget, &mut reached, &mut tried).await;
         Attempted {
             result,
             reached,
@@ -93,13 +100,12 @@ impl Attempts {
 
     async fn attempt(
         &self,
-        tool: &ToolState,
-        request: ExecuteRequest,
-        deadline: Instant,
+        call: &Launch<'_>,
         budget: Duration,
         reached: &mut bool,
         tried: &mut Vec<String>,
     ) -> Result<InvokeResponse, RegistryError> {
+        let (tool, deadline) = (call.tool, call.deadline);
         let deadline_exceeded = || RegistryError::DeadlineExceeded {
             tool: tool.name().to_owned(),
             deadline: budget,
@@ -112,7 +118,7 @@ impl Attempts {
         let mut hedged = false;
         let mut finished: Vec<String> = Vec::new();
 
-        let Some(first) = self.launch(tool, &request, deadline, tried) else {
+        let Some(first) = self.launch(call, Kind::First, tried) else {
             return Err(failure);
         };
         running.push(first);
@@ -156,7 +162,7 @@ impl Attempts {
                             }
                             failure = error;
                             if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
-                                && let Some(next) = self.launch(tool, &request, deadline, tried) {
+                                && let Some(next) = self.launch(call, Kind::Retry, tried) {
                                     running.push(next);
                                 }
                             if running.is_empty() {
@@ -168,7 +174,7 @@ impl Attempts {
                 () = hedge_timer => {
                     hedged = true;
                     if self.budget.withdraw()
-                        && let Some(next) = self.launch(tool, &request, deadline, tried) {
+                        && let Some(next) = self.launch(call, Kind::Hedge, tried) {
                             tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
                             running.push(next);
                         }
@@ -177,12 +183,12 @@ impl Attempts {
         }
     }
 
-    /// Starts an attempt on an instance not yet tried.
+    /// Starts an attempt on an instance not yet tried, in its own client
+    /// span, which the sidecar's spans are children of.
     fn launch(
         &self,
-        tool: &ToolState,
-        request: &ExecuteRequest,
-        deadline: Instant,
+        call: &Launch<'_>,
+        kind: Kind,
         tried: &mut Vec<String>,
     ) -> Option<
         impl Future<
@@ -192,15 +198,40 @@ impl Attempts {
             ),
         > + use<>,
     > {
-        let (instance, in_flight) = self.balancer.pick(&tool.instances, tried)?;
+        let (instance, in_flight) = self.balancer.pick(&call.tool.instances, tried)?;
         tried.push(instance.id.clone());
+        let span = tracing::info_span!(
+            "toolmesh.v1.ToolRuntime/Execute",
+            otel.kind = "client",
+            instance = %instance.id,
+        );
+        spans::rpc(&span, EXECUTE);
+        spans::set(&span, "toolmesh.instance", instance.id.clone());
+        spans::set(
+            &span,
+            "toolmesh.attempt",
+            i64::try_from(tried.len()).unwrap_or(i64::MAX),
+        );
+        spans::set(&span, "toolmesh.attempt.kind", kind.name());
+        if let Some((address, port)) = server_address(&instance.endpoint) {
+            spans::set(&span, "server.address", address);
+            spans::set(&span, "server.port", i64::from(port));
+        }
         let proxy = self.proxy.clone();
-        let request = request.clone();
-        Some(async move {
-            let _in_flight = in_flight;
-            let outcome = proxy.execute(&instance.endpoint, request, deadline).await;
-            (instance, outcome)
-        })
+        let request = call.request.clone();
+        let (deadline, trace) = (call.deadline, call.trace.clone());
+        Some(
+            async move {
+                let _in_flight = in_flight;
+                let onward = trace.onward(&tracing::Span::current());
+                let outcome = proxy
+                    .execute(&instance.endpoint, request, deadline, &onward)
+                    .await;
+                spans::rpc_status(&tracing::Span::current(), attempt_code(&outcome));
+                (instance, outcome)
+            }
+            .instrument(span),
+        )
     }
 
     /// Sorts one attempt's outcome into an answer or a failure, recording
@@ -303,6 +334,52 @@ impl Attempts {
             }
         }
     }
+}
+
+/// `ToolRuntime.Execute`'s fully qualified name, as its spans name it.
+const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
+
+/// One call's attempts share these.
+struct Launch<'a> {
+    tool: &'a ToolState,
+    request: &'a ExecuteRequest,
+    deadline: Instant,
+    trace: &'a TraceContext,
+}
+
+/// Why an attempt starts.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    First,
+    Retry,
+    Hedge,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Retry => "retry",
+            Self::Hedge => "hedge",
+        }
+    }
+}
+
+/// The gRPC code an attempt ended with, as its client span records it.
+fn attempt_code(outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>) -> &'static str {
+    let code = match outcome {
+        Ok(_) => Code::Ok,
+        Err(ProxyError::Status(status)) => status.code(),
+        Err(ProxyError::Timeout) => Code::DeadlineExceeded,
+        Err(ProxyError::NotSent { .. } | ProxyError::Transport(_)) => Code::Unavailable,
+    };
+    toolmesh_proto::code::name(code)
+}
+
+/// The host and port of a sidecar's endpoint URL.
+fn server_address(endpoint: &str) -> Option<(String, u16)> {
+    let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
+    Some((uri.host()?.to_owned(), uri.port_u16()?))
 }
 
 fn next_id(tried: &[String]) -> &str {

@@ -47,6 +47,8 @@ mod registrants;
 mod shutdown;
 #[path = "integration/tls.rs"]
 mod tls;
+#[path = "integration/traces.rs"]
+mod traces;
 #[path = "integration/watch.rs"]
 mod watch;
 

@@ -2,9 +2,11 @@
 //! who made it, and which call it is.
 //!
 //! Every backend passes it on: HTTP tools get headers
-//! ([`CALLER_HEADER`], [`INVOCATION_ID_HEADER`]), commands get environment
-//! variables ([`CALLER_ENV`], [`INVOCATION_ID_ENV`]), Rust tools get the
-//! struct ([`crate::sdk::tool_with_context`]).
+//! ([`CALLER_HEADER`], [`INVOCATION_ID_HEADER`], and W3C `traceparent` and
+//! `tracestate`), commands get environment variables ([`CALLER_ENV`],
+//! [`INVOCATION_ID_ENV`], `TRACEPARENT`, `TRACESTATE`), Rust tools get the
+//! struct ([`crate::sdk::tool_with_context`]) and run inside the call's
+//! `execute_tool` span, so their own spans join the trace.
 
 use toolmesh_telemetry::shown::Quoted;
 
@@ -34,6 +36,9 @@ pub struct CallContext {
     /// retried call: for logs, and for tools that deduplicate. Empty when
     /// `Execute` was called without one.
     pub invocation_id: String,
+    /// The call's W3C trace context, to pass on to the backend: the
+    /// sidecar's span's when traces are exported, else the registry's.
+    pub trace: toolmesh_telemetry::TraceContext,
 }
 
 /// Why a call's context cannot be given to a tool.
@@ -55,7 +60,15 @@ impl CallContext {
         Self {
             caller: caller.into(),
             invocation_id: invocation_id.into(),
+            trace: toolmesh_telemetry::TraceContext::default(),
         }
+    }
+
+    /// The same call, in the trace `trace` names.
+    #[must_use]
+    pub fn in_trace(mut self, trace: toolmesh_telemetry::TraceContext) -> Self {
+        self.trace = trace;
+        self
     }
 
     /// True when the registry did not say who called.

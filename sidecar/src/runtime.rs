@@ -11,7 +11,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh_proto::pb;
 use toolmesh_proto::token::Token;
-use toolmesh_telemetry::shown::{QUOTED_MAX, Quoted, clip};
+use toolmesh_telemetry::{
+    TraceContext,
+    shown::{QUOTED_MAX, Quoted, clip},
+    spans,
+};
+use tracing::Instrument as _;
 
 use crate::context::CallContext;
 use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
@@ -107,15 +112,35 @@ impl Runtime {
             .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
         context.check().map_err(BackendError::from)?;
         let deadline = start + effective_timeout(tool_timeout(tool), caller_timeout);
+        let name = &tool.descriptor().name;
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {name}"),
+        );
+        spans::set(&span, "gen_ai.operation.name", "execute_tool");
+        spans::set(&span, "gen_ai.tool.name", name.clone());
+        spans::set(&span, "gen_ai.tool.call.id", context.invocation_id.clone());
+        let trace = context.trace.onward(&span);
+        let context = context.in_trace(trace);
         let call = tool.backend().call(arguments_json, &context, deadline);
-        let outcome = match tokio::time::timeout_at(deadline, call).await {
-            Ok(outcome) => outcome?,
-            Err(_elapsed) => return Err(BackendError::DeadlineExceeded.into()),
+        let outcome = match tokio::time::timeout_at(deadline, call.instrument(span.clone())).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(error)) => {
+                spans::failed(&span, toolmesh_proto::code::name(error.to_status().code()));
+                return Err(error.into());
+            }
+            Err(_elapsed) => {
+                spans::failed(&span, "DEADLINE_EXCEEDED");
+                return Err(BackendError::DeadlineExceeded.into());
+            }
         };
         let Outcome {
             result_json,
             is_error,
         } = normalize(outcome, tool.max_output_bytes());
+        if is_error {
+            spans::failed(&span, "tool_error");
+        }
         Ok(pb::ExecuteResponse {
             result_json,
             is_error,
@@ -208,10 +233,42 @@ impl RuntimeService {
 
 #[tonic::async_trait]
 impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
-    #[tracing::instrument(skip_all, fields(tool = %clip(&request.get_ref().tool, QUOTED_MAX), caller = %clip(&request.get_ref().caller, QUOTED_MAX), invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX)))]
     async fn execute(
         &self,
         request: tonic::Request<pb::ExecuteRequest>,
+    ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
+        let span = tracing::info_span!(
+            "toolmesh.v1.ToolRuntime/Execute",
+            otel.kind = "server",
+            tool = %clip(&request.get_ref().tool, QUOTED_MAX),
+            caller = %clip(&request.get_ref().caller, QUOTED_MAX),
+            invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX),
+        );
+        let trace = TraceContext::from_metadata(request.metadata());
+        trace.parent(&span);
+        spans::rpc(&span, EXECUTE);
+        let result = self
+            .execute_traced(request, trace)
+            .instrument(span.clone())
+            .await;
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(status) => status.code(),
+        };
+        spans::rpc_status(&span, toolmesh_proto::code::name(code));
+        result
+    }
+}
+
+/// `ToolRuntime.Execute`'s fully qualified name, as its spans name it.
+const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
+
+impl RuntimeService {
+    /// `Execute` inside its server span; `trace` is the registry's context.
+    async fn execute_traced(
+        &self,
+        request: tonic::Request<pb::ExecuteRequest>,
+        trace: TraceContext,
     ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
         if let Some(token) = &self.token
             && !token.presented_in(request.metadata())
@@ -231,7 +288,7 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
         }
         let caller_timeout = toolmesh_proto::timeout::of(&request);
         let req = request.into_inner();
-        let context = CallContext::new(req.caller, req.invocation_id);
+        let context = CallContext::new(req.caller, req.invocation_id).in_trace(trace);
         match self
             .runtime
             .execute(&req.tool, &req.arguments_json, context, caller_timeout)

@@ -29,6 +29,7 @@ pub mod labels;
 pub mod otel;
 pub mod propagation;
 pub mod shown;
+pub mod spans;
 
 pub use propagation::TraceContext;
 

@@ -22,9 +22,12 @@
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
 //! - [`tls`]: a CA made for one test, and the certificates it signs.
+//! - [`otlp`]: an OTLP trace receiver (gRPC and HTTP), and a trace drawn
+//!   as a text waterfall.
 
 pub mod catalog;
 pub mod http2;
+pub mod otlp;
 pub mod ports;
 pub mod process;
 pub mod redis;

@@ -12,12 +12,16 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 5] = [
+const CLEARED_ENV: [&str; 9] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
     "TOOLMESH_LOG_CALLS",
     "TOOLMESH_LISTEN",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_SERVICE_NAME",
 ];
 
 /// A `toolmesh-registry` process with stdout and stderr in `registry.log`

@@ -1,7 +1,9 @@
 //! A command as a tool: the arguments JSON goes to its stdin, its stdout is
 //! the result. The caller and the invocation id are in its environment
 //! ([`CALLER_ENV`], [`INVOCATION_ID_ENV`]), empty when there is none, so a
-//! value the sidecar itself was started with never reaches the tool.
+//! value the sidecar itself was started with never reaches the tool; so is
+//! the call's W3C trace context (`TRACEPARENT`, `TRACESTATE`, unset when
+//! there is none).
 //!
 //! The command runs in its own process group. When the deadline passes or
 //! the call is dropped, the whole group is killed (`SIGKILL`), so helpers the
@@ -21,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV};
 use crate::tool::{Backend, BackendError, Outcome};
+use toolmesh_telemetry::propagation::{TRACEPARENT_ENV, TRACESTATE_ENV};
 
 /// Most stderr kept for an error message.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -120,6 +123,9 @@ impl Backend for CommandBackend {
             .envs(&self.env)
             .env(CALLER_ENV, &context.caller)
             .env(INVOCATION_ID_ENV, &context.invocation_id)
+            .env_remove(TRACEPARENT_ENV)
+            .env_remove(TRACESTATE_ENV)
+            .envs(context.trace.env())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

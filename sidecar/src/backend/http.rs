@@ -1,11 +1,14 @@
 //! An HTTP JSON endpoint as a tool: the arguments are POSTed as the body,
 //! a 2xx response body is the result, anything else an `is_error` result.
 //! The caller and the invocation id go in headers ([`CALLER_HEADER`],
-//! [`INVOCATION_ID_HEADER`]), each left out when empty.
+//! [`INVOCATION_ID_HEADER`]), each left out when empty; the trace context
+//! in `traceparent` and `tracestate`, from the request's client span.
 
 use async_trait::async_trait;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
+use toolmesh_telemetry::spans;
+use tracing::Instrument as _;
 
 use crate::context::{CALLER_HEADER, CallContext, INVOCATION_ID_HEADER};
 use crate::tool::{Backend, BackendError, Outcome};
@@ -17,6 +20,8 @@ pub struct HttpBackend {
     url: reqwest::Url,
     headers: HeaderMap,
     max_body_bytes: usize,
+    /// The URL as spans show it: no credentials, no query.
+    shown_url: String,
 }
 
 impl HttpBackend {
@@ -30,11 +35,16 @@ impl HttpBackend {
         headers: HeaderMap,
         max_body_bytes: usize,
     ) -> Self {
+        let mut shown = url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        shown.set_query(None);
         Self {
             client,
             url,
             headers,
             max_body_bytes,
+            shown_url: shown.to_string(),
         }
     }
 
@@ -78,12 +88,16 @@ impl Backend for HttpBackend {
         context: &CallContext,
         deadline: Instant,
     ) -> Result<Outcome, BackendError> {
-        let headers = self.headers(context)?;
+        let mut headers = self.headers(context)?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(BackendError::DeadlineExceeded);
         }
-        let mut response = self
+        let span = tracing::info_span!("POST", otel.kind = "client");
+        spans::set(&span, "http.request.method", "POST");
+        spans::set(&span, "url.full", self.shown_url.clone());
+        context.trace.onward(&span).inject_headers(&mut headers);
+        let sent = self
             .client
             .post(self.url.clone())
             .headers(headers)
@@ -91,9 +105,31 @@ impl Backend for HttpBackend {
             .body(arguments_json.to_owned())
             .timeout(remaining)
             .send()
-            .await
-            .map_err(Self::error)?;
+            .instrument(span.clone())
+            .await;
+        let mut response = match sent {
+            Ok(response) => response,
+            Err(error) => {
+                spans::failed(
+                    &span,
+                    if error.is_timeout() {
+                        "timeout"
+                    } else {
+                        "transport"
+                    },
+                );
+                return Err(Self::error(error));
+            }
+        };
         let status = response.status();
+        spans::set(
+            &span,
+            "http.response.status_code",
+            i64::from(status.as_u16()),
+        );
+        if status.is_client_error() || status.is_server_error() {
+            spans::failed(&span, status.as_str());
+        }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(Self::error)? {
             body.extend_from_slice(&chunk);

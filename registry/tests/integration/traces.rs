@@ -1,0 +1,394 @@
+//! One trace from the agent to the tool: the real registry and sidecar
+//! binaries export their spans to an OTLP receiver on loopback (the
+//! registry over gRPC, the sidecar over HTTP/protobuf), and an HTTP tool
+//! records the `traceparent` it is sent. The agent's trace id is on every
+//! span, each span's parent is the one before it, and the backend's parent
+//! is the sidecar's HTTP client span. With tracing off everywhere, the
+//! agent's context still reaches the tool unchanged.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{Router, http::HeaderMap, routing::post};
+use tonic::transport::Channel;
+use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+use toolmesh_test_support::{
+    otlp::{Collector, Span, waterfall},
+    process::{self, SidecarProcess},
+    registry_process::RegistryProcess,
+};
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const AGENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// The `traceparent` headers the backend received, in order.
+type Seen = Arc<Mutex<Vec<Option<String>>>>;
+
+/// An HTTP tool on loopback: `{"fail": true}` answers 500 (a tool error),
+/// anything else `{"ok": true}`.
+async fn backend() -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let app = Router::new().route(
+        "/tool",
+        post({
+            let seen = seen.clone();
+            move |headers: HeaderMap, body: String| async move {
+                let parent = headers
+                    .get("traceparent")
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                seen.lock().expect("not poisoned").push(parent);
+                if body.contains("\"fail\":true") {
+                    (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        r#"{"error":"asked to"}"#,
+                    )
+                } else {
+                    (axum::http::StatusCode::OK, r#"{"ok":true}"#)
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the backend");
+    let url = format!("http://{}/tool", listener.local_addr().expect("bound"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+fn yaml(url: &str) -> String {
+    format!(
+        r#"
+tools:
+  - name: lookup
+    description: an HTTP tool
+    input_schema: {{type: object, properties: {{fail: {{type: boolean}}}}}}
+    backend:
+      http: {{url: "{url}"}}
+  - name: env
+    description: prints its TRACEPARENT
+    backend:
+      command: [sh, -c, 'cat >/dev/null; printf "\"%s\"" "$TRACEPARENT"']
+"#
+    )
+}
+
+struct Mesh {
+    _registry: RegistryProcess,
+    _sidecar: SidecarProcess,
+    agent: ToolRegistryClient<Channel>,
+}
+
+async fn mesh(
+    yaml: &str,
+    registry_env: &[(&str, &str)],
+    sidecar_env: &[(&str, &str)],
+) -> Option<Mesh> {
+    let registry_bin = process::binary("toolmesh-registry")?;
+    let sidecar_bin = process::binary("toolmesh-sidecar")?;
+    let (registry, addr): (RegistryProcess, SocketAddr) =
+        RegistryProcess::start(&registry_bin, &["--listen", "127.0.0.1:0"], registry_env).await;
+    let mut sidecar = SidecarProcess::spawn(
+        &sidecar_bin,
+        yaml,
+        &[
+            "--registry",
+            &format!("http://{addr}"),
+            "--listen",
+            "127.0.0.1:0",
+            "--instance-id",
+            "s1",
+        ],
+        sidecar_env,
+    );
+    sidecar.bound(Duration::from_secs(20)).await;
+    let agent = ToolRegistryClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect to the registry");
+    for tool in ["lookup", "env"] {
+        toolmesh_test_support::catalog::wait_for_instances(
+            &agent,
+            tool,
+            1,
+            Duration::from_secs(20),
+        )
+        .await;
+    }
+    Some(Mesh {
+        _registry: registry,
+        _sidecar: sidecar,
+        agent,
+    })
+}
+
+/// An Invoke carrying the agent's `traceparent`.
+fn traced(
+    tool: &str,
+    arguments: &str,
+    parent: &str,
+) -> tonic::Request<toolmesh_proto::pb::InvokeRequest> {
+    let mut request = tonic::Request::new(toolmesh_test_support::catalog::invoke(tool, arguments));
+    request
+        .metadata_mut()
+        .insert("traceparent", parent.parse().expect("ascii"));
+    request
+        .metadata_mut()
+        .insert("tracestate", "agent=1".parse().expect("ascii"));
+    request
+}
+
+fn one<'a>(spans: &'a [Span], service: &str, name: &str) -> &'a Span {
+    let found: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.service == service && s.name == name)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one {name:?} from {service}:\n{}",
+        waterfall(spans)
+    );
+    found[0]
+}
+
+fn assert_child(child: &Span, parent: &Span, spans: &[Span]) {
+    assert_eq!(
+        child.parent_span_id,
+        parent.span_id,
+        "{} should be a child of {}:\n{}",
+        child.name,
+        parent.name,
+        waterfall(spans)
+    );
+}
+
+const SERVER: i32 = 2;
+const CLIENT: i32 = 3;
+const ERROR: i32 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_trace_from_the_agent_to_the_backend() {
+    let collector = Collector::start().await;
+    let (url, seen) = backend().await;
+    let grpc = collector.grpc_endpoint();
+    let http = collector.http_endpoint();
+    let Some(mut mesh) = mesh(
+        &yaml(&url),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_SERVICE_NAME", "lookup-sidecar"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+
+    let parent = format!("00-{TRACE_ID}-{AGENT_SPAN}-01");
+    let answer = mesh
+        .agent
+        .invoke(traced("lookup", "{}", &parent))
+        .await
+        .expect("the call")
+        .into_inner();
+    assert!(!answer.is_error, "{}", answer.result_json);
+
+    let spans = collector
+        .trace(TRACE_ID, Duration::from_secs(30), |spans| {
+            spans.len() >= 6 && spans.iter().any(|s| s.name == "POST")
+        })
+        .await;
+    println!("{}", waterfall(&spans));
+
+    let invoke = one(
+        &spans,
+        "toolmesh-registry",
+        "toolmesh.v1.ToolRegistry/Invoke",
+    );
+    let execute_tool = one(&spans, "toolmesh-registry", "execute_tool lookup");
+    let attempt = one(
+        &spans,
+        "toolmesh-registry",
+        "toolmesh.v1.ToolRuntime/Execute",
+    );
+    let execute = one(&spans, "lookup-sidecar", "toolmesh.v1.ToolRuntime/Execute");
+    let sidecar_tool = one(&spans, "lookup-sidecar", "execute_tool lookup");
+    let post = one(&spans, "lookup-sidecar", "POST");
+
+    assert_eq!(invoke.parent_span_id, AGENT_SPAN, "{}", waterfall(&spans));
+    assert_child(execute_tool, invoke, &spans);
+    assert_child(attempt, execute_tool, &spans);
+    assert_child(execute, attempt, &spans);
+    assert_child(sidecar_tool, execute, &spans);
+    assert_child(post, sidecar_tool, &spans);
+
+    let received = seen.lock().expect("not poisoned").clone();
+    let backend_parent = received
+        .first()
+        .cloned()
+        .flatten()
+        .expect("the backend got a traceparent");
+    assert_eq!(backend_parent, format!("00-{TRACE_ID}-{}-01", post.span_id));
+
+    for (span, kind, method) in [
+        (invoke, SERVER, "toolmesh.v1.ToolRegistry/Invoke"),
+        (attempt, CLIENT, "toolmesh.v1.ToolRuntime/Execute"),
+        (execute, SERVER, "toolmesh.v1.ToolRuntime/Execute"),
+    ] {
+        assert_eq!(span.kind, kind, "{span:?}");
+        assert_eq!(span.attribute("rpc.system.name"), Some("grpc"), "{span:?}");
+        assert_eq!(span.attribute("rpc.method"), Some(method), "{span:?}");
+        assert_eq!(
+            span.attribute("rpc.response.status_code"),
+            Some("OK"),
+            "{span:?}"
+        );
+        assert_eq!(span.attribute("rpc.status_code"), Some("OK"), "{span:?}");
+    }
+    assert_eq!(post.kind, CLIENT);
+    assert_eq!(post.attribute("http.request.method"), Some("POST"));
+    assert_eq!(post.attribute("http.response.status_code"), Some("200"));
+    for span in [execute_tool, sidecar_tool] {
+        assert_eq!(
+            span.attribute("gen_ai.operation.name"),
+            Some("execute_tool"),
+            "{span:?}"
+        );
+        assert_eq!(
+            span.attribute("gen_ai.tool.name"),
+            Some("lookup"),
+            "{span:?}"
+        );
+        assert_eq!(
+            span.attribute("gen_ai.tool.call.id"),
+            execute_tool.attribute("gen_ai.tool.call.id"),
+            "the invocation id on both sides"
+        );
+        assert_eq!(span.attribute("error.type"), None, "{span:?}");
+    }
+    assert!(
+        execute_tool
+            .attribute("gen_ai.tool.call.id")
+            .is_some_and(|id| id.len() == 36),
+        "{execute_tool:?}"
+    );
+    assert_eq!(execute_tool.attribute("toolmesh.validation"), Some("valid"));
+    assert_eq!(
+        execute_tool.attribute("toolmesh.rate_limit"),
+        Some("allowed")
+    );
+    assert_eq!(execute_tool.attribute("toolmesh.attempts"), Some("1"));
+    assert_eq!(execute_tool.attribute("toolmesh.instance"), Some("s1"));
+    assert_eq!(attempt.attribute("toolmesh.attempt"), Some("1"));
+    assert_eq!(attempt.attribute("server.address"), Some("127.0.0.1"));
+    // Arguments and results never reach a span.
+    for span in &spans {
+        for value in span.attributes.values() {
+            assert!(!value.contains("\"ok\""), "a result in {span:?}");
+        }
+    }
+
+    // A tool error: the call is OK at the RPC level, a `tool_error` in the
+    // tool's spans.
+    let failing_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let answer = mesh
+        .agent
+        .invoke(traced(
+            "lookup",
+            r#"{"fail":true}"#,
+            &format!("00-{failing_trace}-{AGENT_SPAN}-01"),
+        ))
+        .await
+        .expect("the call")
+        .into_inner();
+    assert!(answer.is_error);
+    let spans = collector
+        .trace(failing_trace, Duration::from_secs(30), |spans| {
+            spans.len() >= 6
+        })
+        .await;
+    let invoke = one(
+        &spans,
+        "toolmesh-registry",
+        "toolmesh.v1.ToolRegistry/Invoke",
+    );
+    assert_eq!(invoke.attribute("rpc.response.status_code"), Some("OK"));
+    for service in ["toolmesh-registry", "lookup-sidecar"] {
+        let tool = one(&spans, service, "execute_tool lookup");
+        assert_eq!(tool.attribute("error.type"), Some("tool_error"), "{tool:?}");
+        assert_eq!(tool.status, ERROR, "{tool:?}");
+    }
+
+    // Refused before any sidecar: the registry's spans say why.
+    let invalid_trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+    mesh.agent
+        .invoke(traced(
+            "lookup",
+            r#"{"fail":"yes"}"#,
+            &format!("00-{invalid_trace}-{AGENT_SPAN}-01"),
+        ))
+        .await
+        .expect_err("invalid");
+    let spans = collector
+        .trace(invalid_trace, Duration::from_secs(30), |spans| {
+            spans.len() >= 2
+        })
+        .await;
+    let invoke = one(
+        &spans,
+        "toolmesh-registry",
+        "toolmesh.v1.ToolRegistry/Invoke",
+    );
+    assert_eq!(
+        invoke.attribute("rpc.response.status_code"),
+        Some("INVALID_ARGUMENT")
+    );
+    assert_eq!(invoke.attribute("error.type"), Some("INVALID_ARGUMENT"));
+    let tool = one(&spans, "toolmesh-registry", "execute_tool lookup");
+    assert_eq!(tool.attribute("toolmesh.validation"), Some("invalid"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tracing_off_the_agents_context_reaches_the_tool_unchanged() {
+    let (url, seen) = backend().await;
+    let Some(mut mesh) = mesh(&yaml(&url), &[], &[]).await else {
+        return;
+    };
+    let parent = format!("00-{TRACE_ID}-{AGENT_SPAN}-01");
+    let answer = mesh
+        .agent
+        .invoke(traced("env", "{}", &parent))
+        .await
+        .expect("the call")
+        .into_inner();
+    assert_eq!(answer.result_json, format!("\"{parent}\""));
+    mesh.agent
+        .invoke(traced("lookup", "{}", &parent))
+        .await
+        .expect("the call");
+    assert_eq!(
+        seen.lock().expect("not poisoned").clone(),
+        vec![Some(parent)]
+    );
+
+    // A malformed context is dropped, not passed on.
+    let answer = mesh
+        .agent
+        .invoke(traced("env", "{}", "00-not-a-trace-01"))
+        .await
+        .expect("the call")
+        .into_inner();
+    assert_eq!(answer.result_json, "\"\"");
+}
