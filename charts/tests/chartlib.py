@@ -8,10 +8,15 @@ and rendering them as `helm template` would, through the Helm SDK that the
   ``helm dependency update`` there, so that the work tree is never written.
 - :func:`render` renders a chart to its objects, each tagged with the
   template it came from.
+- :func:`dashboard_exprs` and :func:`dashboard_metric_names`: the PromQL of
+  a Grafana dashboard (the registry chart's ``dashboards/toolmesh.json``)
+  and the metric names it reads.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +63,9 @@ CHARTS = {c.name: c for c in (REGISTRY, SIDECAR, EXAMPLE)}
 
 #: Values files for `podman kube play` (charts/tests/kube-play/<chart>.yaml).
 KUBE_PLAY_VALUES = REPO / "charts" / "tests" / "kube-play"
+
+#: The registry chart's Grafana dashboard.
+DASHBOARD = REGISTRY.source / "dashboards" / "toolmesh.json"
 
 
 def prepared(into: Path) -> dict[str, Path]:
@@ -175,3 +183,77 @@ def workloads(objects: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], d
 def kn(obj: dict[str, Any]) -> str:
     """`Kind/name (template)`, for messages."""
     return f"{obj['kind']}/{obj['metadata'].get('name')} ({obj.get('__template__', '?')})"
+
+
+# --- Grafana dashboards ---------------------------------------------------
+
+
+def dashboard_panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel of a dashboard, those inside collapsed rows included."""
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, PromQL) of a dashboard: every panel target's ``expr``, and
+    the expression of every query variable (``label_values(EXPR, label)``,
+    ``query_result(EXPR)``); ``where`` names the panel or the variable."""
+    out = []
+    for panel in dashboard_panels(dashboard):
+        for target in panel.get("targets", []):
+            if target.get("expr"):
+                out.append((f"panel {panel.get('title')!r} target {target.get('refId')}", target["expr"]))
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("type") != "query":
+            continue
+        query = variable.get("query")
+        if isinstance(query, dict):
+            query = query.get("query", "")
+        match = re.fullmatch(r"\s*(?:label_values\(\s*(.+?)\s*,\s*[a-zA-Z_]\w*\s*\)|query_result\((.+)\))\s*", query or "", re.S)
+        if match and (match[1] or match[2]):
+            out.append((f"variable {variable.get('name')!r}", match[1] or match[2]))
+    return out
+
+
+#: PromQL words that are not metric names: aggregation operators, their
+#: modifiers, binary operators and literals. (Functions are recognised by
+#: the `(` after them.)
+PROMQL_KEYWORDS = frozenset({
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk",
+    "quantile", "limitk", "limit_ratio", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "offset", "bool", "and", "or", "unless", "atan2", "inf", "nan",
+})
+
+_PROMQL_STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`')
+_GRAFANA_VARIABLE = re.compile(r"\$\{[^}]*\}|\[\[[^\]]*\]\]|\$\w+")
+_PROMQL_MATCHERS = re.compile(r"\{[^{}]*\}")
+_PROMQL_RANGE = re.compile(r"\[[^\[\]]*\]")
+_PROMQL_LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)", re.I)
+_PROMQL_IDENTIFIER = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)(?![\w:])(?!\s*\()")
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads, as written (a
+    histogram's ``_bucket`` series stays ``..._bucket``): identifiers that
+    are not functions, keywords, labels (in ``{...}`` or ``by (...)``),
+    strings, durations or Grafana variables); and the names a selector
+    gives with ``{__name__="..."}``."""
+    named = set(re.findall(r'\b__name__\s*=\s*"([a-zA-Z_:][\w:]*)"', expr))
+    text = _PROMQL_STRING.sub(" ", expr)
+    text = re.sub(r"#[^\n]*", " ", text)
+    text = _GRAFANA_VARIABLE.sub(" ", text)
+    text = _PROMQL_MATCHERS.sub(" ", text)
+    text = _PROMQL_RANGE.sub(" ", text)
+    text = _PROMQL_LABEL_LIST.sub(" ", text)
+    return named | {name for name in _PROMQL_IDENTIFIER.findall(text) if name.lower() not in PROMQL_KEYWORDS}
+
+
+def dashboard_metric_names(path: Path | str) -> set[str]:
+    """Every metric name the PromQL of a dashboard JSON file reads (panel
+    targets and query variables), as written."""
+    dashboard = json.loads(Path(path).read_text())
+    names: set[str] = set()
+    for _, expr in dashboard_exprs(dashboard):
+        names |= promql_metric_names(expr)
+    return names

@@ -34,6 +34,7 @@ import helm_python as helm
 import values_doc
 from chartlib import (
     CHARTS,
+    DASHBOARD,
     EXAMPLE,
     KUBE_PLAY_VALUES,
     REGISTRY,
@@ -41,11 +42,15 @@ from chartlib import (
     SIDECAR,
     ChartInfo,
     Rendered,
+    dashboard_exprs,
+    dashboard_metric_names,
+    dashboard_panels,
     is_hook,
     kn,
     load_values,
     merged,
     prepared,
+    promql_metric_names,
     render,
     without_origin,
     workloads,
@@ -131,6 +136,13 @@ def test_lint_strict_with_values(prepared_charts, chart, values_file):
 
 # --- render and validate ----------------------------------------------------
 
+#: Custom resources the charts may render (optional objects of operators
+#: installed beside them). Kubernetes' own schemas, hence kubernetes-validate,
+#: know none of them: they are left out of the schema validation here, on
+#: purpose and by name, and their shape is asserted by tests of their own
+#: (test_service_monitor). Any other unknown kind still fails.
+CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
 
 @pytest.mark.parametrize(("chart", "values_file"), values_cases())
 def test_renders_valid_kubernetes_objects(prepared_charts, chart, values_file):
@@ -139,6 +151,8 @@ def test_renders_valid_kubernetes_objects(prepared_charts, chart, values_file):
     versions = sorted({min_kubernetes(prepared_charts[chart.name]), LATEST_KUBERNETES})
     failures = []
     for obj in rendered.objects:
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_RESOURCES:
+            continue
         for version in versions:
             try:
                 kubernetes_validate.validate(without_origin(obj), version, strict=True)
@@ -222,12 +236,100 @@ def test_workloads_have_probes_resources_and_restricted_security(prepared_charts
     assert not problems, "\n".join(problems)
 
 
-def test_registry_probes_are_native_grpc_health(prepared_charts):
-    deployment = render_open(prepared_charts).one("Deployment")
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert container[probe]["grpc"] == {"port": 50051}, probe
-    assert container["ports"] == [{"name": "grpc", "containerPort": 50051, "protocol": "TCP"}]
+#: The registry's probes on the admin port: startup and liveness wait for
+#: the process to answer, readiness gates the Service.
+ADMIN_PROBE_PATHS = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+
+
+def test_registry_probes_ask_the_admin_port(prepared_charts):
+    rendered = render_open(prepared_charts)
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    for probe, path in ADMIN_PROBE_PATHS.items():
+        assert container[probe]["httpGet"] == {"path": path, "port": "admin", "scheme": "HTTP"}, probe
+        assert not {"grpc", "exec", "tcpSocket"} & set(container[probe]), probe
+    assert container["ports"] == [{"name": "grpc", "containerPort": 50051, "protocol": "TCP"},
+                                  {"name": "admin", "containerPort": 9090, "protocol": "TCP"}]
+    env = env_of(container)
+    assert env["TOOLMESH_ADMIN_LISTEN"] == "0.0.0.0:9090"
+    assert env["TOOLMESH_METRICS_MAX_TOOLS"] == "100"
+    assert "hostAliases" not in pod
+    # The admin port has a ClusterIP Service of its own, never the main
+    # Service's type: a LoadBalancer publishes gRPC, not the metrics.
+    published = render_open(prepared_charts, {"service": {"type": "LoadBalancer"}})
+    assert [p["name"] for p in published.one("Service", "toolmesh")["spec"]["ports"]] == ["grpc"]
+    admin = published.one("Service", "toolmesh-admin")
+    assert admin["spec"]["type"] == "ClusterIP"
+    assert admin["spec"]["ports"] == [{"name": "admin", "port": 9090, "targetPort": "admin", "protocol": "TCP"}]
+    assert admin["spec"]["selector"] == published.one("Deployment")["spec"]["selector"]["matchLabels"]
+
+
+def test_registry_admin_port_settings(prepared_charts):
+    rendered = render_open(prepared_charts, {"admin": {"port": 9100, "listenHost": "[::]", "metricsMaxTools": 7},
+                                             "config": {"port": 6000}})
+    container = registry_pod(rendered)["containers"][0]
+    env = env_of(container)
+    assert (env["TOOLMESH_ADMIN_LISTEN"], env["TOOLMESH_METRICS_MAX_TOOLS"]) == ("[::]:9100", "7")
+    assert {"name": "admin", "containerPort": 9100, "protocol": "TCP"} in container["ports"]
+    assert "host" not in container["readinessProbe"]["httpGet"]
+    assert rendered.one("Service", "toolmesh-admin")["spec"]["ports"][0]["port"] == 9100
+    with pytest.raises(helm.HelmRenderError, match=r"admin.port and config.port are both 6000"):
+        render_open(prepared_charts, {"admin": {"port": 6000}, "config": {"port": 6000}})
+    # On the pod's loopback, the kubelet's probes could not reach it; on the
+    # node's (host networking), they ask it there.
+    with pytest.raises(helm.HelmRenderError, match=r"the admin port binds 127.0.0.1, a loopback address"):
+        render_open(prepared_charts, {"admin": {"listenHost": "127.0.0.1"}})
+    container = registry_pod(render_open(prepared_charts, {"admin": {"listenHost": "[::1]"}, "hostNetwork": True}))[
+        "containers"][0]
+    assert env_of(container)["TOOLMESH_ADMIN_LISTEN"] == "[::1]:9090"
+    assert container["livenessProbe"]["httpGet"]["host"] == "::1"
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+def test_registry_probes_fall_back_to_grpc_health_without_the_admin_port(prepared_charts, tls):
+    values: dict[str, Any] = {"admin": {"enabled": False}}
+    if tls:
+        values["tls"] = {"existingSecret": "toolmesh-tls"}
+    rendered = render_open(prepared_charts, values)
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    for probe in ADMIN_PROBE_PATHS:
+        if tls:
+            assert container[probe]["exec"]["command"][:2] == ["/usr/local/bin/toolmesh-registry", "health"], probe
+        else:
+            assert container[probe]["grpc"] == {"port": 50051}, probe
+    assert ("hostAliases" in pod) is tls
+    assert [p["name"] for p in container["ports"]] == ["grpc"]
+    env = env_of(container)
+    assert "TOOLMESH_ADMIN_LISTEN" not in env and "TOOLMESH_METRICS_MAX_TOOLS" not in env
+    assert [s["metadata"]["name"] for s in rendered.of_kind("Service")] == ["toolmesh"]
+    with pytest.raises(helm.HelmRenderError, match=r"serviceMonitor.enabled needs admin.enabled"):
+        render_open(prepared_charts, merged(values, {"serviceMonitor": {"enabled": True}}))
+
+
+@pytest.mark.parametrize("chart", APPLICATIONS, ids=lambda c: c.name)
+def test_kube_play_probes_reach_the_admin_port_on_loopback(prepared_charts, chart):
+    """With the kube-play values (host networking, everything on the node's
+    loopback), each admin port binds loopback and each probe asks it there:
+    what test_kube_play.py asks from the host once the pods run."""
+    rendered = render(prepared_charts[chart.name], load_values(KUBE_PLAY_VALUES / f"{chart.name}.yaml"))
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    checked = 0
+    for container in pod["containers"]:
+        admin_listen = env_of(container).get("TOOLMESH_ADMIN_LISTEN")
+        if admin_listen is None:
+            continue
+        host, port = admin_listen.rsplit(":", 1)
+        assert host == "127.0.0.1", admin_listen
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            if probe not in container:
+                continue
+            handler = container[probe]["httpGet"]
+            named = next(p for p in container["ports"] if p["name"] == handler["port"])
+            assert (handler["host"], named["containerPort"]) == ("127.0.0.1", int(port)), f"{container['name']} {probe}"
+            checked += 1
+    assert checked >= 2, "no probe on an admin port"
 
 
 # --- the values schema --------------------------------------------------------
@@ -258,6 +360,24 @@ def test_registry_probes_are_native_grpc_health(prepared_charts):
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"tls": {"secret": "x"}}}, "secret", id="toolmesh-sidecar:unknown-tls-key"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"port": "x"}}, "port", id="toolmesh-sidecar:port-as-text"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registy": "r:1"}}, "registy", id="toolmesh-sidecar:unknown-key"),
+        pytest.param(REGISTRY, {"admin": {"port": "9090"}}, "port", id="toolmesh:admin-port-as-text"),
+        pytest.param(REGISTRY, {"admin": {"path": "/metrics"}}, "path", id="toolmesh:admin-unknown-key"),
+        pytest.param(REGISTRY, {"tracing": {"protocol": "http"}}, "protocol", id="toolmesh:tracing-protocol"),
+        pytest.param(REGISTRY, {"tracing": {"sampler": "ratio"}}, "sampler", id="toolmesh:tracing-sampler"),
+        pytest.param(REGISTRY, {"tracing": {"samplerArg": "10%"}}, "samplerArg", id="toolmesh:sampler-arg-text"),
+        pytest.param(REGISTRY, {"tracing": {"samplerArg": 2}}, "samplerArg", id="toolmesh:sampler-arg-above-1"),
+        pytest.param(REGISTRY, {"tracing": {"otlpEndpoint": "collector:4317"}}, "otlpEndpoint",
+                     id="toolmesh:otlp-endpoint-without-scheme"),
+        pytest.param(REGISTRY, {"tracing": {"resourceAttributes": {"a": "b,c"}}}, "resourceAttributes",
+                     id="toolmesh:resource-attribute-with-comma"),
+        pytest.param(REGISTRY, {"serviceMonitor": {"interval": "30"}}, "interval", id="toolmesh:scrape-interval-unitless"),
+        pytest.param(REGISTRY, {"serviceMonitor": {"enable": True}}, "enable", id="toolmesh:service-monitor-unknown-key"),
+        pytest.param(REGISTRY, {"grafanaDashboard": {"labelValue": 1}}, "labelValue",
+                     id="toolmesh:dashboard-label-value-as-number"),
+        pytest.param(REGISTRY, {"networkPolicy": {"adminFrom": "monitoring"}}, "adminFrom", id="toolmesh:admin-from-as-text"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"admin": {"port": 0}}}, "port", id="toolmesh-sidecar:admin-port-zero"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"tracing": {"endpoint": "http://c:4317"}}}, "endpoint",
+                     id="toolmesh-sidecar:tracing-unknown-key"),
         pytest.param(
             EXAMPLE,
             {"toolmesh-sidecar": {"tools": [{"name": "t", "backend": {"http": {"url": "x"}}, "timout": "2s"}]}},
@@ -399,8 +519,8 @@ def test_registry_settings_reach_the_environment(prepared_charts):
     allowed = render_open(prepared_charts, {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
     allowed_env = env_of(allowed.one("Deployment")["spec"]["template"]["spec"]["containers"][0])
     assert allowed_env["TOOLMESH_ENDPOINT_ALLOW"] == "10.0.0.0/8,*.svc.cluster.local"
-    assert container["readinessProbe"]["grpc"]["port"] == 6000
-    service = rendered.one("Service")
+    assert {"name": "grpc", "containerPort": 6000, "protocol": "TCP"} in container["ports"]
+    service = rendered.one("Service", "toolmesh")
     assert service["spec"]["ports"][0]["targetPort"] == "grpc"
 
 
@@ -543,13 +663,21 @@ def test_network_policies(prepared_charts):
     policy = render_open(prepared_charts, values).one("NetworkPolicy")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    [ingress] = spec["ingress"]
+    ingress, admin = spec["ingress"]
     assert ingress["ports"] == [{"port": 50051, "protocol": "TCP"}]
     assert {"podSelector": {"matchLabels": {
         "app.kubernetes.io/name": "toolmesh", "app.kubernetes.io/instance": "toolmesh",
         "app.kubernetes.io/component": "test"}}} in ingress["from"], "the helm test pod is let in"
+    # Prometheus, from where adminFrom says, on the admin port only.
+    assert admin == {"ports": [{"port": 9090, "protocol": "TCP"}], "from": values["networkPolicy"]["adminFrom"]}
     egress_ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
     assert egress_ports == [[53, 53], [50061, 50062], [6390], [4317]]
+
+    # adminFrom empty: anyone, on the admin port only; no admin port: no rule.
+    open_admin = render_open(prepared_charts, {"networkPolicy": {"enabled": True}}).one("NetworkPolicy")
+    assert open_admin["spec"]["ingress"][1] == {"ports": [{"port": 9090, "protocol": "TCP"}]}
+    closed = render_open(prepared_charts, {"networkPolicy": {"enabled": True}, "admin": {"enabled": False}})
+    assert len(closed.one("NetworkPolicy")["spec"]["ingress"]) == 1
 
     internal = render_open(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
     redis_policy = internal.one("NetworkPolicy", "toolmesh-redis")["spec"]
@@ -575,6 +703,179 @@ def test_notes(prepared_charts):
     assert "tm-toolmesh.tools.svc:50051" in notes and "embedded" in notes
     notes = render_open(prepared_charts, {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
     assert "not for production" in notes and "Replicas: 3" in notes
+
+
+# --- observability: metrics, ServiceMonitor, dashboard, tracing -------------------
+
+
+def test_service_monitor(prepared_charts):
+    """Off by default; on, it scrapes /metrics on the port named `admin` of
+    the admin Service, which it alone selects. (kubernetes-validate has no
+    schema for it: see CUSTOM_RESOURCES.)"""
+    assert not render_open(prepared_charts).of_kind("ServiceMonitor")
+    values = {"serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s",
+                                 "labels": {"release": "kube-prometheus-stack"},
+                                 "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "go_.*", "action": "drop"}]}}
+    rendered = render_open(prepared_charts, values, name="tm", namespace="tools")
+    monitor = rendered.one("ServiceMonitor")
+    assert (monitor["apiVersion"], monitor["metadata"]["name"], monitor["metadata"]["namespace"]) == (
+        "monitoring.coreos.com/v1", "tm-toolmesh", "tools")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "tm"
+    spec = monitor["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "endpoints"}
+    assert spec["namespaceSelector"] == {"matchNames": ["tools"]}
+    assert spec["endpoints"] == [{"port": "admin", "path": "/metrics", "scheme": "http", "interval": "15s",
+                                  "scrapeTimeout": "5s", "metricRelabelings": values["serviceMonitor"]["metricRelabelings"]}]
+    # Its selector picks the admin Service, and only it; that Service's port
+    # `admin` leads to the registry container's port `admin`.
+    selector = spec["selector"]["matchLabels"]
+    selected = [s for s in rendered.of_kind("Service") if selector.items() <= s["metadata"]["labels"].items()]
+    assert [s["metadata"]["name"] for s in selected] == ["tm-toolmesh-admin"]
+    [port] = [p for p in selected[0]["spec"]["ports"] if p["name"] == "admin"]
+    assert selected[0]["spec"]["selector"] == rendered.one("Deployment")["spec"]["selector"]["matchLabels"]
+    container = registry_pod(rendered)["containers"][0]
+    assert {"name": "admin", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
+    assert port["targetPort"] == "admin"
+    # The defaults: every 30 s, 10 s at most, no relabelings.
+    [endpoint] = render_open(prepared_charts, {"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint == {"port": "admin", "path": "/metrics", "scheme": "http", "interval": "30s", "scrapeTimeout": "10s"}
+
+
+def test_grafana_dashboard_configmap(prepared_charts):
+    assert not render_open(prepared_charts).of_kind("ConfigMap")
+    rendered = render_open(prepared_charts, {"grafanaDashboard": {"enabled": True}}, name="tm", namespace="tools")
+    configmap = rendered.one("ConfigMap")
+    assert configmap["metadata"]["name"] == "tm-toolmesh-dashboard"
+    assert configmap["metadata"]["namespace"] == "tools"
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert list(configmap["data"]) == ["toolmesh.json"]
+    shipped = json.loads(configmap["data"]["toolmesh.json"])
+    assert shipped == json.loads(DASHBOARD.read_text()), "the ConfigMap holds the chart's dashboard, as it is"
+    # Another sidecar's label, Grafana's namespace, a folder.
+    custom = render_open(prepared_charts, {"grafanaDashboard": {
+        "enabled": True, "label": "dashboards", "labelValue": "grafana", "namespace": "monitoring",
+        "annotations": {"grafana_folder": "toolmesh"}}}).one("ConfigMap")
+    assert custom["metadata"]["labels"]["dashboards"] == "grafana"
+    assert "grafana_dashboard" not in custom["metadata"]["labels"]
+    assert custom["metadata"]["namespace"] == "monitoring"
+    assert custom["metadata"]["annotations"] == {"grafana_folder": "toolmesh"}
+
+
+def test_dashboard_json():
+    """The dashboard parses, takes its data source from a variable, filters
+    by tool, and every panel queries something. (Which metrics exist is the
+    binaries' business: a Rust test checks dashboard_metric_names against a
+    running registry's /metrics.)"""
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "toolmesh" and dashboard["title"] == "toolmesh"
+    assert dashboard["schemaVersion"] >= 39
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    tool = variables["tool"]
+    assert tool["type"] == "query" and tool["query"] == "label_values(toolmesh_invocations_total, tool)"
+    assert tool["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    assert tool["includeAll"] and tool["multi"] and tool["allValue"] == ".*"
+    panels = list(dashboard_panels(dashboard))
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids repeat"
+    queried = [p for p in panels if p["type"] != "row"]
+    assert len(queried) >= 20
+    for panel in queried:
+        where = f"panel {panel.get('title')!r}"
+        assert panel.get("title") and panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+        assert panel["targets"], f"{where} has no target"
+        for target in panel["targets"]:
+            assert isinstance(target.get("expr"), str) and target["expr"].strip(), f"{where}: empty expr"
+            assert target["datasource"] == panel["datasource"], where
+            assert promql_metric_names(target["expr"]), f"{where}: {target['expr']!r} reads no metric"
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["w"] >= 1 and grid["x"] + grid["w"] <= 24, where
+    names = dashboard_metric_names(DASHBOARD)
+    assert names and all(n.startswith("toolmesh_") for n in names), sorted(names)
+    # Every `tool`-labelled query follows the variable.
+    for where, expr in dashboard_exprs(dashboard):
+        if "by (tool" in expr:
+            assert 'tool=~"$tool"' in expr, f"{where}: {expr}"
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("sum(rate(toolmesh_invocations_total[5m]))", {"toolmesh_invocations_total"}),
+        ('histogram_quantile(0.99, sum by (le, tool) (rate(a_seconds_bucket{tool=~"$tool", outcome!="OK"}'
+         '[$__rate_interval])))', {"a_seconds_bucket"}),
+        ("sum(rate(x_total[5m])) by (tool) / on (tool) group_left (version) y offset 1h", {"x_total", "y"}),
+        ('max without (instance) (up{job="by(x)"}) > bool 1e3 and z', {"up", "z"}),
+        ("topk($k, m) or vector(0) unless count(n) * Inf", {"m", "n"}),
+        ('{__name__="named", job="a"} + max_over_time(w[1h:5m])', {"named", "w"}),
+        ("label_replace(a, 'dst', '$1', 'src', '(.*)')", {"a"}),
+        ("time() - 0x1F", set()),
+    ],
+)
+def test_promql_metric_names(expr, names):
+    assert promql_metric_names(expr) == names
+
+
+def test_dashboard_metric_names(tmp_path):
+    dashboard = {
+        "panels": [
+            {"type": "timeseries", "targets": [{"expr": "sum(rate(a_total[5m]))"}, {"expr": "b / c_count"}]},
+            {"type": "row", "collapsed": True, "panels": [{"type": "stat", "targets": [{"expr": "max(d)"}]}]},
+            {"type": "text"},
+        ],
+        "templating": {"list": [
+            {"type": "query", "name": "tool", "query": "label_values(e_total{job=\"x\"}, tool)"},
+            {"type": "query", "name": "q", "query": {"query": "query_result(topk(5, f))"}},
+            {"type": "query", "name": "l", "query": "label_values(tool)"},
+            {"type": "datasource", "name": "datasource", "query": "prometheus"},
+        ]},
+    }
+    path = tmp_path / "dashboard.json"
+    path.write_text(json.dumps(dashboard))
+    assert dashboard_metric_names(path) == {"a_total", "b", "c_count", "d", "e_total", "f"}
+    assert dashboard_metric_names(str(path)) == dashboard_metric_names(path)
+
+
+def test_tracing_env(prepared_charts):
+    """Tracing is off until an endpoint is set: no OTEL_* variable at all;
+    then the OpenTelemetry SDK's variables, in the registry and in a tool's
+    sidecar alike."""
+    def otel(container: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in env_of(container).items() if k.startswith("OTEL_") or k == "K8S_POD_NAME"}
+
+    assert not otel(registry_pod(render_open(prepared_charts))["containers"][0])
+    assert not otel(sidecar_of(render(prepared_charts["inventory-tool"]))[1])
+    tracing = {"otlpEndpoint": "http://otel-collector.observability.svc:4318", "protocol": "http/protobuf",
+               "sampler": "parentbased_traceidratio", "samplerArg": 0.25,
+               "resourceAttributes": {"deployment.environment.name": "production"}}
+    registry = otel(registry_pod(render_open(prepared_charts, {"tracing": tracing}, name="tm", namespace="tools"))[
+        "containers"][0])
+    _, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"tracing": tracing}},
+                                   name="inventory", namespace="tools"))
+    for variables, service in ((registry, "tm-toolmesh"), (otel(sidecar), "inventory-inventory-tool-toolmesh-sidecar")):
+        assert variables == {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability.svc:4318",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_SERVICE_NAME": service,
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "0.25",
+            "K8S_POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+            "OTEL_RESOURCE_ATTRIBUTES":
+                "k8s.namespace.name=tools,k8s.pod.name=$(K8S_POD_NAME),deployment.environment.name=production",
+        }
+    # $(K8S_POD_NAME) is defined before the variable that uses it.
+    names = [e["name"] for e in sidecar["env"]]
+    assert names.index("K8S_POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    # The defaults: the SDK's sampler, no argument, the release's name.
+    plain = otel(registry_pod(render_open(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317"},
+                                                             "fullnameOverride": "registry"}))["containers"][0])
+    assert (plain["OTEL_EXPORTER_OTLP_PROTOCOL"], plain["OTEL_TRACES_SAMPLER"], plain["OTEL_SERVICE_NAME"]) == (
+        "grpc", "parentbased_always_on", "registry")
+    assert "OTEL_TRACES_SAMPLER_ARG" not in plain
+    named = otel(registry_pod(render_open(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317",
+                                                                         "serviceName": "mesh"}}))["containers"][0])
+    assert named["OTEL_SERVICE_NAME"] == "mesh"
 
 
 # --- security: authentication, TLS, the audit log --------------------------------
@@ -715,10 +1016,23 @@ def test_audit_log(prepared_charts):
     assert "TOOLMESH_AUDIT_LOG" not in env_of(registry_pod(render_open(prepared_charts))["containers"][0])
 
 
+def test_tls_keeps_the_probes_on_the_plain_http_admin_port(prepared_charts):
+    values = merged(AUTH, {"tls": {"existingSecret": "toolmesh-tls", "requireClientCert": True,
+                                   "clientCaSecret": "client-ca"}})
+    pod = registry_pod(render(prepared_charts["toolmesh"], values, name="tm", namespace="tools"))
+    container = pod["containers"][0]
+    for probe, path in ADMIN_PROBE_PATHS.items():
+        assert container[probe]["httpGet"] == {"path": path, "port": "admin", "scheme": "HTTP"}, probe
+    assert "hostAliases" not in pod, "no TLS probe dials the certificate's name"
+
+
 def test_tls_mounts_the_secret_and_switches_probes_to_exec(prepared_charts):
+    """With TLS and without the admin port, the probes are an exec of the
+    registry's health over TLS."""
     values = merged(AUTH, {"tls": {"existingSecret": "toolmesh-tls", "clientCaSecret": "client-ca"},
                            "sidecarTls": {"caSecret": "sidecars-ca", "caSecretKey": "root.pem",
-                                          "clientCertSecret": "registry-client"}})
+                                          "clientCertSecret": "registry-client"},
+                           "admin": {"enabled": False}})
     rendered = render(prepared_charts["toolmesh"], values, name="tm", namespace="tools")
     pod = registry_pod(rendered)
     container = pod["containers"][0]
@@ -760,7 +1074,8 @@ def test_tls_mounts_the_secret_and_switches_probes_to_exec(prepared_charts):
 
 def test_tls_with_required_client_certificates(prepared_charts):
     values = merged(AUTH, {"tls": {"existingSecret": "toolmesh-tls", "clientCaSecret": "toolmesh-tls",
-                                   "requireClientCert": True, "probeHost": "registry.example.com", "caKey": ""}})
+                                   "requireClientCert": True, "probeHost": "registry.example.com", "caKey": ""},
+                           "admin": {"enabled": False}})
     rendered = render(prepared_charts["toolmesh"], values)
     container = registry_pod(rendered)["containers"][0]
     assert env_of(container)["TOOLMESH_TLS_REQUIRE_CLIENT_CERT"] == "true"
@@ -799,8 +1114,19 @@ def test_sidecar_container(prepared_charts):
     assert env["TOOLMESH_SIDECAR_CONFIG"] == "/etc/toolmesh-sidecar/tools.yaml"
     assert sidecar["lifecycle"]["preStop"]["exec"]["command"] == [
         "/usr/local/bin/toolmesh-sidecar", "withdraw", "--timeout", "5s"]
-    assert sidecar["readinessProbe"]["grpc"] == {"port": 50061}
-    assert sidecar["livenessProbe"]["tcpSocket"] == {"port": 50061}
+    # Probes on the admin port: ready while registered, alive while it answers.
+    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "toolmesh-admin", "scheme": "HTTP"}
+    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "toolmesh-admin", "scheme": "HTTP"}
+    assert sidecar["ports"] == [{"name": "toolmesh", "containerPort": 50061, "protocol": "TCP"},
+                                {"name": "toolmesh-admin", "containerPort": 9091, "protocol": "TCP"}]
+    assert env["TOOLMESH_ADMIN_LISTEN"] == "0.0.0.0:9091"
+    # Without it: gRPC health (readiness) and TCP (liveness) on its port.
+    _, plain = sidecar_of(render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"admin": {"enabled": False}}}))
+    assert plain["readinessProbe"]["grpc"] == {"port": 50061}
+    assert plain["livenessProbe"]["tcpSocket"] == {"port": 50061}
+    assert [p["name"] for p in plain["ports"]] == ["toolmesh"] and "TOOLMESH_ADMIN_LISTEN" not in env_of(plain)
+    with pytest.raises(helm.HelmRenderError, match=r"toolmesh-sidecar.admin.port and toolmesh-sidecar.port are both 9091"):
+        render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"port": 9091}})
     # The sidecar's own security context is complete, whatever the pod's.
     assert container_problems({"kind": "Deployment", "metadata": {"name": "x"}},
                               {"containers": [sidecar], "automountServiceAccountToken": False}) == []
@@ -898,9 +1224,14 @@ def test_sidecar_tls_and_registry_identity(prepared_charts):
         volume, mount = file_source(pod, sidecar, env[variable])
         assert volume["secret"]["secretName"] == secret and mount["readOnly"] is True, variable
         assert {"key": key, "path": path} in volume["secret"]["items"], variable
-    # gRPC probes cannot speak TLS: both probes check the port.
-    assert sidecar["readinessProbe"]["tcpSocket"] == {"port": 50061} and "grpc" not in sidecar["readinessProbe"]
-    assert sidecar["livenessProbe"]["tcpSocket"] == {"port": 50061}
+    # The admin port is plain HTTP whatever the sidecar's port speaks.
+    assert sidecar["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert sidecar["livenessProbe"]["httpGet"]["path"] == "/livez"
+    # Without it: gRPC probes cannot speak TLS, both probes check the port.
+    _, no_admin = sidecar_of(render(prepared_charts["inventory-tool"],
+                                    merged(values, {"toolmesh-sidecar": {"admin": {"enabled": False}}})))
+    assert no_admin["readinessProbe"]["tcpSocket"] == {"port": 50061} and "grpc" not in no_admin["readinessProbe"]
+    assert no_admin["livenessProbe"]["tcpSocket"] == {"port": 50061}
     # The preStop withdraw reaches the TLS health through the same variable.
     assert sidecar["lifecycle"]["preStop"]["exec"]["command"][:2] == ["/usr/local/bin/toolmesh-sidecar", "withdraw"]
 

@@ -2,7 +2,9 @@
 rendered registry chart and of the rendered example tool chart, on this
 machine, then an agent on the host (grpcurl, by the registry's reflection)
 lists the tool and invokes it through the registry, and the tool leaves
-`ListTools` within 5 s of its pod stopping.
+`ListTools` within 5 s of its pod stopping. What the charts' probes ask
+(``/livez`` and ``/readyz`` on the admin ports) is asked from the host,
+and answers 200.
 
 The charts are rendered with their values for this runtime
 (charts/tests/kube-play/<chart>.yaml: host networking on loopback ports,
@@ -17,6 +19,11 @@ nothing else:
 - containers' ``ports`` are removed: podman turns them into port mappings,
   which host networking refuses ("PortMappings can only be used with
   Bridge or slirp4netns networking");
+- containers' probes are removed: podman runs a probe as a shell command
+  inside the container (``curl -f ...`` for ``httpGet``, ``nc -z`` for
+  ``tcpSocket``), which the images (no shell, no curl) cannot run, and it
+  restarts the container when it fails; the test asks the same URLs from
+  the host instead (``probe_status``);
 - Secrets are played as ConfigMaps (decoded), and ``secret`` volumes as
   ``configMap`` volumes with the same items: podman 4.3 writes a Secret's
   base64 text into the files undecoded (and crashes on a ``secret`` volume
@@ -51,6 +58,8 @@ import json
 import secrets
 import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -92,6 +101,8 @@ def for_podman(objects: list[dict[str, Any]]) -> str:
         if pod:
             for container in pod.get("containers", []) + pod.get("initContainers", []):
                 container.pop("ports", None)
+                for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    container.pop(probe, None)
             for volume in pod.get("volumes", []):
                 if "secret" in volume:
                     source = volume.pop("secret")
@@ -110,6 +121,33 @@ def remove_volumes_and_secrets(prefix: str) -> None:
         names = [n for n in names if n.startswith(prefix)]
         if names:
             podman(what, "rm", *(["--force"] if what == "volume" else []), *names, check=False)
+
+
+def http_get(url: str, timeout: float = 2) -> tuple[int, str]:
+    """The status and body of ``GET url`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def probe_url(container: dict[str, Any], probe: str) -> str:
+    """The URL a rendered container's ``httpGet`` probe asks: its ``host``
+    (else 127.0.0.1: host networking puts the pod on the host's loopback),
+    its port (a named port resolved through the container's ports), its
+    path."""
+    handler = container[probe]["httpGet"]
+    port = handler["port"]
+    if isinstance(port, str):
+        port = next(p["containerPort"] for p in container["ports"] if p["name"] == port)
+    host = handler.get("host", "127.0.0.1")
+    return f"{handler.get('scheme', 'HTTP').lower()}://{host}:{port}{handler.get('path', '/')}"
+
+
+def probe_status(container: dict[str, Any], probe: str) -> int:
+    """What the kubelet would get from a rendered container's ``probe``."""
+    return http_get(probe_url(container, probe))[0]
 
 
 def deployment_pod(rendered: Rendered) -> tuple[str, dict[str, Any]]:
@@ -201,13 +239,14 @@ def registry(names, images, charts, tokens, tmp_path_factory) -> Iterator[dict[s
     """The registry chart, rendered and played, authenticating agents (an
     API key and a policy), sidecars (registrants) and presenting the
     execute token; its address and the agent's header."""
-    [port] = free_ports(1)
+    port, admin_port = free_ports(2)
     release = f"{names}reg"
     execute_secret = f"{release}-execute"
     values = merged(
         load_values(KUBE_PLAY_VALUES / "toolmesh.yaml"),
         {
             "config": {"port": port},
+            "admin": {"port": admin_port},
             "image": image_values(images.toolmesh),
             "executeToken": {"existingSecret": execute_secret},
             "auth": {
@@ -228,6 +267,7 @@ def registry(names, images, charts, tokens, tmp_path_factory) -> Iterator[dict[s
         yield {
             "address": f"127.0.0.1:{port}",
             "container": container,
+            "spec": spec["containers"][0],
             "rendered": rendered,
             "values": values,
             "release": release,
@@ -247,15 +287,24 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens,
         explain=explain,
     )
     assert health == {"status": "SERVING"}
+    # The chart's probes, asked as the kubelet would: started, alive, ready.
+    registry_spec = registry["spec"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        wait_until(lambda probe=probe: probe_status(registry_spec, probe) == 200, timeout=10,
+                   what=f"the registry's {probe} ({probe_url(registry_spec, probe)}) answering 200", explain=explain)
+    metrics_url = probe_url(registry_spec, "livenessProbe").rsplit("/", 1)[0] + "/metrics"
+    status, metrics = http_get(metrics_url)
+    assert status == 200 and "toolmesh_build_info" in metrics, f"{metrics_url}: {status}\n{metrics[:2000]}"
 
     # The example tool chart: the inventory service and its sidecar.
-    sidecar_port, inventory_port = free_ports(2)
+    sidecar_port, inventory_port, sidecar_admin_port = free_ports(3)
     values = merged(
         load_values(KUBE_PLAY_VALUES / "inventory-tool.yaml"),
         {
             "port": inventory_port,
             "toolmesh-sidecar": {
                 "port": sidecar_port,
+                "admin": {"port": sidecar_admin_port},
                 "registry": address,
                 "advertise": f"http://127.0.0.1:{sidecar_port}",
                 "image": image_values(images.toolmesh),
@@ -306,6 +355,14 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens,
             grpcurl(address, "toolmesh.v1.ToolRegistry/Invoke", {"tool": "lookup", "arguments_json": "{}"},
                     headers=registry["agent"])
         assert refused.value.code == "InvalidArgument", "the registry validates against the chart's schema"
+        # The sidecar's probes, asked as the kubelet would: registered, so
+        # ready; alive. Its metrics count the call.
+        for probe in ("livenessProbe", "readinessProbe"):
+            wait_until(lambda probe=probe: probe_status(sidecar, probe) == 200, timeout=10,
+                       what=f"the sidecar's {probe} ({probe_url(sidecar, probe)}) answering 200", explain=explain_tool)
+        sidecar_metrics = probe_url(sidecar, "livenessProbe").rsplit("/", 1)[0] + "/metrics"
+        status, metrics = http_get(sidecar_metrics)
+        assert status == 200 and "toolmesh_sidecar_build_info" in metrics, f"{sidecar_metrics}: {status}\n{metrics[:2000]}"
         # Without the API key, or with another, the agent gets nothing.
         for headers in (None, {"authorization": "Bearer " + "0" * 64}):
             with pytest.raises(GrpcError) as refused:

@@ -31,6 +31,9 @@ See examples/charts/inventory-tool for a whole chart.
 {{- if and $v.tls.clientCaSecret (not $v.tls.existingSecret) }}
 {{- fail "toolmesh-sidecar: toolmesh-sidecar.tls.clientCaSecret needs toolmesh-sidecar.tls.existingSecret (the sidecar's certificate and key)" }}
 {{- end }}
+{{- if and $v.admin.enabled (eq (int $v.admin.port) (int $v.port)) }}
+{{- fail (printf "toolmesh-sidecar: toolmesh-sidecar.admin.port and toolmesh-sidecar.port are both %d: the admin HTTP server (metrics, /livez, /readyz) needs a port of its own. Change toolmesh-sidecar.admin.port (9091 by default)" (int $v.port)) }}
+{{- end }}
 {{- if not $v.tools }}
 {{- fail "toolmesh-sidecar: toolmesh-sidecar.tools is empty: list the tools this pod serves, e.g. [{name: lookup, description: ..., input_schema: {...}, backend: {http: {url: \"http://127.0.0.1:8080/lookup\"}}}] (README, \"The YAML file\")" }}
 {{- end }}
@@ -134,6 +137,53 @@ env names a variable and the file it points at.
 {{- toYaml $files }}
 {{- end }}
 
+{{/* The sidecar's probe handler on the admin port; `root`, `path` given. */}}
+{{- define "toolmesh-sidecar.adminProbe" -}}
+{{- $v := index .root.Values "toolmesh-sidecar" }}
+{{- $host := default $v.listenHost $v.admin.listenHost | trimPrefix "[" | trimSuffix "]" }}
+httpGet:
+  path: {{ .path }}
+  port: toolmesh-admin
+  scheme: HTTP
+  {{- if or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}
+  # Bound to loopback: the pod's (with hostNetwork, the node's).
+  host: {{ $host | quote }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The OpenTelemetry variables (env entries), when tracing.otlpEndpoint is
+set; nothing otherwise (tracing off).
+*/}}
+{{- define "toolmesh-sidecar.tracingEnv" -}}
+{{- $v := index .Values "toolmesh-sidecar" }}
+{{- $t := $v.tracing }}
+{{- if $t.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $t.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $t.protocol | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ default (printf "%s-toolmesh-sidecar" (include "toolmesh-sidecar.parentFullname" . | trunc 46 | trimSuffix "-")) $t.serviceName | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $t.sampler | quote }}
+{{- if not (eq (toString $t.samplerArg) "") }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ toString $t.samplerArg | quote }}
+{{- end }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- $attributes := list (printf "k8s.namespace.name=%s" .Release.Namespace) "k8s.pod.name=$(K8S_POD_NAME)" }}
+{{- range $key, $value := $t.resourceAttributes }}
+{{- $attributes = append $attributes (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attributes | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The sidecar container (one list item). */}}
 {{- define "toolmesh-sidecar.container" -}}
 {{- include "toolmesh-sidecar.check" . }}
@@ -179,6 +229,15 @@ env names a variable and the file it points at.
       value: {{ $v.log | quote }}
     - name: TOOLMESH_LOG_FORMAT
       value: {{ $v.logFormat | quote }}
+    {{- if $v.admin.enabled }}
+    # Metrics, /livez and /readyz: plain HTTP, on a port of their own.
+    - name: TOOLMESH_ADMIN_LISTEN
+      value: {{ printf "%s:%d" (default $v.listenHost $v.admin.listenHost) (int $v.admin.port) | quote }}
+    {{- end }}
+    {{- with include "toolmesh-sidecar.tracingEnv" . }}
+    # Traces over OTLP (the OpenTelemetry SDK's own variables).
+    {{- . | nindent 4 }}
+    {{- end }}
     {{- range $volume := $files }}
     {{- range $name, $file := $volume.env }}
     - name: {{ $name }}
@@ -200,6 +259,21 @@ env names a variable and the file it points at.
     - name: toolmesh
       containerPort: {{ $port }}
       protocol: TCP
+    {{- if $v.admin.enabled }}
+    - name: toolmesh-admin
+      containerPort: {{ $v.admin.port }}
+      protocol: TCP
+    {{- end }}
+  {{- if $v.admin.enabled }}
+  # The admin port (plain HTTP, also with TLS on `port`): ready while
+  # registered (/readyz), alive while it answers (/livez).
+  readinessProbe:
+    {{- include "toolmesh-sidecar.adminProbe" (dict "root" . "path" "/readyz") | nindent 4 }}
+    {{- toYaml $v.readinessProbe | nindent 4 }}
+  livenessProbe:
+    {{- include "toolmesh-sidecar.adminProbe" (dict "root" . "path" "/livez") | nindent 4 }}
+    {{- toYaml $v.livenessProbe | nindent 4 }}
+  {{- else }}
   readinessProbe:
     {{- if $v.tls.existingSecret }}
     # Kubernetes' gRPC probes cannot speak TLS: whether the port accepts.
@@ -214,6 +288,7 @@ env names a variable and the file it points at.
     tcpSocket:
       port: {{ $port }}
     {{- toYaml $v.livenessProbe | nindent 4 }}
+  {{- end }}
   {{- if $v.preStop.enabled }}
   lifecycle:
     preStop:

@@ -64,6 +64,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: registry
 {{- end }}
 
+{{/* Labels of the admin Service (metrics), which the ServiceMonitor selects. */}}
+{{- define "toolmesh.adminServiceLabels" -}}
+{{ include "toolmesh.registrySelectorLabels" . }}
+toolmesh.io/port: admin
+{{- end }}
+
 {{/* Selector of the internal Redis pod. */}}
 {{- define "toolmesh.redisSelectorLabels" -}}
 {{ include "toolmesh.selectorLabels" . }}
@@ -201,6 +207,16 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- if and (or .Values.tls.clientCaSecret .Values.tls.requireClientCert) (not .Values.tls.existingSecret) }}
 {{- fail "toolmesh: tls.clientCaSecret and tls.requireClientCert need TLS: set tls.existingSecret (the registry's certificate and key)" }}
 {{- end }}
+{{- if and .Values.admin.enabled (eq (int .Values.admin.port) (int .Values.config.port)) }}
+{{- fail (printf "toolmesh: admin.port and config.port are both %d: the admin HTTP server (metrics, /livez, /readyz) needs a port of its own. Change admin.port (9090 by default)" (int .Values.admin.port)) }}
+{{- end }}
+{{- $adminHost := default .Values.config.listenHost .Values.admin.listenHost }}
+{{- if and .Values.admin.enabled (include "toolmesh.isLoopback" $adminHost) (not .Values.hostNetwork) }}
+{{- fail (printf "toolmesh: the admin port binds %s, a loopback address of the pod, which the kubelet's probes cannot reach (they can with hostNetwork=true, where the pod's loopback is the node's). Set admin.listenHost=0.0.0.0 (it serves no secret), or hostNetwork=true" $adminHost) }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled (not .Values.admin.enabled) }}
+{{- fail "toolmesh: serviceMonitor.enabled needs admin.enabled: the metrics are served on the admin port" }}
+{{- end }}
 {{- $needed := add .Values.config.shutdownDelaySeconds .Values.config.shutdownGraceSeconds }}
 {{- if and (not (kindIs "invalid" .Values.terminationGracePeriodSeconds)) (lt (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
 {{- fail (printf "toolmesh: terminationGracePeriodSeconds (%d) is shorter than config.shutdownDelaySeconds + config.shutdownGraceSeconds (%d): Kubernetes would kill the registry while it drains. Raise it, or leave it empty to have it computed" (int .Values.terminationGracePeriodSeconds) (int $needed)) }}
@@ -209,8 +225,18 @@ instead. Included by the Deployment, so a failed check fails the render.
 
 {{/* "true" when config.listenHost is a loopback address (the registry then needs no authentication to start). */}}
 {{- define "toolmesh.loopback" -}}
-{{- $host := .Values.config.listenHost | trimPrefix "[" | trimSuffix "]" }}
+{{- include "toolmesh.isLoopback" .Values.config.listenHost }}
+{{- end }}
+
+{{/* "true" when the host given (an address to bind, `[...]` allowed) is a loopback address. */}}
+{{- define "toolmesh.isLoopback" -}}
+{{- $host := . | trimPrefix "[" | trimSuffix "]" }}
 {{- if or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}true{{- end }}
+{{- end }}
+
+{{/* The address the admin server binds (`--admin-listen`): admin.listenHost, else config.listenHost, and admin.port. */}}
+{{- define "toolmesh.adminListen" -}}
+{{- printf "%s:%d" (default .Values.config.listenHost .Values.admin.listenHost) (int .Values.admin.port) }}
 {{- end }}
 
 {{/* Whether each file is configured: "true" or "". */}}
@@ -237,7 +263,7 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- default (printf "%s.%s.svc" (include "toolmesh.fullname" .) .Release.Namespace) .Values.tls.probeHost }}
 {{- end }}
 
-{{/* hostAliases mapping the probe host to 127.0.0.1 (TLS on, a name). */}}
+{{/* hostAliases mapping the probe host to 127.0.0.1 (TLS on, a name): for the exec probes (admin port off) and a `helm test` pod on the node's loopback. */}}
 {{- define "toolmesh.hostAliases" -}}
 {{- $host := include "toolmesh.probeHost" . }}
 {{- if and .Values.tls.existingSecret (not (regexMatch "^[0-9.]+$|:" $host)) }}
@@ -265,10 +291,26 @@ registry's own certificate when client certificates are required.
 {{- end }}
 {{- end }}
 
-{{/* The registry's probe: native gRPC, or with TLS an exec of `toolmesh-registry health`; `probe` (the timing values) and `root` given. */}}
+{{/*
+The registry's probe; `probe` (the timing values), `path` (`/livez` or
+`/readyz`) and `root` given. With the admin port: an HTTP GET of `path`
+on it (plain HTTP, whatever `tls` says; on the pod's loopback when the
+admin server binds a loopback address, which the kubelet reaches with
+`hostNetwork` only). Without: native gRPC health, or with TLS an exec of
+`toolmesh-registry health`.
+*/}}
 {{- define "toolmesh.probe" -}}
 {{- $root := .root }}
-{{- if $root.Values.tls.existingSecret }}
+{{- if $root.Values.admin.enabled }}
+{{- $host := default $root.Values.config.listenHost $root.Values.admin.listenHost }}
+httpGet:
+  path: {{ .path }}
+  port: admin
+  scheme: HTTP
+  {{- if include "toolmesh.isLoopback" $host }}
+  host: {{ $host | trimPrefix "[" | trimSuffix "]" | quote }}
+  {{- end }}
+{{- else if $root.Values.tls.existingSecret }}
 exec:
   command:
     - /usr/local/bin/toolmesh-registry
@@ -306,4 +348,36 @@ maxmemory {{ .root.Values.redis.internal.maxmemory }}
 # Evicting a lease or a rate-limit key would silently lose state: refuse
 # writes instead, which the registry reports.
 maxmemory-policy noeviction
+{{- end }}
+
+{{/*
+The OpenTelemetry variables (a list of env entries), when
+tracing.otlpEndpoint is set; nothing otherwise (tracing off).
+*/}}
+{{- define "toolmesh.tracingEnv" -}}
+{{- $t := .Values.tracing }}
+{{- if $t.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $t.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $t.protocol | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ default (include "toolmesh.fullname" .) $t.serviceName | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ $t.sampler | quote }}
+{{- if not (eq (toString $t.samplerArg) "") }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ toString $t.samplerArg | quote }}
+{{- end }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- $attributes := list (printf "k8s.namespace.name=%s" .Release.Namespace) "k8s.pod.name=$(K8S_POD_NAME)" }}
+{{- range $key, $value := $t.resourceAttributes }}
+{{- $attributes = append $attributes (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attributes | quote }}
+{{- end }}
 {{- end }}
