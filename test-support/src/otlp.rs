@@ -6,7 +6,10 @@ use std::{
     collections::BTreeMap,
     fmt::Write as _,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -52,7 +55,13 @@ impl Span {
     }
 }
 
-type Received = Arc<Mutex<Vec<Span>>>;
+/// What the receivers were sent: every span, or (for load runs) a count.
+#[derive(Clone, Default)]
+struct Received {
+    spans: Arc<Mutex<Vec<Span>>>,
+    count: Arc<AtomicU64>,
+    keep: bool,
+}
 
 /// The receiver; stops when dropped.
 pub struct Collector {
@@ -72,10 +81,24 @@ impl Drop for AbortOnDrop {
 }
 
 impl Collector {
-    /// Starts both receivers on loopback ports of their own.
+    /// Starts both receivers on loopback ports of their own, keeping every
+    /// span.
     pub async fn start() -> Self {
-        let spans: Received = Arc::default();
-        let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1:0", true).await
+    }
+
+    /// Starts both receivers, the gRPC one on `grpc` (the HTTP one on a
+    /// port of its own), only counting the spans (for load runs).
+    pub async fn counting(grpc: &str) -> Self {
+        Self::start_on(grpc, false).await
+    }
+
+    async fn start_on(grpc: &str, keep: bool) -> Self {
+        let spans = Received {
+            keep,
+            ..Received::default()
+        };
+        let grpc_listener = tokio::net::TcpListener::bind(grpc)
             .await
             .expect("bind the OTLP gRPC receiver");
         let http_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -118,7 +141,12 @@ impl Collector {
 
     /// The spans received so far.
     pub fn spans(&self) -> Vec<Span> {
-        self.spans.lock().expect("not poisoned").clone()
+        self.spans.spans.lock().expect("not poisoned").clone()
+    }
+
+    /// How many spans were received so far.
+    pub fn count(&self) -> u64 {
+        self.spans.count.load(Ordering::Relaxed)
     }
 
     /// The spans of `trace_id`, once `done` holds of them, within `within`.
@@ -179,8 +207,20 @@ async fn http_export(State(spans): State<Received>, body: Bytes) -> impl IntoRes
     }
 }
 
-fn keep(spans: &Received, request: ExportTraceServiceRequest) {
-    let mut kept = spans.lock().expect("not poisoned");
+fn keep(received: &Received, request: ExportTraceServiceRequest) {
+    let total: usize = request
+        .resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum();
+    received
+        .count
+        .fetch_add(u64::try_from(total).unwrap_or(u64::MAX), Ordering::Relaxed);
+    if !received.keep {
+        return;
+    }
+    let mut kept = received.spans.lock().expect("not poisoned");
     for resource in request.resource_spans {
         let service = resource
             .resource
