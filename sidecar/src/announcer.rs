@@ -19,6 +19,7 @@ use toolmesh_proto::token::Token;
 use toolmesh_telemetry::shown::secret_tag;
 
 use crate::health::Readiness;
+use crate::metrics::Metrics;
 use crate::refusal::{self, AnnounceRefused};
 
 /// First retry delay after a failed call.
@@ -76,6 +77,7 @@ pub(crate) struct Announcer {
     lease: Option<Lease>,
     backoff: Backoff,
     readiness: Readiness,
+    metrics: Metrics,
     /// Whether an announce has succeeded (health reported SERVING).
     announced: bool,
 }
@@ -125,13 +127,15 @@ impl Announcer {
     /// An announcer for `request` talking to the registry at `registry`
     /// (connects lazily: an unreachable registry is retried, not an error;
     /// `https://` with `tls`), reporting its first announce to `readiness`,
-    /// presenting `token` (the registrant's) on every call.
+    /// presenting `token` (the registrant's) on every call, recording the
+    /// registry's answers in `metrics`.
     pub(crate) fn new(
         registry: &str,
         request: pb::AnnounceRequest,
         token: Option<Token>,
         readiness: Readiness,
         tls: ClientTls,
+        metrics: Metrics,
     ) -> Result<Self, tonic::transport::Error> {
         let channel = Endpoint::from_shared(registry.to_owned())?
             .connect_timeout(RPC_TIMEOUT_CAP)
@@ -144,6 +148,7 @@ impl Announcer {
             lease: None,
             backoff: Backoff::new(),
             readiness,
+            metrics,
             announced: false,
         })
     }
@@ -184,13 +189,15 @@ impl Announcer {
     async fn announce(&mut self) -> Result<(), AnnounceRefused> {
         let message = self.request.clone();
         let instance = &self.request.instance_id;
-        match with_deadline(
+        let answer = with_deadline(
             RPC_TIMEOUT_CAP,
             self.client
                 .announce(request(message, RPC_TIMEOUT_CAP, self.token.as_ref())),
         )
-        .await
-        {
+        .await;
+        self.metrics
+            .announce_answered(answer.as_ref().map(|_| ()).map_err(tonic::Status::code));
+        match answer {
             Ok(response) => {
                 let ttl = ttl_of(response.ttl);
                 tracing::info!(instance, lease = %secret_tag(&response.lease_id), ?ttl, "announced to the registry");
@@ -224,13 +231,15 @@ impl Announcer {
         let message = pb::HeartbeatRequest {
             lease_id: lease.id.clone(),
         };
-        match with_deadline(
+        let answer = with_deadline(
             timeout,
             self.client
                 .heartbeat(request(message, timeout, self.token.as_ref())),
         )
-        .await
-        {
+        .await;
+        self.metrics
+            .heartbeat_answered(answer.as_ref().map(|_| ()).map_err(tonic::Status::code));
+        match answer {
             Ok(response) => {
                 tracing::debug!(lease = %secret_tag(&lease.id), "heartbeat");
                 if let Some(current) = &mut self.lease {
@@ -255,6 +264,7 @@ impl Announcer {
 
     /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
     async fn withdraw(&mut self) {
+        self.readiness.withdrawing();
         let Some(lease) = self.lease.take() else {
             tracing::info!(instance = %self.request.instance_id, "no lease to withdraw");
             return;
@@ -262,13 +272,14 @@ impl Announcer {
         let message = pb::WithdrawRequest {
             lease_id: lease.id.clone(),
         };
-        match with_deadline(
+        let answer = with_deadline(
             WITHDRAW_TIMEOUT,
             self.client
                 .withdraw(request(message, WITHDRAW_TIMEOUT, self.token.as_ref())),
         )
-        .await
-        {
+        .await;
+        self.metrics.lease_released();
+        match answer {
             Ok(_) => tracing::info!(lease = %secret_tag(&lease.id), "withdrawn from the registry"),
             Err(status) => {
                 tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = status.message(), "withdraw failed; the lease will expire")

@@ -21,28 +21,42 @@
 //! `NOT_SERVING`): a watcher would otherwise hold the drain open until its
 //! grace period is over. The drain accepts no new connections or calls,
 //! so probes then fail to connect, which fails them as `NOT_SERVING` does.
+//!
+//! The admin port's `/readyz` ([`toolmesh_telemetry::admin::Readiness`])
+//! follows the same status, and turns unready a little earlier on the way
+//! out: as the withdraw starts, not once it is answered (nothing waits on
+//! it to learn that the registry stopped routing here).
 
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::{HealthReporter, health_reporter};
 use toolmesh_proto::pb::tool_runtime_server::SERVICE_NAME as TOOL_RUNTIME;
+use toolmesh_telemetry::admin::Readiness as AdminReadiness;
+
+/// Why the sidecar is not ready before its first announce succeeded.
+const NOT_ANNOUNCED: &str = "not announced to the registry yet";
 
 /// The service names the sidecar reports on, all with the same status:
 /// `""` (the whole server, what probes ask by default) and
 /// `toolmesh.v1.ToolRuntime`.
 pub const SERVICE_NAMES: [&str; 2] = ["", TOOL_RUNTIME];
 
-/// Sets the status of every name in [`SERVICE_NAMES`] at once.
+/// Sets the status of every name in [`SERVICE_NAMES`] at once, and the
+/// admin port's readiness.
 #[derive(Debug, Clone)]
 pub(crate) struct Readiness {
     reporter: HealthReporter,
+    admin: AdminReadiness,
 }
 
 impl Readiness {
-    /// A reporter saying `NOT_SERVING`, and the service serving it.
-    pub(crate) async fn new() -> (Self, HealthServer<impl Health>) {
+    /// A reporter saying `NOT_SERVING` (and `admin` not ready), and the
+    /// service serving it.
+    pub(crate) async fn new(admin: Option<AdminReadiness>) -> (Self, HealthServer<impl Health>) {
         let (reporter, service) = health_reporter();
-        let readiness = Self { reporter };
+        let admin = admin.unwrap_or_else(|| AdminReadiness::not_ready(NOT_ANNOUNCED));
+        admin.unready(NOT_ANNOUNCED);
+        let readiness = Self { reporter, admin };
         // tonic-health starts `""` as SERVING.
         readiness.set(ServingStatus::NotServing).await;
         (readiness, service)
@@ -51,16 +65,25 @@ impl Readiness {
     /// The registry knows this sidecar.
     pub(crate) async fn serving(&self) {
         self.set(ServingStatus::Serving).await;
+        self.admin.ready();
+    }
+
+    /// The sidecar is leaving the registry: the admin port says so at once.
+    pub(crate) fn withdrawing(&self) {
+        self.admin.unready("withdrawing from the registry");
     }
 
     /// The registry no longer knows this sidecar.
     pub(crate) async fn not_serving(&self) {
+        self.admin.unready("withdrawn from the registry");
         self.set(ServingStatus::NotServing).await;
     }
 
     /// Ends the open `Watch` streams (each sees the last status first);
-    /// the status stays `NOT_SERVING`.
+    /// the status stays `NOT_SERVING`. Called as the drain starts.
     pub(crate) async fn end_watches(&mut self) {
+        self.admin
+            .unready("draining: finishing the calls in flight");
         for name in SERVICE_NAMES {
             // Dropping a status's channel ends the streams watching it.
             self.reporter.clear_service_status(name).await;

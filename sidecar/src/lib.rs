@@ -24,7 +24,10 @@
 //! - [`refusal`]: which announce refusals are final, and the error that
 //!   ends the sidecar on one.
 //! - [`health`]: `grpc.health.v1.Health` on the runtime's port: whether
-//!   the registry knows this sidecar (for readiness probes).
+//!   the registry knows this sidecar (for readiness probes); the admin
+//!   port's `/readyz` says the same.
+//! - [`metrics`]: the Prometheus metrics of the admin port's `/metrics`:
+//!   executions, announces, heartbeats, the lease.
 //! - [`server`]: [`server::serve`], which ties the runtime, health and
 //!   announcer to a listener, a shutdown future and (with
 //!   [`server::serve_with_withdraw`]) a withdraw request.
@@ -41,6 +44,7 @@ pub mod backend;
 pub mod config;
 pub mod context;
 pub mod health;
+pub mod metrics;
 pub mod refusal;
 pub mod runtime;
 mod schema;

@@ -9,6 +9,7 @@
 //! listen addresses. Any error ends it with exit code 1 and one line on
 //! stderr, `error: ...`, each cause said once.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,8 +22,10 @@ use toolmesh_proto::listen::ListenAddr;
 use toolmesh_proto::tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 use toolmesh_proto::token::Token;
 use toolmesh_sidecar::config::SidecarConfig;
+use toolmesh_sidecar::metrics::Metrics;
 use toolmesh_sidecar::server::{ServeOptions, serve_with_withdraw};
 use toolmesh_sidecar::withdraw::{self, Withdrawn};
+use toolmesh_telemetry::admin::Readiness;
 
 const DEFAULT_REGISTRY: &str = "http://127.0.0.1:50051";
 const DEFAULT_LISTEN: &str = "127.0.0.1:50061";
@@ -136,6 +139,11 @@ struct Cli {
         requires = "tls_client_ca_file"
     )]
     registry_identity: Option<String>,
+    /// Address of the admin HTTP port (GET /metrics, /livez, /readyz):
+    /// IP:port, or host:port if the name resolves; must differ from
+    /// --listen [default: off].
+    #[arg(long, env = "TOOLMESH_ADMIN_LISTEN")]
+    admin_listen: Option<String>,
     /// Logging: `--log` and `--log-format`.
     #[command(flatten)]
     log: toolmesh_telemetry::LogArgs,
@@ -146,6 +154,10 @@ Health: grpc.health.v1.Health on the --listen port, for the services \"\" and
 toolmesh.v1.ToolRuntime: NOT_SERVING until the first announce succeeded,
 SERVING from then on (also while a lost lease is announced again), and
 NOT_SERVING again once withdrawn.
+
+Admin port (--admin-listen): GET /metrics (OpenMetrics text), GET /livez
+(200 while the process answers), GET /readyz (200 as health says SERVING, 503
+from the start of a withdraw on).
 
 Signals: SIGTERM or SIGINT: withdraw, finish the calls in flight (up to 10s),
 exit. SIGUSR1: withdraw, keep serving calls until SIGTERM
@@ -331,6 +343,11 @@ async fn run(
         .and_then(|l| l.resolve())
         .map_err(|e| anyhow!("{from}: {e}"))?;
     let addr = resolved.addr;
+    let admin_addr = cli
+        .admin_listen
+        .as_deref()
+        .map(|admin| admin_address(admin, addr, matches))
+        .transpose()?;
     if !resolved.candidates.is_empty() {
         tracing::info!(
             %listen,
@@ -344,6 +361,16 @@ async fn run(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(addr = %listener.local_addr()?, tools = tools.len(), "bound");
+    let metrics = Metrics::new();
+    let readiness = Readiness::not_ready("starting");
+    let admin = match admin_addr {
+        Some(admin_addr) => Some(
+            start_admin(admin_addr, metrics.clone(), readiness.clone())
+                .await
+                .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?,
+        ),
+        None => None,
+    };
     let opts = ServeOptions {
         registry,
         advertise,
@@ -355,16 +382,91 @@ async fn run(
         registry_tls: Some(registry_tls),
         registry_identity: cli.registry_identity,
         insecure: cli.insecure,
+        metrics: Some(metrics),
+        readiness: Some(readiness),
     };
-    serve_with_withdraw(
+    let served = serve_with_withdraw(
         listener,
         tools,
         opts,
         withdraw,
         toolmesh_sidecar::shutdown::signal_received(),
     )
-    .await?;
+    .await;
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
+    served?;
     Ok(())
+}
+
+/// The admin port's address: `admin`, resolved, and not the gRPC `listen`
+/// address.
+fn admin_address(
+    admin: &str,
+    listen: SocketAddr,
+    matches: &ArgMatches,
+) -> anyhow::Result<SocketAddr> {
+    let from = match matches.value_source("admin_listen") {
+        Some(ValueSource::EnvVariable) => "TOOLMESH_ADMIN_LISTEN",
+        _ => "--admin-listen",
+    };
+    let addr = admin
+        .parse::<ListenAddr>()
+        .and_then(|l| l.resolve())
+        .map_err(|e| anyhow!("{from}: {e}"))?
+        .addr;
+    let same_ip =
+        addr.ip() == listen.ip() || addr.ip().is_unspecified() || listen.ip().is_unspecified();
+    if addr.port() != 0 && addr.port() == listen.port() && same_ip {
+        anyhow::bail!(
+            "{from}: {addr} is where ToolRuntime listens ({listen}); give the admin port a port of its own"
+        );
+    }
+    Ok(addr)
+}
+
+/// The admin HTTP server, running in its own task.
+struct Admin {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds `addr` and serves `metrics` and `readiness` there until stopped.
+async fn start_admin(
+    addr: SocketAddr,
+    metrics: Metrics,
+    readiness: Readiness,
+) -> std::io::Result<Admin> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(address = %listener.local_addr()?, "admin listening");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        if let Err(error) =
+            toolmesh_telemetry::admin::serve(listener, metrics.registry(), readiness, shutdown)
+                .await
+        {
+            tracing::error!(%error, "the admin port stopped");
+        }
+    });
+    Ok(Admin { stop, task })
+}
+
+impl Admin {
+    /// Stops serving, once the sidecar has drained; a scrape still open
+    /// after a second is cut.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let mut task = self.task;
+        match tokio::time::timeout(Duration::from_secs(1), &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the admin port did not stop cleanly"),
+            Err(_) => task.abort(),
+        }
+    }
 }
 
 /// Where each setting comes from, to name it in an error the way the user

@@ -18,6 +18,7 @@ use toolmesh_proto::{endpoint, pb};
 use crate::SidecarError;
 use crate::announcer::Announcer;
 use crate::health::Readiness;
+use crate::metrics::{Metered, Metrics};
 use crate::refusal::AnnounceRefused;
 use crate::runtime::{Runtime, RuntimeService};
 use crate::tool::Tool;
@@ -64,6 +65,12 @@ pub struct ServeOptions {
     /// The token this sidecar registers with (one of the registry's
     /// `--registrants-file` credentials); `None` when registration is open.
     pub registration_token: Option<Token>,
+    /// Where executions, announces, heartbeats and the lease are recorded
+    /// (the admin port's `/metrics`); `None`: recorded where no one reads.
+    pub metrics: Option<Metrics>,
+    /// Told when the sidecar is ready, as its health says (the admin
+    /// port's `/readyz`, see [`crate::health`]); `None`: no one is told.
+    pub readiness: Option<toolmesh_telemetry::admin::Readiness>,
 }
 
 /// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
@@ -162,13 +169,15 @@ pub async fn serve_with_withdraw(
         endpoint: endpoint.clone(),
         tools: runtime.descriptors(),
     };
-    let (mut readiness, health) = Readiness::new().await;
+    let metrics = opts.metrics.clone().unwrap_or_default();
+    let (mut readiness, health) = Readiness::new(opts.readiness.clone()).await;
     let announcer = Announcer::new(
         &registry,
         announce,
         opts.registration_token.clone(),
         readiness.clone(),
         registry_tls,
+        metrics.clone(),
     )
     .map_err(|e| SidecarError::RegistryUri {
         reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
@@ -189,11 +198,13 @@ pub async fn serve_with_withdraw(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
-        .add_service(ToolRuntimeServer::new(
-            RuntimeService::new(runtime)
+        .add_service(ToolRuntimeServer::new(Metered::new(
+            RuntimeService::new(runtime.clone())
                 .with_token(opts.execute_token.clone())
                 .with_identity(opts.registry_identity.clone()),
-        ))
+            &runtime,
+            metrics,
+        )))
         .serve_with_incoming_shutdown(tls::incoming(incoming(listener), opts.tls.clone()), async {
             let _ = drain_rx.await;
         });

@@ -408,3 +408,44 @@ async fn max_concurrent_streams_is_advertised() {
         assert_eq!(advertised, expected, "{args:?}");
     }
 }
+
+#[test]
+fn every_flag_is_in_the_readmes_sidecar_table() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let help = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let table = readme
+        .split_once("\n## Sidecar\n")
+        .map(|(_, rest)| rest)
+        .unwrap();
+    let flags: Vec<&str> = help
+        .lines()
+        .map(str::trim_start)
+        .filter_map(|line| {
+            // `--flag <VALUE>`, or `-x, --flag`; other lines are prose.
+            let line = line
+                .strip_prefix("-")
+                .filter(|l| !l.starts_with('-'))
+                .map_or(line, |l| l.get(3..).unwrap_or(""));
+            line.strip_prefix("--")
+        })
+        .filter_map(|flag| flag.split(' ').next())
+        .filter(|flag| !["help", "version"].contains(flag))
+        .collect();
+    assert!(flags.contains(&"admin-listen"), "{help}");
+    for flag in flags {
+        assert!(
+            table.contains(&format!("| `--{flag} ")) || table.contains(&format!("| `--{flag}` ")),
+            "--{flag} is not in README.md's sidecar flag table"
+        );
+    }
+}

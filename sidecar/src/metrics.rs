@@ -1,0 +1,330 @@
+//! The sidecar's Prometheus metrics, served at `/metrics` on the admin
+//! port (`--admin-listen`, [`toolmesh_telemetry::admin`]). Names, types
+//! and labels are fixed by the metrics contract (docs: the sidecar table):
+//!
+//! - `toolmesh_sidecar_executions_total{tool, outcome}`: every `Execute`;
+//! - `toolmesh_sidecar_execute_duration_seconds{tool, outcome}`: its time;
+//! - `toolmesh_sidecar_in_flight{tool}`: executions running now;
+//! - `toolmesh_sidecar_announces_total{result}` and
+//!   `toolmesh_sidecar_heartbeats_total{result}`: the registry's answers,
+//!   `accepted` or the gRPC code name;
+//! - `toolmesh_sidecar_registered`: 1 while it holds a lease;
+//! - `toolmesh_sidecar_build_info{version}`: always 1.
+//!
+//! `tool` is a tool this sidecar serves (its config bounds them), or
+//! [`UNKNOWN_TOOL`] for any other name a caller sent. `outcome` is the gRPC
+//! code name (`OK`, `DEADLINE_EXCEEDED`, ...) or [`TOOL_ERROR`] for a
+//! result with `is_error`; a call its caller abandoned is `CANCELLED`.
+//!
+//! [`Metered`] records executions in front of the `ToolRuntime` service;
+//! the announcer records announces, heartbeats and the lease.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+use tonic::Code;
+use toolmesh_proto::pb;
+
+use crate::runtime::Runtime;
+
+/// The `tool` label of a call to a tool this sidecar does not serve: the
+/// name is the caller's, so it never becomes a label value. Tool names
+/// cannot contain parentheses, so it never collides with one.
+pub const UNKNOWN_TOOL: &str = "(unknown)";
+
+/// The `outcome` of an execution whose result has `is_error` set.
+pub const TOOL_ERROR: &str = "tool_error";
+
+/// The `result` of an announce or heartbeat the registry accepted.
+pub const ACCEPTED: &str = "accepted";
+
+/// Upper bounds (seconds) of the latency histogram's buckets.
+pub const BUCKETS: [f64; 15] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOutcome {
+    tool: Arc<str>,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: Arc<str>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
+}
+
+#[derive(Debug)]
+struct Families {
+    registry: Arc<Registry>,
+    executions: Family<ToolOutcome, Counter>,
+    durations: Family<ToolOutcome, Histogram, fn() -> Histogram>,
+    in_flight: Family<ToolLabel, Gauge>,
+    announces: Family<ResultLabel, Counter>,
+    heartbeats: Family<ResultLabel, Counter>,
+    registered: Gauge,
+}
+
+/// The sidecar's metrics and the registry that exposes them. Clones share
+/// them.
+#[derive(Debug, Clone)]
+pub struct Metrics(Arc<Families>);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered, `build_info` set, nothing recorded yet.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("toolmesh_sidecar");
+        let executions = Family::<ToolOutcome, Counter>::default();
+        registry.register(
+            "executions",
+            "Execute calls, by tool and outcome (gRPC code name, or tool_error)",
+            executions.clone(),
+        );
+        let durations: Family<ToolOutcome, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "execute_duration_seconds",
+            "Time from receiving an Execute call to answering it, by tool and outcome",
+            durations.clone(),
+        );
+        let in_flight = Family::<ToolLabel, Gauge>::default();
+        registry.register(
+            "in_flight",
+            "Execute calls running now, by tool",
+            in_flight.clone(),
+        );
+        let announces = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "announces",
+            "Announces to the registry, by result (accepted, or the gRPC code name)",
+            announces.clone(),
+        );
+        let heartbeats = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "heartbeats",
+            "Heartbeats to the registry, by result (accepted, or the gRPC code name)",
+            heartbeats.clone(),
+        );
+        let registered = Gauge::default();
+        registry.register(
+            "registered",
+            "1 while this sidecar holds a lease from the registry",
+            registered.clone(),
+        );
+        let build_info = Family::<VersionLabel, Gauge>::default();
+        build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register("build_info", "The sidecar's version; always 1", build_info);
+        Self(Arc::new(Families {
+            registry: Arc::new(registry),
+            executions,
+            durations,
+            in_flight,
+            announces,
+            heartbeats,
+            registered,
+        }))
+    }
+
+    /// The registry to serve ([`toolmesh_telemetry::admin::serve`]).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.0.registry.clone()
+    }
+
+    /// An execution of `tool` (a served tool's name or [`UNKNOWN_TOOL`])
+    /// starts: counted in flight until the returned guard is finished or
+    /// dropped.
+    fn execution_started(&self, tool: Arc<str>) -> Execution {
+        self.0
+            .in_flight
+            .get_or_create(&ToolLabel { tool: tool.clone() })
+            .inc();
+        Execution {
+            metrics: self.clone(),
+            tool,
+            start: Instant::now(),
+            outcome: None,
+        }
+    }
+
+    /// The registry answered an announce: `Ok` holds a lease from then on.
+    pub(crate) fn announce_answered(&self, answer: Result<(), Code>) {
+        self.0
+            .announces
+            .get_or_create(&ResultLabel {
+                result: result(answer),
+            })
+            .inc();
+        if answer.is_ok() {
+            self.0.registered.set(1);
+        }
+    }
+
+    /// The registry answered a heartbeat: `NOT_FOUND` means the lease is
+    /// gone.
+    pub(crate) fn heartbeat_answered(&self, answer: Result<(), Code>) {
+        self.0
+            .heartbeats
+            .get_or_create(&ResultLabel {
+                result: result(answer),
+            })
+            .inc();
+        if answer == Err(Code::NotFound) {
+            self.0.registered.set(0);
+        }
+    }
+
+    /// The lease is given up (withdrawn, or the withdraw given up on).
+    pub(crate) fn lease_released(&self) {
+        self.0.registered.set(0);
+    }
+}
+
+fn result(answer: Result<(), Code>) -> &'static str {
+    match answer {
+        Ok(()) => ACCEPTED,
+        Err(code) => toolmesh_proto::code::name(code),
+    }
+}
+
+/// One execution being timed. Dropped before [`Execution::finished`] (the
+/// caller went away and the call was abandoned), it counts as `CANCELLED`.
+struct Execution {
+    metrics: Metrics,
+    tool: Arc<str>,
+    start: Instant,
+    outcome: Option<&'static str>,
+}
+
+impl Execution {
+    /// It ended with `outcome`.
+    fn finished(mut self, outcome: &'static str) {
+        self.outcome = Some(outcome);
+    }
+}
+
+impl Drop for Execution {
+    fn drop(&mut self) {
+        let families = &self.metrics.0;
+        let tool = self.tool.clone();
+        families
+            .in_flight
+            .get_or_create(&ToolLabel { tool: tool.clone() })
+            .dec();
+        let labels = ToolOutcome {
+            tool,
+            outcome: self
+                .outcome
+                .unwrap_or_else(|| toolmesh_proto::code::name(Code::Cancelled)),
+        };
+        families.executions.get_or_create(&labels).inc();
+        families
+            .durations
+            .get_or_create(&labels)
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// The outcome label of an `Execute` answer.
+fn outcome(answer: &Result<tonic::Response<pb::ExecuteResponse>, tonic::Status>) -> &'static str {
+    match answer {
+        Ok(response) if response.get_ref().is_error => TOOL_ERROR,
+        Ok(_) => toolmesh_proto::code::name(Code::Ok),
+        Err(status) => toolmesh_proto::code::name(status.code()),
+    }
+}
+
+/// A `ToolRuntime` service that records each `Execute` of the service it
+/// wraps in [`Metrics`].
+#[derive(Debug, Clone)]
+pub struct Metered<S> {
+    inner: S,
+    metrics: Metrics,
+    served: Arc<HashSet<Arc<str>>>,
+    unknown: Arc<str>,
+}
+
+impl<S> Metered<S> {
+    /// `inner`, serving the tools of `runtime`, recorded in `metrics`. Each
+    /// served tool shows 0 in flight from the start.
+    pub fn new(inner: S, runtime: &Runtime, metrics: Metrics) -> Self {
+        let served: HashSet<Arc<str>> = runtime
+            .descriptors()
+            .into_iter()
+            .map(|d| Arc::from(d.name))
+            .collect();
+        for tool in &served {
+            drop(
+                metrics
+                    .0
+                    .in_flight
+                    .get_or_create(&ToolLabel { tool: tool.clone() }),
+            );
+        }
+        Self {
+            inner,
+            metrics,
+            served: Arc::new(served),
+            unknown: Arc::from(UNKNOWN_TOOL),
+        }
+    }
+
+    /// The `tool` label of a call naming `tool`.
+    fn label(&self, tool: &str) -> Arc<str> {
+        self.served
+            .get(tool)
+            .cloned()
+            .unwrap_or_else(|| self.unknown.clone())
+    }
+}
+
+#[tonic::async_trait]
+impl<S> pb::tool_runtime_server::ToolRuntime for Metered<S>
+where
+    S: pb::tool_runtime_server::ToolRuntime,
+{
+    async fn execute(
+        &self,
+        request: tonic::Request<pb::ExecuteRequest>,
+    ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
+        let execution = self
+            .metrics
+            .execution_started(self.label(&request.get_ref().tool));
+        let answer = self.inner.execute(request).await;
+        execution.finished(outcome(&answer));
+        answer
+    }
+}
+
+#[cfg(test)]
+mod tests;
