@@ -206,3 +206,58 @@ async fn a_command_never_inherits_a_stale_caller() {
         .unwrap();
     assert_eq!(known.result_json, "alice|inv-9|hi");
 }
+
+/// The trace context the registry sends reaches a Rust handler as
+/// `CallContext::trace` (unchanged here: this test process exports no
+/// spans), a command as `TRACEPARENT`/`TRACESTATE`, never a stale value
+/// from the sidecar's own environment; a malformed one reaches none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_reaches_handlers_and_commands() {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let registry = TestRegistry::start(Duration::from_secs(10)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = r#"
+tools:
+  - name: cmd_trace
+    description: The trace context, from the environment
+    backend:
+      command: ["sh", "-c", 'printf "[\"%s\", \"%s\"]" "${TRACEPARENT-unset}" "${TRACESTATE-unset}"']
+      env: {GREETING: hi}
+"#;
+    let mut tools = tools_from_yaml(yaml, dir.path());
+    tools.push(
+        sdk::tool_with_context(
+            "sdk_trace",
+            "The trace context, as a handler sees it",
+            |_: NoArgs, context: CallContext| async move {
+                Ok::<_, ToolError>(vec![
+                    context.trace.traceparent.unwrap_or_default(),
+                    context.trace.tracestate.unwrap_or_default(),
+                ])
+            },
+        )
+        .build(),
+    );
+    let sidecar = sidecar(&registry.url(), "trace-1", tools).await;
+    let mut client = runtime_client(sidecar.url()).await;
+    let mut run = async |tool: &str, parent: &str| -> Value {
+        let mut request = tonic::Request::new(execute(tool, "alice", "inv-1"));
+        request
+            .metadata_mut()
+            .insert("traceparent", parent.parse().unwrap());
+        request
+            .metadata_mut()
+            .insert("tracestate", "vendor=x".parse().unwrap());
+        let response = client.execute(request).await.unwrap().into_inner();
+        assert!(!response.is_error, "{tool}: {}", response.result_json);
+        serde_json::from_str(&response.result_json).unwrap()
+    };
+    assert_eq!(run("sdk_trace", PARENT).await, json!([PARENT, "vendor=x"]));
+    assert_eq!(run("cmd_trace", PARENT).await, json!([PARENT, "vendor=x"]));
+    assert_eq!(run("sdk_trace", "00-zz-01").await, json!(["", ""]));
+    assert_eq!(
+        run("cmd_trace", "00-zz-01").await,
+        json!(["unset", "unset"])
+    );
+    sidecar.stop().await;
+}
