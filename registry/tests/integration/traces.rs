@@ -79,10 +79,20 @@ tools:
 }
 
 struct Mesh {
-    _registry: RegistryProcess,
+    registry: RegistryProcess,
     _sidecar: SidecarProcess,
     agent: ToolRegistryClient<Channel>,
 }
+
+/// The registry logs JSON lines, its own debug lines included.
+const REGISTRY_ARGS: [&str; 6] = [
+    "--listen",
+    "127.0.0.1:0",
+    "--log-format",
+    "json",
+    "--log",
+    "toolmesh_registry=debug,info",
+];
 
 async fn mesh(
     yaml: &str,
@@ -92,7 +102,7 @@ async fn mesh(
     let registry_bin = process::binary("toolmesh-registry")?;
     let sidecar_bin = process::binary("toolmesh-sidecar")?;
     let (registry, addr): (RegistryProcess, SocketAddr) =
-        RegistryProcess::start(&registry_bin, &["--listen", "127.0.0.1:0"], registry_env).await;
+        RegistryProcess::start(&registry_bin, &REGISTRY_ARGS, registry_env).await;
     let mut sidecar = SidecarProcess::spawn(
         &sidecar_bin,
         yaml,
@@ -120,7 +130,7 @@ async fn mesh(
         .await;
     }
     Some(Mesh {
-        _registry: registry,
+        registry,
         _sidecar: sidecar,
         agent,
     })
@@ -358,6 +368,36 @@ async fn one_trace_from_the_agent_to_the_backend() {
     assert_eq!(invoke.attribute("error.type"), Some("INVALID_ARGUMENT"));
     let tool = one(&spans, "toolmesh-registry", "execute_tool lookup");
     assert_eq!(tool.attribute("toolmesh.validation"), Some("invalid"));
+
+    // Every log line written inside a span names its trace and span; each
+    // call's line names its trace.
+    let log = mesh.registry.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let in_spans: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|line| line.get("spans").is_some())
+        .collect();
+    assert!(!in_spans.is_empty(), "no line logged inside a span:\n{log}");
+    for line in &in_spans {
+        let trace = line["trace_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no trace_id: {line}"));
+        assert_eq!(trace.len(), 32, "{line}");
+        assert_eq!(line["span_id"].as_str().map(str::len), Some(16), "{line}");
+    }
+    let call_traces: Vec<&str> = lines
+        .iter()
+        .filter(|line| line["message"] == "call")
+        .filter_map(|line| line["trace_id"].as_str())
+        .collect();
+    assert_eq!(
+        call_traces,
+        [TRACE_ID, failing_trace, invalid_trace],
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,6 +422,15 @@ async fn with_tracing_off_the_agents_context_reaches_the_tool_unchanged() {
         seen.lock().expect("not poisoned").clone(),
         vec![Some(parent)]
     );
+
+    // The call line names the agent's trace even though nothing is exported.
+    let log = mesh.registry.log();
+    let call = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["message"] == "call")
+        .expect("a call line");
+    assert_eq!(call["trace_id"], TRACE_ID, "{call}");
 
     // A malformed context is dropped, not passed on.
     let answer = mesh
