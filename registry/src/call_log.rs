@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The same call's [`crate::audit`] record is written at the same moment,
-//! when the audit log is on.
+//! when the audit log is on, and its [`crate::metrics`] recorded (the
+//! outcome `ok` is `OK` there, as the metrics name every gRPC code).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -22,6 +23,7 @@ use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 use crate::{
     audit::{AuditLog, InvokeRecord, Outcome, Redactor},
     error::RegistryError,
+    metrics::Metrics,
 };
 
 /// A call in progress. Writes the call's line (and audit record) when
@@ -37,6 +39,7 @@ pub struct CallLog {
     attempts: u32,
     replayed: bool,
     audit: Option<Audited>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What the audit record adds to the line.
@@ -66,7 +69,15 @@ impl CallLog {
             attempts: 0,
             replayed: false,
             audit: None,
+            metrics: None,
         }
+    }
+
+    /// Also records the call in `metrics`.
+    #[must_use]
+    pub fn metered(mut self, metrics: &Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics.clone());
+        self
     }
 
     /// Also writes the call's record to `audit`, when it is on.
@@ -145,6 +156,17 @@ impl CallLog {
 
 impl Drop for CallLog {
     fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            let outcome = if self.outcome == "ok" {
+                toolmesh_proto::code::name(Code::Ok)
+            } else {
+                self.outcome
+            };
+            metrics.invoked(&self.tool, outcome, self.started.elapsed());
+            if self.replayed {
+                metrics.replayed(&self.tool);
+            }
+        }
         if let Some(audit) = self.audit.take() {
             let mut record = InvokeRecord {
                 caller: audit.caller,

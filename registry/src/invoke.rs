@@ -19,6 +19,7 @@ use crate::{
     idempotency::{
         Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, fingerprint,
     },
+    metrics::{Metrics, RateLimitDecision, ValidationFailure},
     proxy::Proxy,
     ratelimit::{CallDecision, CallLimits, RateLimiter, Refused},
     retry::Attempts,
@@ -54,10 +55,11 @@ pub struct Invoker {
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
     settings: InvokeSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl Invoker {
-    /// An invoker over its parts.
+    /// An invoker over its parts, recording every call in `metrics`.
     pub fn new(
         catalog: Arc<Catalog>,
         limiter: Arc<dyn RateLimiter>,
@@ -65,14 +67,16 @@ impl Invoker {
         proxy: Arc<Proxy>,
         idempotency: Arc<dyn IdempotencyStore>,
         settings: InvokeSettings,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            attempts: Attempts::new(balancer, proxy),
+            attempts: Attempts::new(balancer, proxy, metrics.clone()),
             audit: std::sync::OnceLock::new(),
             idempotency,
             catalog,
             limiter,
             settings,
+            metrics,
         }
     }
 
@@ -98,6 +102,7 @@ impl Invoker {
         error: &RegistryError,
     ) {
         CallLog::start(&request.tool, self.settings.log_calls)
+            .metered(&self.metrics)
             .audited(self.audit(), caller, peer, request.arguments_json.len())
             .refused(error);
     }
@@ -112,12 +117,9 @@ impl Invoker {
         peer: Option<SocketAddr>,
         caller_timeout: Option<Duration>,
     ) -> Result<InvokeResponse, RegistryError> {
-        let mut log = CallLog::start(&request.tool, self.settings.log_calls).audited(
-            self.audit(),
-            caller,
-            peer,
-            request.arguments_json.len(),
-        );
+        let mut log = CallLog::start(&request.tool, self.settings.log_calls)
+            .metered(&self.metrics)
+            .audited(self.audit(), caller, peer, request.arguments_json.len());
         let result = self.run(request, caller, caller_timeout, &mut log).await;
         log.finish(&result);
         result
@@ -138,13 +140,21 @@ impl Invoker {
                 tool: request.tool.clone(),
             })?;
         let arguments =
-            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)?;
+            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
+                .inspect_err(|_| {
+                self.metrics
+                    .validation_failed(&request.tool, ValidationFailure::Malformed);
+            })?;
         self.catalog
             .validator(&tool)?
             .check(&arguments)
-            .map_err(|violations| RegistryError::ArgumentsInvalid {
-                tool: request.tool.clone(),
-                violations,
+            .map_err(|violations| {
+                self.metrics
+                    .validation_failed(&request.tool, ValidationFailure::Schema);
+                RegistryError::ArgumentsInvalid {
+                    tool: request.tool.clone(),
+                    violations,
+                }
             })?;
         if log.wants_arguments(&tool.descriptor) {
             log.arguments(
@@ -252,14 +262,25 @@ impl Invoker {
             caller: per_caller.map(|l| (caller, l)),
         };
         let decision = self.limiter.acquire_call(call).await.map_err(|e| {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Error);
             RegistryError::LimiterUnavailable {
                 tool: tool.name().to_owned(),
                 reason: e.to_string(),
             }
         })?;
         let CallDecision::Deny { retry_after, by } = decision else {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Allowed);
             return Ok(());
         };
+        self.metrics.rate_limit(
+            tool.name(),
+            match by {
+                Refused::Caller => RateLimitDecision::LimitedCaller,
+                Refused::Tool => RateLimitDecision::LimitedTool,
+            },
+        );
         let (refusing, caller) = match by {
             Refused::Caller => (per_caller, Some(caller.to_owned())),
             Refused::Tool => (limit, None),

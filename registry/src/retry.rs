@@ -26,6 +26,7 @@ use crate::{
     balance::Balancer,
     catalog::{Instance, ToolState},
     error::RegistryError,
+    metrics::Metrics,
     proxy::{Proxy, ProxyError},
 };
 
@@ -57,15 +58,18 @@ pub struct Attempts {
     balancer: Arc<Balancer>,
     proxy: Arc<Proxy>,
     budget: TpsBudget,
+    metrics: Arc<Metrics>,
 }
 
 impl Attempts {
-    /// Attempts over `balancer` and `proxy`, with the default retry budget.
-    pub fn new(balancer: Arc<Balancer>, proxy: Arc<Proxy>) -> Self {
+    /// Attempts over `balancer` and `proxy`, with the default retry
+    /// budget, each timed in `metrics`.
+    pub fn new(balancer: Arc<Balancer>, proxy: Arc<Proxy>, metrics: Arc<Metrics>) -> Self {
         Self {
             balancer,
             proxy,
             budget: TpsBudget::new(Duration::from_secs(10), 10, 0.2),
+            metrics,
         }
     }
 
@@ -157,6 +161,7 @@ impl Attempts {
                             failure = error;
                             if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
                                 && let Some(next) = self.launch(tool, &request, deadline, tried) {
+                                    self.metrics.retried(tool.name());
                                     running.push(next);
                                 }
                             if running.is_empty() {
@@ -170,6 +175,7 @@ impl Attempts {
                     if self.budget.withdraw()
                         && let Some(next) = self.launch(tool, &request, deadline, tried) {
                             tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
+                            self.metrics.hedged(tool.name());
                             running.push(next);
                         }
                 }
@@ -196,9 +202,16 @@ impl Attempts {
         tried.push(instance.id.clone());
         let proxy = self.proxy.clone();
         let request = request.clone();
+        let (metrics, descriptor) = (self.metrics.clone(), tool.descriptor.clone());
         Some(async move {
             let _in_flight = in_flight;
+            let started = Instant::now();
             let outcome = proxy.execute(&instance.endpoint, request, deadline).await;
+            metrics.attempt(
+                &descriptor.name,
+                attempt_outcome(&outcome),
+                started.elapsed(),
+            );
             (instance, outcome)
         })
     }
@@ -302,6 +315,23 @@ impl Attempts {
                 }
             }
         }
+    }
+}
+
+/// One attempt's outcome as the metrics name it: `OK`, `tool_error`, or
+/// the gRPC code (`UNAVAILABLE` for a call that never reached the sidecar
+/// or broke mid-way).
+fn attempt_outcome(
+    outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
+) -> &'static str {
+    match outcome {
+        Ok(response) if response.is_error => "tool_error",
+        Ok(_) => toolmesh_proto::code::name(Code::Ok),
+        Err(ProxyError::Timeout) => toolmesh_proto::code::name(Code::DeadlineExceeded),
+        Err(ProxyError::NotSent { .. } | ProxyError::Transport(_)) => {
+            toolmesh_proto::code::name(Code::Unavailable)
+        }
+        Err(ProxyError::Status(status)) => toolmesh_proto::code::name(status.code()),
     }
 }
 
