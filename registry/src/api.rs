@@ -216,6 +216,7 @@ pub struct RegistrationApi {
     catalog: Arc<Catalog>,
     access: Arc<Access>,
     audit: AuditLog,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl RegistrationApi {
@@ -226,6 +227,7 @@ impl RegistrationApi {
             catalog,
             access,
             audit: AuditLog::disabled(),
+            metrics: Arc::default(),
         }
     }
 
@@ -233,6 +235,13 @@ impl RegistrationApi {
     #[must_use]
     pub fn audit(mut self, audit: AuditLog) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// Counts every announce, by result, in `metrics`.
+    #[must_use]
+    pub fn metered(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
         self
     }
 
@@ -323,6 +332,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         };
         match result {
             Ok(lease) => {
+                self.metrics.announced("accepted");
                 self.record(record);
                 tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
                 Ok(Response::new(pb::AnnounceResponse {
@@ -331,6 +341,8 @@ impl pb::registration_server::Registration for RegistrationApi {
                 }))
             }
             Err(error) => {
+                self.metrics
+                    .announced(toolmesh_proto::code::name(error.code()));
                 tracing::warn!(%error, "announce refused");
                 record.action = RegistrationAction::Refused;
                 record.outcome = Outcome::Failed(error.code());

@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use rand::seq::IndexedRandom;
 use tokio::time::Instant;
 
-use crate::catalog::Instance;
+use crate::{catalog::Instance, metrics::Metrics};
 
 /// When an instance is taken out of rotation, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +64,7 @@ impl Health {
 pub struct Balancer {
     health: DashMap<String, Arc<Health>>,
     policy: OutlierPolicy,
+    metrics: Arc<Metrics>,
 }
 
 /// Marks one call in flight on an instance until dropped.
@@ -84,7 +85,15 @@ impl Balancer {
         Self {
             health: DashMap::new(),
             policy,
+            metrics: Arc::default(),
         }
+    }
+
+    /// Also counts ejections in `metrics`.
+    #[must_use]
+    pub fn metered(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Picks one of `instances` not in `exclude`, preferring instances not
@@ -163,6 +172,7 @@ impl Balancer {
         ejection.ejections += 1;
         ejection.failures = 0;
         ejection.until = Some(now + duration);
+        self.metrics.ejected();
         tracing::warn!(
             instance,
             ?duration,

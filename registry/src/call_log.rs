@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The same call's [`crate::audit`] record is written at the same moment,
-//! when the audit log is on.
+//! when the audit log is on, and its [`crate::metrics`] recorded (the
+//! outcome `ok` is `OK` there, as the metrics name every gRPC code).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -22,6 +23,7 @@ use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 use crate::{
     audit::{AuditLog, InvokeRecord, Outcome, Redactor},
     error::RegistryError,
+    metrics::Metrics,
 };
 
 /// A call in progress. Writes the call's line (and audit record) when
@@ -38,6 +40,7 @@ pub struct CallLog {
     replayed: bool,
     trace_id: Option<String>,
     audit: Option<Audited>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What the audit record adds to the line.
@@ -68,6 +71,7 @@ impl CallLog {
             replayed: false,
             trace_id: None,
             audit: None,
+            metrics: None,
         }
     }
 
@@ -78,6 +82,13 @@ impl CallLog {
         self.trace_id = toolmesh_telemetry::format::current_ids()
             .map(|(trace, _)| trace)
             .or_else(|| incoming.map(str::to_owned));
+        self
+    }
+
+    /// Also records the call in `metrics`.
+    #[must_use]
+    pub fn metered(mut self, metrics: &Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics.clone());
         self
     }
 
@@ -157,6 +168,17 @@ impl CallLog {
 
 impl Drop for CallLog {
     fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            let outcome = if self.outcome == "ok" {
+                toolmesh_proto::code::name(Code::Ok)
+            } else {
+                self.outcome
+            };
+            metrics.invoked(&self.tool, outcome, self.started.elapsed());
+            if self.replayed {
+                metrics.replayed(&self.tool);
+            }
+        }
         if let Some(audit) = self.audit.take() {
             let mut record = InvokeRecord {
                 caller: audit.caller,

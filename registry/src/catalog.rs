@@ -199,6 +199,21 @@ impl Catalog {
         self.store.audit_expiries(audit);
     }
 
+    /// Counts every lease that expires in `metrics`.
+    pub fn count_expiries(&self, metrics: Arc<crate::metrics::Metrics>) {
+        self.store.count_expiries(metrics);
+    }
+
+    /// Live leases.
+    pub fn lease_count(&self) -> usize {
+        self.store.lease_count()
+    }
+
+    /// Completes once the catalog has been loaded from its store.
+    pub async fn loaded(&self) {
+        self.store.loaded().await;
+    }
+
     /// The rules announced endpoints are checked against.
     pub fn endpoints(&self) -> &EndpointPolicy {
         &self.endpoints

@@ -25,6 +25,17 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:50051", value_parser = values::listen())]
     pub listen: ListenAddr,
 
+    /// Address of the admin HTTP port: `GET /metrics` (Prometheus),
+    /// `/livez`, `/readyz`. Same forms as `--listen`, and not the same
+    /// address. Unset: no admin port.
+    #[arg(long, env = "TOOLMESH_ADMIN_LISTEN", value_parser = values::listen())]
+    pub admin_listen: Option<ListenAddr>,
+
+    /// Most distinct tool names with their own `tool` label value in the
+    /// metrics; calls of later ones are counted under `(other)`.
+    #[arg(long, env = "TOOLMESH_METRICS_MAX_TOOLS", default_value_t = crate::metrics::DEFAULT_MAX_TOOLS)]
+    pub metrics_max_tools: usize,
+
     /// How long a sidecar's lease lasts without a heartbeat (sidecars
     /// heartbeat every third of it).
     #[arg(long, env = "TOOLMESH_LEASE_TTL", default_value = "10s", value_parser = values::duration())]
@@ -303,6 +314,8 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
+            admin_listen: None,
+            metrics_max_tools: crate::metrics::DEFAULT_MAX_TOOLS,
             lease_ttl: Duration::from_secs(10),
             default_timeout: Duration::from_secs(30),
             max_arguments_bytes: 1 << 20,

@@ -25,6 +25,7 @@ use crate::{
     idempotency::{
         Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, fingerprint,
     },
+    metrics::{Metrics, RateLimitDecision, ValidationFailure},
     proxy::Proxy,
     ratelimit::{CallDecision, CallLimits, RateLimiter, Refused},
     retry::Attempts,
@@ -73,10 +74,11 @@ pub struct Invoker {
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
     settings: InvokeSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl Invoker {
-    /// An invoker over its parts.
+    /// An invoker over its parts, recording every call in `metrics`.
     pub fn new(
         catalog: Arc<Catalog>,
         limiter: Arc<dyn RateLimiter>,
@@ -84,14 +86,16 @@ impl Invoker {
         proxy: Arc<Proxy>,
         idempotency: Arc<dyn IdempotencyStore>,
         settings: InvokeSettings,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            attempts: Attempts::new(balancer, proxy),
+            attempts: Attempts::new(balancer, proxy, metrics.clone()),
             audit: std::sync::OnceLock::new(),
             idempotency,
             catalog,
             limiter,
             settings,
+            metrics,
         }
     }
 
@@ -117,6 +121,8 @@ impl Invoker {
         error: &RegistryError,
     ) {
         CallLog::start(&request.tool, self.settings.log_calls)
+            .traced(None)
+            .metered(&self.metrics)
             .audited(self.audit(), caller, peer, request.arguments_json.len())
             .refused(error);
     }
@@ -138,6 +144,7 @@ impl Invoker {
         spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
         let mut log = CallLog::start(&request.tool, self.settings.log_calls)
             .traced(call.trace.trace_id())
+            .metered(&self.metrics)
             .audited(
                 self.audit(),
                 call.caller,
@@ -175,12 +182,18 @@ impl Invoker {
             })?;
         let arguments =
             validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
-                .inspect_err(|_| spans::set(&span, "toolmesh.validation", "malformed"))?;
+                .inspect_err(|_| {
+                spans::set(&span, "toolmesh.validation", "malformed");
+                self.metrics
+                    .validation_failed(&request.tool, ValidationFailure::Malformed);
+            })?;
         self.catalog
             .validator(&tool)?
             .check(&arguments)
             .map_err(|violations| {
                 spans::set(&span, "toolmesh.validation", "invalid");
+                self.metrics
+                    .validation_failed(&request.tool, ValidationFailure::Schema);
                 RegistryError::ArgumentsInvalid {
                     tool: request.tool.clone(),
                     violations,
@@ -314,14 +327,25 @@ impl Invoker {
             caller: per_caller.map(|l| (caller, l)),
         };
         let decision = self.limiter.acquire_call(call).await.map_err(|e| {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Error);
             RegistryError::LimiterUnavailable {
                 tool: tool.name().to_owned(),
                 reason: e.to_string(),
             }
         })?;
         let CallDecision::Deny { retry_after, by } = decision else {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Allowed);
             return Ok(());
         };
+        self.metrics.rate_limit(
+            tool.name(),
+            match by {
+                Refused::Caller => RateLimitDecision::LimitedCaller,
+                Refused::Tool => RateLimitDecision::LimitedTool,
+            },
+        );
         let (refusing, caller) = match by {
             Refused::Caller => (per_caller, Some(caller.to_owned())),
             Refused::Tool => (limit, None),

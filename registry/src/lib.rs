@@ -29,7 +29,11 @@
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
-//! - [`call_log`]: the one `info` line every call writes.
+//! - [`call_log`]: the one `info` line every call writes, and the call's
+//!   metrics.
+//! - [`metrics`]: the Prometheus metrics the admin port serves.
+//! - [`readiness`]: NOT_SERVING until the catalog is loaded and while
+//!   draining, told to gRPC health, `/readyz` and `toolmesh_ready`.
 //! - [`audit`]: the audit log: a JSON line per call and registration
 //!   change, arguments redacted by the tool's schema, written off the
 //!   request path.
@@ -53,9 +57,11 @@ pub mod endpoint_policy;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
+pub mod metrics;
 pub mod probe;
 pub mod proxy;
 pub mod ratelimit;
+pub mod readiness;
 pub mod redis_pool;
 pub mod registrants;
 pub mod retry;
@@ -67,4 +73,4 @@ pub mod watch;
 
 pub use config::Config;
 pub use error::RegistryError;
-pub use server::{Registry, ServeError, run};
+pub use server::{Registry, ServeError, run, run_with_admin};

@@ -14,6 +14,7 @@ use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
 };
+use toolmesh_proto::listen::ListenAddr;
 use toolmesh_registry::Config;
 
 /// glibc's malloc serializes the many small allocations of gRPC serving on
@@ -121,7 +122,21 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let _telemetry = toolmesh_telemetry::init(&config.log, "toolmesh-registry")?;
-    let listener = bind(&config).await?;
+    let listener = bind("--listen", &config.listen).await?;
+    let admin = match &config.admin_listen {
+        Some(admin) => {
+            let same = admin.resolve()?.addr;
+            if same.port() != 0 && same == listener.local_addr()? {
+                anyhow::bail!(
+                    "--admin-listen {admin} is the --listen address: give the admin port its own, e.g. 127.0.0.1:9090"
+                );
+            }
+            let admin = bind("--admin-listen", admin).await?;
+            tracing::info!(address = %admin.local_addr()?, "admin listening");
+            Some(admin)
+        }
+        None => None,
+    };
     tracing::info!(address = %listener.local_addr()?, lease_ttl = ?config.lease_ttl, "toolmesh registry listening");
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -131,15 +146,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    toolmesh_registry::run(listener, config, shutdown).await?;
+    toolmesh_registry::run_with_admin(listener, admin, config, shutdown).await?;
     tracing::info!("toolmesh registry stopped");
     Ok(())
 }
 
-/// Binds `--listen`: the IP given, or the first address its host name
-/// resolves to.
-async fn bind(config: &Config) -> anyhow::Result<TcpListener> {
-    let resolved = config.listen.resolve()?;
+/// Binds `flag`'s address `listen`: the IP given, or the first address its
+/// host name resolves to.
+async fn bind(flag: &str, listen: &ListenAddr) -> anyhow::Result<TcpListener> {
+    let resolved = listen.resolve()?;
     if !resolved.candidates.is_empty() {
         let all: Vec<String> = resolved
             .candidates
@@ -147,24 +162,24 @@ async fn bind(config: &Config) -> anyhow::Result<TcpListener> {
             .map(ToString::to_string)
             .collect();
         tracing::info!(
-            listen = %config.listen,
+            listen = %listen,
             address = %resolved.addr,
             resolved = %all.join(", "),
-            "--listen host name resolved; binding its first address"
+            "{flag} host name resolved; binding its first address"
         );
     }
     TcpListener::bind(resolved.addr).await.map_err(|error| {
         let hint = match error.kind() {
             std::io::ErrorKind::AddrInUse => {
-                "; another process listens there: stop it or choose another port with --listen"
+                format!("; another process listens there: stop it or choose another port with {flag}")
             }
             std::io::ErrorKind::PermissionDenied => {
-                "; ports below 1024 need privileges: choose a higher port with --listen"
+                format!("; ports below 1024 need privileges: choose a higher port with {flag}")
             }
             std::io::ErrorKind::AddrNotAvailable => {
-                "; that address is not one of this machine's: use 127.0.0.1, 0.0.0.0 or one of its own"
+                "; that address is not one of this machine's: use 127.0.0.1, 0.0.0.0 or one of its own".to_owned()
             }
-            _ => "",
+            _ => String::new(),
         };
         anyhow::anyhow!("cannot listen on {}: {error}{hint}", resolved.addr)
     })

@@ -18,6 +18,8 @@ use redis::{
 };
 use tokio::time::Instant;
 
+use crate::metrics::{Metrics, RedisOp};
+
 /// Why a Redis call did not answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RedisError {
@@ -190,11 +192,21 @@ pub struct RedisPool {
     next: AtomicUsize,
     settings: RedisSettings,
     breaker: Breaker,
+    metrics: Arc<Metrics>,
 }
 
 impl RedisPool {
     /// A pool for `settings`; connects on first use.
     pub fn new(settings: RedisSettings) -> Result<Arc<Self>, RedisError> {
+        Self::metered(settings, Arc::default())
+    }
+
+    /// A pool for `settings` that times every call, and counts failures
+    /// and the breaker's state, in `metrics`.
+    pub fn metered(
+        settings: RedisSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, RedisError> {
         let mut info = settings
             .url
             .as_str()
@@ -233,6 +245,7 @@ impl RedisPool {
             next: AtomicUsize::new(0),
             breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
             settings,
+            metrics,
         }))
     }
 
@@ -253,13 +266,16 @@ impl RedisPool {
         &self.breaker
     }
 
-    /// Runs `call` on a pooled connection, within the call timeout and
-    /// behind the breaker.
-    pub async fn run<T, F>(&self, call: F) -> Result<T, RedisError>
+    /// Runs `call`, a call of kind `op`, on a pooled connection, within the
+    /// call timeout and behind the breaker.
+    pub async fn run<T, F>(&self, op: RedisOp, call: F) -> Result<T, RedisError>
     where
         F: AsyncFnOnce(&mut RedisConn) -> redis::RedisResult<T>,
     {
+        let started = Instant::now();
         if !self.breaker.allow() {
+            self.metrics.redis_call(op, started.elapsed(), false);
+            self.metrics.redis_circuit(true);
             return Err(RedisError::CircuitOpen);
         }
         let timeout = self.settings.call_timeout;
@@ -285,6 +301,9 @@ impl RedisPool {
             }
         }
         self.breaker.record(result.is_ok());
+        self.metrics
+            .redis_call(op, started.elapsed(), result.is_ok());
+        self.metrics.redis_circuit(self.breaker.is_open());
         result
     }
 

@@ -28,6 +28,7 @@ use crate::{
     balance::Balancer,
     catalog::{Instance, ToolState},
     error::RegistryError,
+    metrics::Metrics,
     proxy::{Proxy, ProxyError},
 };
 
@@ -59,15 +60,18 @@ pub struct Attempts {
     balancer: Arc<Balancer>,
     proxy: Arc<Proxy>,
     budget: TpsBudget,
+    metrics: Arc<Metrics>,
 }
 
 impl Attempts {
-    /// Attempts over `balancer` and `proxy`, with the default retry budget.
-    pub fn new(balancer: Arc<Balancer>, proxy: Arc<Proxy>) -> Self {
+    /// Attempts over `balancer` and `proxy`, with the default retry
+    /// budget, each timed in `metrics`.
+    pub fn new(balancer: Arc<Balancer>, proxy: Arc<Proxy>, metrics: Arc<Metrics>) -> Self {
         Self {
             balancer,
             proxy,
             budget: TpsBudget::new(Duration::from_secs(10), 10, 0.2),
+            metrics,
         }
     }
 
@@ -163,6 +167,7 @@ impl Attempts {
                             failure = error;
                             if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
                                 && let Some(next) = self.launch(call, Kind::Retry, tried) {
+                                    self.metrics.retried(tool.name());
                                     running.push(next);
                                 }
                             if running.is_empty() {
@@ -176,6 +181,7 @@ impl Attempts {
                     if self.budget.withdraw()
                         && let Some(next) = self.launch(call, Kind::Hedge, tried) {
                             tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
+                            self.metrics.hedged(tool.name());
                             running.push(next);
                         }
                 }
@@ -220,13 +226,20 @@ impl Attempts {
         let proxy = self.proxy.clone();
         let request = call.request.clone();
         let (deadline, trace) = (call.deadline, call.trace.clone());
+        let (metrics, descriptor) = (self.metrics.clone(), call.tool.descriptor.clone());
         Some(
             async move {
                 let _in_flight = in_flight;
+                let started = Instant::now();
                 let onward = trace.onward(&tracing::Span::current());
                 let outcome = proxy
                     .execute(&instance.endpoint, request, deadline, &onward)
                     .await;
+                metrics.attempt(
+                    &descriptor.name,
+                    attempt_outcome(&outcome),
+                    started.elapsed(),
+                );
                 spans::rpc_status(&tracing::Span::current(), attempt_code(&outcome));
                 (instance, outcome)
             }
@@ -380,6 +393,17 @@ fn attempt_code(outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError
 fn server_address(endpoint: &str) -> Option<(String, u16)> {
     let uri: tonic::codegen::http::Uri = endpoint.parse().ok()?;
     Some((uri.host()?.to_owned(), uri.port_u16()?))
+}
+
+/// One attempt's outcome as the metrics name it: its gRPC code
+/// ([`attempt_code`]), or `tool_error` for an answer that is one.
+fn attempt_outcome(
+    outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
+) -> &'static str {
+    match outcome {
+        Ok(response) if response.is_error => "tool_error",
+        _ => attempt_code(outcome),
+    }
 }
 
 fn next_id(tried: &[String]) -> &str {

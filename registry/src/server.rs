@@ -4,6 +4,7 @@
 
 use std::{collections::HashSet, future::Future, sync::Arc, time::Duration};
 
+use futures::FutureExt as _;
 use tokio::{net::TcpListener, sync::broadcast::error::RecvError};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_proto::{
@@ -11,6 +12,7 @@ use toolmesh_proto::{
     pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
     token::Token,
 };
+use toolmesh_telemetry::admin::Readiness;
 
 use crate::{
     access::Access,
@@ -23,8 +25,10 @@ use crate::{
     endpoint_policy::EndpointPolicy,
     idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
     invoke::{InvokeSettings, Invoker},
+    metrics::Metrics,
     proxy::Proxy,
     ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
+    readiness::Reporter,
     redis_pool::{RedisPool, RedisSettings},
     store::{
         CatalogStore,
@@ -102,6 +106,9 @@ pub struct Registry {
     proxy: Arc<Proxy>,
     invoker: Arc<Invoker>,
     config: Config,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    admin: Option<TcpListener>,
     _janitor: DropGuard,
 }
 
@@ -121,7 +128,14 @@ impl Registry {
             config.idempotency_retention,
             config.idempotency_capacity,
         ));
-        Self::new(store, Arc::new(LocalLimiter::new()), idempotency, config)
+        let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
+        Self::new(
+            store,
+            Arc::new(LocalLimiter::new()),
+            idempotency,
+            config,
+            metrics,
+        )
     }
 
     /// The registry `config` asks for: over Redis when `--redis` is set,
@@ -169,7 +183,9 @@ impl Registry {
             call_timeout: config.redis_timeout,
             ..RedisSettings::default()
         };
-        let pool = RedisPool::new(settings).map_err(|e| ServeError::Config(e.to_string()))?;
+        let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
+        let pool = RedisPool::metered(settings, metrics.clone())
+            .map_err(|e| ServeError::Config(e.to_string()))?;
         let store = RedisStore::new(
             pool.clone(),
             RedisStoreSettings {
@@ -194,7 +210,10 @@ impl Registry {
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
-        Ok(Self::new(store, Arc::new(limiter), idempotency, config).with_access(access, audit))
+        Ok(
+            Self::new(store, Arc::new(limiter), idempotency, config, metrics)
+                .with_access(access, audit),
+        )
     }
 
     /// Authenticates agents and sidecars, and applies the call policy, as
@@ -204,16 +223,26 @@ impl Registry {
         self.access = access;
         self.invoker.audit_to(audit.clone());
         self.catalog.audit_expiries(audit.clone());
+        self.metrics.observe_audit(&audit);
         self.audit = audit;
         self
     }
 
-    /// A registry over the given engines.
+    /// Also serves the admin port (metrics, liveness, readiness) on
+    /// `listener`, until the gRPC server has stopped.
+    #[must_use]
+    pub fn with_admin(mut self, listener: TcpListener) -> Self {
+        self.admin = Some(listener);
+        self
+    }
+
+    /// A registry over the given engines, recording in `metrics`.
     pub fn new(
         store: Arc<dyn CatalogStore>,
         limiter: Arc<dyn RateLimiter>,
         idempotency: Arc<dyn IdempotencyStore>,
         config: Config,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let endpoints = Arc::new(EndpointPolicy::new(config.endpoint_allow.clone()));
         let catalog = Arc::new(Catalog::with_limits(
@@ -224,7 +253,9 @@ impl Registry {
             },
             endpoints.clone(),
         ));
-        let balancer = Arc::new(Balancer::default());
+        catalog.count_expiries(metrics.clone());
+        metrics.observe_catalog(&catalog);
+        let balancer = Arc::new(Balancer::default().metered(metrics.clone()));
         let proxy = Arc::new(
             Proxy::new(config.connect_timeout, config.max_message_bytes)
                 .with_token(config.execute_token.clone())
@@ -259,6 +290,7 @@ impl Registry {
             proxy.clone(),
             idempotency,
             settings,
+            metrics.clone(),
         ));
         Self {
             catalog,
@@ -267,8 +299,21 @@ impl Registry {
             proxy,
             invoker,
             config,
+            metrics,
+            readiness: Readiness::not_ready("starting"),
+            admin: None,
             _janitor: stop_janitor.drop_guard(),
         }
+    }
+
+    /// The metrics, for embedding and tests.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Readiness, as `/readyz` reports it, for embedding and tests.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
     }
 
     /// The catalog, for embedding and tests.
@@ -281,12 +326,13 @@ impl Registry {
         &self.proxy
     }
 
-    /// Serves on `listener` until `shutdown` completes; then reports
-    /// NOT_SERVING, keeps serving for the shutdown delay, ends watch streams,
-    /// stops accepting, lets in-flight calls finish for up to the grace
-    /// period, and cuts off every connection still open after it.
+    /// Serves on `listener` until `shutdown` completes, reporting
+    /// NOT_SERVING until the catalog is loaded ([`crate::readiness`]); then
+    /// reports NOT_SERVING, keeps serving for the shutdown delay, ends watch
+    /// streams, stops accepting, lets in-flight calls finish for up to the
+    /// grace period, and cuts off every connection still open after it.
     pub async fn serve(
-        self,
+        mut self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
@@ -295,12 +341,42 @@ impl Registry {
             check_exposure(&self.config, own)?;
         }
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<ToolRegistryServer<ToolRegistryApi>>()
-            .await;
-        health
-            .set_serving::<RegistrationServer<RegistrationApi>>()
-            .await;
+        let reason = if self.config.redis.is_some() {
+            "the catalog is not loaded from redis yet"
+        } else {
+            "starting"
+        };
+        let reporter = Arc::new(
+            Reporter::new(health, self.readiness.clone(), self.metrics.clone(), reason).await,
+        );
+        let stop_admin = CancellationToken::new();
+        let _stop_admin = stop_admin.clone().drop_guard();
+        if let Some(admin) = self.admin.take() {
+            let (registry, readiness) = (self.metrics.registry(), self.readiness.clone());
+            tokio::spawn(async move {
+                let stopped = stop_admin.cancelled_owned();
+                if let Err(error) =
+                    toolmesh_telemetry::admin::serve(admin, registry, readiness, stopped).await
+                {
+                    tracing::error!(%error, "admin port stopped");
+                }
+            });
+        }
+        // Embedded, the catalog is loaded already: ready before the first
+        // health check can be answered.
+        let became_ready = if self.catalog.loaded().now_or_never().is_some() {
+            reporter.ready().await;
+            None
+        } else {
+            Some(AbortOnDrop(tokio::spawn({
+                let (catalog, reporter) = (self.catalog.clone(), reporter.clone());
+                async move {
+                    catalog.loaded().await;
+                    reporter.ready().await;
+                    tracing::info!("catalog loaded; ready");
+                }
+            })))
+        };
 
         let reflection_v1 = reflection().build_v1()?;
         let reflection_alpha = reflection().build_v1alpha()?;
@@ -327,7 +403,8 @@ impl Registry {
         .max_encoding_message_size(max);
         let registration = RegistrationServer::new(
             RegistrationApi::new(self.catalog.clone(), self.access.clone())
-                .audit(self.audit.clone()),
+                .audit(self.audit.clone())
+                .metered(self.metrics.clone()),
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
@@ -357,16 +434,9 @@ impl Registry {
             result = &mut server => return result.map_err(ServeError::from),
             () = shutdown => {}
         }
+        drop(became_ready);
         tracing::info!(grace = ?self.config.shutdown_grace, "shutting down");
-        health
-            .set_not_serving::<ToolRegistryServer<ToolRegistryApi>>()
-            .await;
-        health
-            .set_not_serving::<RegistrationServer<RegistrationApi>>()
-            .await;
-        health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
+        reporter.drain().await;
         // Still accepting: new connections (probes, agents whose balancer
         // has not heard yet) are served during the delay.
         tokio::select! {
@@ -395,9 +465,31 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    Registry::from_config(config)?
-        .serve(listener, shutdown)
-        .await
+    run_with_admin(listener, None, config, shutdown).await
+}
+
+/// [`run`], with the admin port (metrics, liveness, readiness) on `admin`
+/// when given.
+pub async fn run_with_admin(
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let mut registry = Registry::from_config(config)?;
+    if let Some(admin) = admin {
+        registry = registry.with_admin(admin);
+    }
+    registry.serve(listener, shutdown).await
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Refuses to serve beyond loopback with anything unauthenticated, unless

@@ -31,6 +31,8 @@ mod keys;
 mod leases;
 #[path = "integration/limits.rs"]
 mod limits;
+#[path = "integration/metrics.rs"]
+mod metrics;
 #[path = "integration/redis_invoke.rs"]
 mod redis_invoke;
 #[path = "integration/redis_limiter.rs"]

@@ -31,6 +31,7 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tonic::Code;
 use toolmesh_proto::pb;
+use toolmesh_telemetry::families::{Always, latency};
 
 use crate::runtime::Runtime;
 
@@ -44,11 +45,6 @@ pub const TOOL_ERROR: &str = "tool_error";
 
 /// The `result` of an announce or heartbeat the registry accepted.
 pub const ACCEPTED: &str = "accepted";
-
-/// Upper bounds (seconds) of the latency histogram's buckets.
-pub const BUCKETS: [f64; 15] = [
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolOutcome {
@@ -69,10 +65,6 @@ struct ResultLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
-}
-
-fn latency_histogram() -> Histogram {
-    Histogram::new(BUCKETS)
 }
 
 #[derive(Debug)]
@@ -105,32 +97,32 @@ impl Metrics {
         registry.register(
             "executions",
             "Execute calls, by tool and outcome (gRPC code name, or tool_error)",
-            executions.clone(),
+            Always(executions.clone()),
         );
         let durations: Family<ToolOutcome, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(latency_histogram);
+            Family::new_with_constructor(latency);
         registry.register(
             "execute_duration_seconds",
             "Time from receiving an Execute call to answering it, by tool and outcome",
-            durations.clone(),
+            Always(durations.clone()),
         );
         let in_flight = Family::<ToolLabel, Gauge>::default();
         registry.register(
             "in_flight",
             "Execute calls running now, by tool",
-            in_flight.clone(),
+            Always(in_flight.clone()),
         );
         let announces = Family::<ResultLabel, Counter>::default();
         registry.register(
             "announces",
             "Announces to the registry, by result (accepted, or the gRPC code name)",
-            announces.clone(),
+            Always(announces.clone()),
         );
         let heartbeats = Family::<ResultLabel, Counter>::default();
         registry.register(
             "heartbeats",
             "Heartbeats to the registry, by result (accepted, or the gRPC code name)",
-            heartbeats.clone(),
+            Always(heartbeats.clone()),
         );
         let registered = Gauge::default();
         registry.register(

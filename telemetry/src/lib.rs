@@ -24,6 +24,7 @@ use std::{
 use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
 
 pub mod admin;
+pub mod families;
 pub mod format;
 pub mod labels;
 pub mod otel;

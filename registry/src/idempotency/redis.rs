@@ -24,7 +24,10 @@ use tokio::time::Instant;
 use super::{
     Claim, Finisher, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, Ticket, hex,
 };
-use crate::redis_pool::{RedisError, RedisPool};
+use crate::{
+    metrics::RedisOp,
+    redis_pool::{RedisError, RedisPool},
+};
 
 /// First pause of a claim waiting on a call in progress.
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -124,7 +127,9 @@ impl IdempotencyStore for RedisIdempotency {
             let (claimed, holder): (i64, String) = self
                 .shared
                 .pool
-                .run(async |conn| invocation.invoke_async(conn).await)
+                .run(RedisOp::IdempotencyClaim, async |conn| {
+                    invocation.invoke_async(conn).await
+                })
                 .await
                 .map_err(unavailable)?;
             if claimed == 1 {
@@ -179,7 +184,9 @@ impl Shared {
             .arg(millis(self.retention));
         let stored: i64 = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::IdempotencyComplete, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await?;
         Ok(stored == 1)
     }
@@ -191,7 +198,9 @@ impl Shared {
         invocation.key(key).arg(token);
         let released: Result<i64, _> = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::IdempotencyRelease, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await;
         if let Err(error) = released {
             tracing::warn!(%key, %error, "idempotency key not released; it frees itself after its hold");

@@ -24,6 +24,7 @@ use ::redis::Script;
 use super::{CallDecision, CallLimits, Decision, LimiterError, LocalLimiter, RateLimiter, Refused};
 use crate::{
     descriptor::Limit,
+    metrics::RedisOp,
     redis_pool::{RedisError, RedisPool},
 };
 
@@ -112,7 +113,9 @@ impl RedisLimiter {
         }
         let (allowed, retry_after_us, index): (i64, i64, i64) = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::RateLimit, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await?;
         Ok((allowed != 1).then(|| {
             (

@@ -19,6 +19,7 @@ use crate::{
     catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
+    metrics::Metrics,
     store::{CatalogStore, view::CatalogView},
 };
 
@@ -66,6 +67,7 @@ struct State {
 /// The in-memory [`CatalogStore`].
 pub struct MemoryStore {
     audit: std::sync::OnceLock<AuditLog>,
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
     ttl: Duration,
     limits: Limits,
     state: Mutex<State>,
@@ -78,6 +80,7 @@ impl MemoryStore {
     pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
         let store = Arc::new(Self {
             audit: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
             ttl,
             limits,
             state: Mutex::new(State::default()),
@@ -106,6 +109,9 @@ impl MemoryStore {
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
                 tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.lease_expired();
+                }
                 if let Some(audit) = self.audit.get() {
                     audit.record(super::expiry_record(
                         &record.owner,
@@ -338,6 +344,16 @@ impl CatalogStore for MemoryStore {
     fn audit_expiries(&self, audit: AuditLog) {
         let _ = self.audit.set(audit);
     }
+
+    fn count_expiries(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn lease_count(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    async fn loaded(&self) {}
 }
 
 #[cfg(test)]

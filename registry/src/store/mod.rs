@@ -13,6 +13,7 @@ use crate::{
     audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
     catalog::{Announcement, CatalogEvent, Lease, ToolState},
     error::RegistryError,
+    metrics::Metrics,
 };
 
 pub mod memory;
@@ -49,6 +50,15 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// Records every lease that expires to `audit` from now on (only the
     /// first log given is kept).
     fn audit_expiries(&self, audit: AuditLog);
+    /// Counts every lease that expires in `metrics` from now on (only the
+    /// first given is kept).
+    fn count_expiries(&self, metrics: Arc<Metrics>);
+    /// Live leases as this engine knows them (in Redis mode, as of the
+    /// last resync plus the changes seen since).
+    fn lease_count(&self) -> usize;
+    /// Completes once the catalog has been loaded from its engine: at once
+    /// in memory; in Redis mode after the first full resync.
+    async fn loaded(&self);
 }
 
 /// The audit record of a lease that expired.

@@ -33,6 +33,7 @@ use crate::{
     catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
+    metrics::{Metrics, RedisOp},
     redis_pool::{RedisError, RedisPool},
     store::{CatalogStore, memory::Limits, view::CatalogView},
 };
@@ -125,6 +126,9 @@ pub struct RedisStoreSettings {
 /// The Redis [`CatalogStore`].
 pub struct RedisStore {
     audit: std::sync::OnceLock<AuditLog>,
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
+    /// `true` once a full resync succeeded.
+    loaded: tokio::sync::watch::Sender<bool>,
     pool: Arc<RedisPool>,
     tag: String,
     settings: RedisStoreSettings,
@@ -140,6 +144,8 @@ impl RedisStore {
     pub fn new(pool: Arc<RedisPool>, settings: RedisStoreSettings) -> Arc<Self> {
         let store = Arc::new(Self {
             audit: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
+            loaded: tokio::sync::watch::Sender::new(false),
             pool,
             tag: format!("{{{}}}", settings.prefix),
             settings,
@@ -187,7 +193,7 @@ impl RedisStore {
         );
         let (descriptor, instances): (Option<Vec<u8>>, HashMap<String, String>) = self
             .pool
-            .run(async |conn| {
+            .run(RedisOp::LoadTool, async |conn| {
                 redis::pipe()
                     .get(&descriptor_key)
                     .hgetall(&instances_key)
@@ -218,7 +224,9 @@ impl RedisStore {
         let instance_key = self.key(&format!("inst:{instance}"));
         let lease: Option<String> = self
             .pool
-            .run(async |conn| redis::cmd("GET").arg(&instance_key).query_async(conn).await)
+            .run(RedisOp::InstanceLease, async |conn| {
+                redis::cmd("GET").arg(&instance_key).query_async(conn).await
+            })
             .await?;
         let Some(lease) = lease.filter(|l| !self.local().leases.contains_key(l)) else {
             return Ok(());
@@ -226,7 +234,7 @@ impl RedisStore {
         let lease_key = self.key(&format!("lease:{lease}"));
         let fields: HashMap<String, String> = self
             .pool
-            .run(async |conn| {
+            .run(RedisOp::ReadLease, async |conn| {
                 redis::cmd("HGETALL")
                     .arg(&lease_key)
                     .query_async(conn)
@@ -244,7 +252,7 @@ impl RedisStore {
         let (tools_key, expiry_key) = (self.key("tools"), self.key("expiry"));
         let (names, leases): (Vec<String>, Vec<String>) = self
             .pool
-            .run(async |conn| {
+            .run(RedisOp::ListCatalog, async |conn| {
                 redis::pipe()
                     .smembers(&tools_key)
                     .zrange(&expiry_key, 0, -1)
@@ -260,7 +268,9 @@ impl RedisStore {
             );
             let state: (Option<Vec<u8>>, HashMap<String, String>) = self
                 .pool
-                .run(async |conn| redis::pipe().get(&d).hgetall(&i).query_async(conn).await)
+                .run(RedisOp::LoadTool, async |conn| {
+                    redis::pipe().get(&d).hgetall(&i).query_async(conn).await
+                })
                 .await?;
             tools.push((name.clone(), state));
         }
@@ -269,7 +279,9 @@ impl RedisStore {
             let key = self.key(&format!("lease:{lease}"));
             let fields: HashMap<String, String> = self
                 .pool
-                .run(async |conn| redis::cmd("HGETALL").arg(&key).query_async(conn).await)
+                .run(RedisOp::ReadLease, async |conn| {
+                    redis::cmd("HGETALL").arg(&key).query_async(conn).await
+                })
                 .await?;
             if let Some(record) = LeaseRecord::from_fields(&fields) {
                 records.insert(lease, record);
@@ -286,6 +298,7 @@ impl RedisStore {
             }
         }
         self.local().leases = records;
+        self.loaded.send_replace(true);
         Ok(())
     }
 
@@ -346,7 +359,9 @@ impl RedisStore {
             }
             let outcome: String = self
                 .pool
-                .run(async |conn| invocation.invoke_async(conn).await)
+                .run(RedisOp::Restore, async |conn| {
+                    invocation.invoke_async(conn).await
+                })
                 .await?;
             if outcome != "extended" {
                 tracing::info!(lease = %lease_tag(&lease), %outcome, "lease written back after a redis outage");
@@ -365,7 +380,9 @@ impl RedisStore {
         };
         let expired: Vec<String> = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::Sweep, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await?;
         for lease in expired {
             let record = self.local().leases.remove(&lease);
@@ -374,6 +391,9 @@ impl RedisStore {
                 .map(|r| r.instance.clone())
                 .unwrap_or_default();
             tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
+            if let Some(metrics) = self.metrics.get() {
+                metrics.lease_expired();
+            }
             if let (Some(audit), Some(record)) = (self.audit.get(), record) {
                 audit.record(super::expiry_record(
                     &record.owner,
@@ -397,7 +417,9 @@ impl RedisStore {
             i
         };
         self.pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::Presence, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await
     }
 
@@ -424,7 +446,9 @@ impl RedisStore {
         }
         let reply: Vec<Vec<u8>> = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::Announce, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await
             .map_err(unavailable)?;
         let text = |i: usize| {
@@ -542,7 +566,9 @@ impl CatalogStore for RedisStore {
         };
         match self
             .pool
-            .run(async |conn| invocation.invoke_async::<i64>(conn).await)
+            .run(RedisOp::Heartbeat, async |conn| {
+                invocation.invoke_async::<i64>(conn).await
+            })
             .await
         {
             Ok(1) => Ok(self.settings.ttl),
@@ -582,7 +608,9 @@ impl CatalogStore for RedisStore {
         };
         let mut reply: Vec<String> = self
             .pool
-            .run(async |conn| invocation.invoke_async(conn).await)
+            .run(RedisOp::Withdraw, async |conn| {
+                invocation.invoke_async(conn).await
+            })
             .await
             .map_err(unavailable)?;
         if reply.first().map(String::as_str) != Some("ok") {
@@ -622,5 +650,19 @@ impl CatalogStore for RedisStore {
 
     fn audit_expiries(&self, audit: AuditLog) {
         let _ = self.audit.set(audit);
+    }
+
+    fn count_expiries(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn lease_count(&self) -> usize {
+        self.local().leases.len()
+    }
+
+    async fn loaded(&self) {
+        let mut loaded = self.loaded.subscribe();
+        // The sender lives as long as the store, and so does `self`.
+        let _ = loaded.wait_for(|loaded| *loaded).await;
     }
 }

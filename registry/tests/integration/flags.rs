@@ -186,3 +186,23 @@ async fn a_listen_host_name_resolves_and_is_logged() {
     .expect("connect");
     assert_eq!(tool_names(&mut client).await, Vec::<String>::new());
 }
+
+#[test]
+fn every_flag_is_in_the_readme() {
+    use clap::CommandFactory as _;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let missing: Vec<String> = toolmesh_registry::Config::command()
+        .get_arguments()
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| !["help", "version"].contains(long))
+        .map(|long| format!("--{long}"))
+        .filter(|flag| {
+            !readme.contains(&format!("| `{flag}`")) && !readme.contains(&format!("| `{flag} "))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's flag tables lack {missing:?}"
+    );
+}

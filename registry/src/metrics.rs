@@ -1,0 +1,549 @@
+//! The registry's Prometheus metrics, served by the admin port
+//! (`--admin-listen`, [`toolmesh_telemetry::admin`]). Names, types and
+//! labels are the contract of `docs/observability.md` and the dashboard:
+//! change neither without the other.
+//!
+//! Each event has one recording method, called where the event happens.
+//! Tool names pass through [`BoundedNames`] (`--metrics-max-tools`), so
+//! announced names cannot grow the series without bound, and a name not in
+//! the catalog is always `(other)`, so names agents make up cannot take the
+//! capped values either; no label ever holds a caller id, an instance id
+//! or arguments. What the catalog and the audit log already
+//! count (live tools, instances, leases, dropped audit records) is read at
+//! scrape time rather than mirrored: in Redis mode every replica's view is
+//! the shared catalog, so each replica reports the fleet's numbers (take
+//! `max`, not `sum`, across replicas).
+
+use std::{
+    collections::HashSet,
+    fmt,
+    sync::{Arc, OnceLock, Weak},
+    time::Duration,
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        histogram::Histogram,
+    },
+    registry::Registry,
+};
+use toolmesh_telemetry::{
+    families::{Always, latency},
+    labels::{BoundedNames, OTHER},
+};
+
+use crate::{audit::AuditLog, catalog::Catalog};
+
+/// Default of `--metrics-max-tools`.
+pub const DEFAULT_MAX_TOOLS: usize = 100;
+
+/// What the rate limiter decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitDecision {
+    /// The call took its tokens.
+    Allowed,
+    /// The tool's own limit refused it.
+    LimitedTool,
+    /// The caller's limit on the tool refused it.
+    LimitedCaller,
+    /// The limiter could not decide (Redis away, fail-closed).
+    Error,
+}
+
+impl RateLimitDecision {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::LimitedTool => "limited_tool",
+            Self::LimitedCaller => "limited_caller",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Why arguments were refused before any sidecar saw them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValidationFailure {
+    /// They parse, but break the tool's input schema.
+    Schema,
+    /// They are not (acceptable) JSON: syntax, duplicate keys, too large.
+    Malformed,
+}
+
+impl ValidationFailure {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Schema => "schema",
+            Self::Malformed => "malformed",
+        }
+    }
+}
+
+/// Every kind of call the Redis pool makes: the `op` label, a closed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RedisOp {
+    /// The announce script.
+    Announce,
+    /// The heartbeat script.
+    Heartbeat,
+    /// The withdraw script.
+    Withdraw,
+    /// The lease sweep script.
+    Sweep,
+    /// The write-back script after an outage.
+    Restore,
+    /// The replica presence script.
+    Presence,
+    /// One tool's descriptor and instances (a pipeline of GET and HGETALL).
+    LoadTool,
+    /// Every tool name and lease (SMEMBERS and ZRANGE), for a resync.
+    ListCatalog,
+    /// The lease an instance holds (GET).
+    InstanceLease,
+    /// A lease's record (HGETALL).
+    ReadLease,
+    /// The GCRA rate-limit script.
+    RateLimit,
+    /// Claiming an idempotency key.
+    IdempotencyClaim,
+    /// Storing an idempotency key's outcome.
+    IdempotencyComplete,
+    /// Releasing an idempotency key.
+    IdempotencyRelease,
+}
+
+impl RedisOp {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Announce => "announce",
+            Self::Heartbeat => "heartbeat",
+            Self::Withdraw => "withdraw",
+            Self::Sweep => "sweep",
+            Self::Restore => "restore",
+            Self::Presence => "presence",
+            Self::LoadTool => "load_tool",
+            Self::ListCatalog => "list_catalog",
+            Self::InstanceLease => "instance_lease",
+            Self::ReadLease => "read_lease",
+            Self::RateLimit => "rate_limit",
+            Self::IdempotencyClaim => "idempotency_claim",
+            Self::IdempotencyComplete => "idempotency_complete",
+            Self::IdempotencyRelease => "idempotency_release",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOutcome {
+    tool: Arc<str>,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolDecision {
+    tool: Arc<str>,
+    decision: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolReason {
+    tool: Arc<str>,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOnly {
+    tool: Arc<str>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnnounceResult {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Op {
+    op: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Version {
+    version: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The registry's metrics and the Prometheus registry that exposes them.
+pub struct Metrics {
+    registry: Arc<Registry>,
+    tools: BoundedNames,
+    other: Arc<str>,
+    invocations: Family<ToolOutcome, Counter>,
+    invoke_duration: Histograms<ToolOutcome>,
+    attempt_duration: Histograms<ToolOutcome>,
+    rate_limit: Family<ToolDecision, Counter>,
+    validation: Family<ToolReason, Counter>,
+    announces: Family<AnnounceResult, Counter>,
+    lease_expiries: Counter,
+    retries: Family<ToolOnly, Counter>,
+    hedges: Family<ToolOnly, Counter>,
+    ejections: Counter,
+    replays: Family<ToolOnly, Counter>,
+    redis_duration: Histograms<Op>,
+    redis_errors: Family<Op, Counter>,
+    redis_circuit_open: Gauge,
+    ready: Gauge,
+    live: Arc<Live>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    /// Metrics nobody scrapes, for parts built without a registry.
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_TOOLS)
+    }
+}
+
+impl Metrics {
+    /// Every registry metric, registered; at most `max_tools` tool names
+    /// get their own label value.
+    pub fn new(max_tools: usize) -> Self {
+        let mut registry = Registry::default();
+        let metrics = Self {
+            registry: Arc::default(),
+            tools: BoundedNames::new(max_tools),
+            other: Arc::from(OTHER),
+            invocations: Family::default(),
+            invoke_duration: Family::new_with_constructor(latency),
+            attempt_duration: Family::new_with_constructor(latency),
+            rate_limit: Family::default(),
+            validation: Family::default(),
+            announces: Family::default(),
+            lease_expiries: Counter::default(),
+            retries: Family::default(),
+            hedges: Family::default(),
+            ejections: Counter::default(),
+            replays: Family::default(),
+            redis_duration: Family::new_with_constructor(latency),
+            redis_errors: Family::default(),
+            redis_circuit_open: Gauge::default(),
+            ready: Gauge::default(),
+            live: Arc::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "toolmesh_invocations",
+            "Invoke calls by tool and outcome (OK, tool_error or the gRPC code), refusals included",
+            Always(metrics.invocations.clone()),
+        );
+        r.register(
+            "toolmesh_invoke_duration_seconds",
+            "Invoke latency in the registry, from arrival to answer",
+            Always(metrics.invoke_duration.clone()),
+        );
+        r.register(
+            "toolmesh_attempt_duration_seconds",
+            "One attempt registry to sidecar: backend time plus the hop",
+            Always(metrics.attempt_duration.clone()),
+        );
+        r.register(
+            "toolmesh_rate_limit_decisions",
+            "Rate-limit decisions of calls to rate-limited tools",
+            Always(metrics.rate_limit.clone()),
+        );
+        r.register(
+            "toolmesh_validation_failures",
+            "Calls refused for their arguments: schema or malformed",
+            Always(metrics.validation.clone()),
+        );
+        r.register(
+            "toolmesh_announces",
+            "Announces by result: accepted, or the refusal's gRPC code",
+            Always(metrics.announces.clone()),
+        );
+        r.register(
+            "toolmesh_lease_expiries",
+            "Instances removed because their lease expired",
+            metrics.lease_expiries.clone(),
+        );
+        r.register(
+            "toolmesh_retries",
+            "Extra attempts after a failed one",
+            Always(metrics.retries.clone()),
+        );
+        r.register(
+            "toolmesh_hedges",
+            "Hedged attempts (no answer after half the deadline)",
+            Always(metrics.hedges.clone()),
+        );
+        r.register(
+            "toolmesh_ejections",
+            "Instances ejected from rotation as outliers",
+            metrics.ejections.clone(),
+        );
+        r.register(
+            "toolmesh_idempotency_replays",
+            "Answers replayed from an idempotency key's first call",
+            Always(metrics.replays.clone()),
+        );
+        r.register(
+            "toolmesh_redis_command_duration_seconds",
+            "Redis calls by operation, deadline and breaker included",
+            Always(metrics.redis_duration.clone()),
+        );
+        r.register(
+            "toolmesh_redis_errors",
+            "Failed Redis calls by operation",
+            Always(metrics.redis_errors.clone()),
+        );
+        r.register(
+            "toolmesh_redis_circuit_open",
+            "1 while the Redis circuit breaker is open",
+            metrics.redis_circuit_open.clone(),
+        );
+        r.register(
+            "toolmesh_ready",
+            "1 when ready to take traffic (readiness)",
+            metrics.ready.clone(),
+        );
+        let build = Family::<Version, Gauge>::default();
+        build
+            .get_or_create(&Version {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        r.register("toolmesh_build_info", "Always 1; the version", build);
+        r.register_collector(Box::new(metrics.live.clone()));
+        Self {
+            registry: Arc::new(registry),
+            ..metrics
+        }
+    }
+
+    /// What the admin port serves at `/metrics`.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// The live tools, instances and leases are read from `catalog` at
+    /// each scrape (the first catalog given is kept).
+    pub fn observe_catalog(&self, catalog: &Arc<Catalog>) {
+        let _ = self.live.catalog.set(Arc::downgrade(catalog));
+    }
+
+    /// Dropped audit records are read from `audit` at each scrape (the
+    /// first log given is kept).
+    pub fn observe_audit(&self, audit: &AuditLog) {
+        let _ = self.live.audit.set(audit.clone());
+    }
+
+    /// The `tool` label of `tool`: a name not in the catalog (an unknown
+    /// tool, or a refused caller's guess) never takes one of the capped
+    /// values, so made-up names cannot crowd out real tools.
+    fn tool(&self, tool: &str) -> Arc<str> {
+        let unknown = self
+            .live
+            .catalog
+            .get()
+            .and_then(Weak::upgrade)
+            .is_some_and(|catalog| catalog.get(tool).is_none());
+        if unknown {
+            return self.other.clone();
+        }
+        self.tools.label(tool)
+    }
+
+    /// An Invoke of `tool` ended with `outcome` after `latency`.
+    pub fn invoked(&self, tool: &str, outcome: &'static str, latency: Duration) {
+        let labels = ToolOutcome {
+            tool: self.tool(tool),
+            outcome,
+        };
+        self.invocations.get_or_create(&labels).inc();
+        self.invoke_duration
+            .get_or_create(&labels)
+            .observe(latency.as_secs_f64());
+    }
+
+    /// One attempt of `tool` on a sidecar ended with `outcome` after
+    /// `latency`.
+    pub fn attempt(&self, tool: &str, outcome: &'static str, latency: Duration) {
+        let labels = ToolOutcome {
+            tool: self.tool(tool),
+            outcome,
+        };
+        self.attempt_duration
+            .get_or_create(&labels)
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Another attempt of `tool` started after a failed one.
+    pub fn retried(&self, tool: &str) {
+        self.retries
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// A hedged attempt of `tool` started.
+    pub fn hedged(&self, tool: &str) {
+        self.hedges
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// An instance left rotation as an outlier.
+    pub fn ejected(&self) {
+        self.ejections.inc();
+    }
+
+    /// A call of `tool` was answered from its idempotency key.
+    pub fn replayed(&self, tool: &str) {
+        self.replays
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// The rate limiter decided `decision` for a call of `tool`.
+    pub fn rate_limit(&self, tool: &str, decision: RateLimitDecision) {
+        self.rate_limit
+            .get_or_create(&ToolDecision {
+                tool: self.tool(tool),
+                decision: decision.label(),
+            })
+            .inc();
+    }
+
+    /// A call of `tool` was refused for its arguments.
+    pub fn validation_failed(&self, tool: &str, reason: ValidationFailure) {
+        self.validation
+            .get_or_create(&ToolReason {
+                tool: self.tool(tool),
+                reason: reason.label(),
+            })
+            .inc();
+    }
+
+    /// An announce ended: `accepted`, or the refusal's gRPC code name.
+    pub fn announced(&self, result: &'static str) {
+        self.announces
+            .get_or_create(&AnnounceResult { result })
+            .inc();
+    }
+
+    /// An instance's lease expired.
+    pub fn lease_expired(&self) {
+        self.lease_expiries.inc();
+    }
+
+    /// A Redis call of kind `op` took `latency`; `ok: false` if it failed.
+    pub fn redis_call(&self, op: RedisOp, latency: Duration, ok: bool) {
+        let labels = Op { op: op.label() };
+        self.redis_duration
+            .get_or_create(&labels)
+            .observe(latency.as_secs_f64());
+        if !ok {
+            self.redis_errors.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Whether the Redis breaker is open now.
+    pub fn redis_circuit(&self, open: bool) {
+        self.redis_circuit_open.set(i64::from(open));
+    }
+
+    /// Whether the registry is ready now.
+    pub fn ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+}
+
+/// What is read at scrape time from the parts that already count it.
+#[derive(Debug, Default)]
+struct Live {
+    catalog: OnceLock<Weak<Catalog>>,
+    audit: OnceLock<AuditLog>,
+}
+
+impl Collector for Live {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let (tools, instances, leases) =
+            self.catalog
+                .get()
+                .and_then(Weak::upgrade)
+                .map_or((0, 0, 0), |catalog| {
+                    let tools = catalog.list();
+                    let instances: HashSet<&str> = tools
+                        .iter()
+                        .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
+                        .collect();
+                    (tools.len(), instances.len(), catalog.lease_count())
+                });
+        for (name, help, value) in [
+            ("toolmesh_tools", "Tools with a live instance.", tools),
+            ("toolmesh_instances", "Live sidecar instances.", instances),
+            ("toolmesh_leases", "Live leases.", leases),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let dropped = ConstCounter::new(self.audit.get().map_or(0, AuditLog::dropped));
+        dropped.encode(encoder.encode_descriptor(
+            "toolmesh_audit_records_dropped",
+            "Audit records dropped: queue full, log closed, or a failed write.",
+            None,
+            dropped.metric_type(),
+        )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(metrics: &Metrics) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry())
+            .unwrap_or_else(|e| panic!("encode: {e}"));
+        text
+    }
+
+    #[test]
+    fn every_family_is_exposed_by_its_contract_name() {
+        let metrics = Metrics::new(1);
+        metrics.invoked("a", "OK", Duration::from_millis(3));
+        metrics.invoked("b", "OK", Duration::from_millis(3));
+        metrics.redis_call(RedisOp::RateLimit, Duration::from_millis(1), false);
+        let text = exposition(&metrics);
+        for line in [
+            "# TYPE toolmesh_invocations counter",
+            r#"toolmesh_invocations_total{tool="a",outcome="OK"} 1"#,
+            r#"toolmesh_invocations_total{tool="(other)",outcome="OK"} 1"#,
+            "# TYPE toolmesh_invoke_duration_seconds histogram",
+            r#"toolmesh_redis_errors_total{op="rate_limit"} 1"#,
+            "toolmesh_tools 0",
+            "# TYPE toolmesh_hedges counter",
+            "toolmesh_audit_records_dropped_total 0",
+            r#"toolmesh_build_info{version=""#,
+            "# EOF",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    }
+}
