@@ -172,12 +172,13 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         &self,
         request: Request<pb::InvokeRequest>,
     ) -> Result<Response<pb::InvokeResponse>, Status> {
-        let span = tracing::info_span!(
+        let trace = TraceContext::from_metadata(request.metadata()).decide();
+        let span = toolmesh_telemetry::call_span!(
+            trace.is_traced(),
             "toolmesh.v1.ToolRegistry/Invoke",
             otel.kind = "server",
             tool = %clip(&request.get_ref().tool, QUOTED_MAX),
         );
-        let trace = TraceContext::from_metadata(request.metadata());
         trace.parent(&span);
         spans::rpc(&span, INVOKE);
         let result = self

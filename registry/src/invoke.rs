@@ -135,7 +135,8 @@ impl Invoker {
         call: Call<'_>,
     ) -> Result<InvokeResponse, RegistryError> {
         let invocation_id = uuid::Uuid::new_v4().to_string();
-        let span = tracing::info_span!(
+        let span = toolmesh_telemetry::call_span!(
+            call.trace.is_traced(),
             "execute_tool",
             otel.name = %format_args!("execute_tool {}", clip(&request.tool, QUOTED_MAX)),
         );

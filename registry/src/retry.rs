@@ -206,7 +206,8 @@ impl Attempts {
     > {
         let (instance, in_flight) = self.balancer.pick(&call.tool.instances, tried)?;
         tried.push(instance.id.clone());
-        let span = tracing::info_span!(
+        let span = toolmesh_telemetry::call_span!(
+            call.trace.is_traced(),
             "toolmesh.v1.ToolRuntime/Execute",
             otel.kind = "client",
             instance = %instance.id,

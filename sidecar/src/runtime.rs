@@ -113,7 +113,8 @@ impl Runtime {
         context.check().map_err(BackendError::from)?;
         let deadline = start + effective_timeout(tool_timeout(tool), caller_timeout);
         let name = &tool.descriptor().name;
-        let span = tracing::info_span!(
+        let span = toolmesh_telemetry::call_span!(
+            context.trace.is_traced(),
             "execute_tool",
             otel.name = %format_args!("execute_tool {name}"),
         );
@@ -237,14 +238,15 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
         &self,
         request: tonic::Request<pb::ExecuteRequest>,
     ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
-        let span = tracing::info_span!(
+        let trace = TraceContext::from_metadata(request.metadata()).decide();
+        let span = toolmesh_telemetry::call_span!(
+            trace.is_traced(),
             "toolmesh.v1.ToolRuntime/Execute",
             otel.kind = "server",
             tool = %clip(&request.get_ref().tool, QUOTED_MAX),
             caller = %clip(&request.get_ref().caller, QUOTED_MAX),
             invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX),
         );
-        let trace = TraceContext::from_metadata(request.metadata());
         trace.parent(&span);
         spans::rpc(&span, EXECUTE);
         let result = self

@@ -29,12 +29,38 @@ pub mod format;
 pub mod labels;
 pub mod otel;
 pub mod propagation;
+pub mod sampler;
 pub mod shown;
 pub mod spans;
 
 pub use propagation::TraceContext;
 
 static TRACING: AtomicBool = AtomicBool::new(false);
+static SAMPLER: std::sync::OnceLock<sampler::Sampler> = std::sync::OnceLock::new();
+
+/// The head sampler, when spans are exported.
+pub(crate) fn head_sampler() -> Option<&'static sampler::Sampler> {
+    if tracing_enabled() {
+        SAMPLER.get()
+    } else {
+        None
+    }
+}
+
+/// An `info` span for one call's work, exported only when `$traced` (the
+/// call's [`TraceContext::is_traced`]); otherwise it exists for the logs
+/// alone (its target ends in `::untraced`, which the exporter skips), so
+/// an unsampled call costs what it costs with tracing off.
+#[macro_export]
+macro_rules! call_span {
+    ($traced:expr, $name:expr $(, $($field:tt)*)?) => {
+        if $traced {
+            ::tracing::info_span!($name $(, $($field)*)?)
+        } else {
+            ::tracing::info_span!(target: concat!(module_path!(), "::untraced"), $name $(, $($field)*)?)
+        }
+    };
+}
 
 /// Whether spans are exported (an OTLP endpoint is configured and
 /// [`init`] installed the exporter).
@@ -163,7 +189,9 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
             .with_threads(false)
             .with_location(false)
             .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.target().starts_with("toolmesh") && *meta.level() <= tracing::Level::INFO
+                meta.target().starts_with("toolmesh")
+                    && !meta.target().ends_with("::untraced")
+                    && *meta.level() <= tracing::Level::INFO
             }))
     });
     tracing_subscriber::registry()
@@ -172,6 +200,11 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
         .try_init()
         .map_err(|_| TelemetryError::AlreadySet)?;
     if let Some(export) = &export {
+        let (sampler, warning) = sampler::Sampler::from_vars(|name| std::env::var(name).ok());
+        let _ = SAMPLER.set(sampler);
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
         TRACING.store(true, Ordering::Relaxed);
         tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
     }

@@ -8,7 +8,8 @@
 //! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource; the
 //!   service name defaults to the binary's (`toolmesh-registry`).
 //! - `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`: the sampler
-//!   (default `parentbased_always_on`).
+//!   (default `parentbased_always_on`), applied where a call enters the
+//!   process ([`crate::sampler`]).
 //! - `OTEL_TRACES_EXPORTER=none` or `OTEL_SDK_DISABLED=true`: off.
 //! - `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_EXPORTER_OTLP_HEADERS`,
 //!   `OTEL_BSP_*`: as the OpenTelemetry SDK reads them.
@@ -89,7 +90,10 @@ impl TraceExport {
                 .build(),
         };
         let exporter = built.map_err(|e| TelemetryError::Otel(format!("OTLP exporter: {e}")))?;
+        // Sampling is decided before any span exists (`crate::sampler`):
+        // whatever reaches the provider is recorded.
         Ok(SdkTracerProvider::builder()
+            .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
             .with_resource(resource(service))
             .with_batch_exporter(exporter)
             .build())

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
 use opentelemetry::trace::TraceContextExt as _;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::{
+    propagation::TraceContextPropagator,
+    trace::{IdGenerator as _, RandomIdGenerator},
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The `traceparent` header and metadata key.
@@ -32,6 +35,8 @@ pub struct TraceContext {
     pub traceparent: Option<String>,
     /// Vendor entries, passed on with a valid `traceparent` only.
     pub tracestate: Option<String>,
+    /// Whether this process exports the call's spans ([`TraceContext::decide`]).
+    traced: bool,
 }
 
 struct Fields<'a>(HashMap<&'static str, &'a str>);
@@ -83,7 +88,34 @@ impl TraceContext {
         Self {
             traceparent: written.0.remove(TRACEPARENT),
             tracestate: written.0.remove(TRACESTATE).filter(|s| !s.is_empty()),
+            traced: false,
         }
+    }
+
+    /// The head sampling decision for a call arriving with this context,
+    /// made once where the call enters the process ([`crate::sampler`]).
+    /// Not sampled, and with no context to pass on, the call gets a fresh
+    /// one with the sampled flag clear, so the next hop does not start a
+    /// trace of its own. Without trace export: unchanged, not traced.
+    #[must_use]
+    pub fn decide(mut self) -> Self {
+        let Some(sampler) = crate::head_sampler() else {
+            return self;
+        };
+        let incoming = self.traceparent.as_deref().and_then(parse);
+        let trace_id = incoming.map_or_else(random_trace_id, |(id, _)| id);
+        self.traced = sampler.samples(incoming.map(|(_, sampled)| sampled), trace_id);
+        if !self.traced && self.traceparent.is_none() {
+            let span_id = u64::from_be_bytes(RandomIdGenerator::default().new_span_id().to_bytes());
+            self.traceparent = Some(format!("00-{trace_id:032x}-{span_id:016x}-00"));
+        }
+        self
+    }
+
+    /// Whether this process exports the call's spans: traces are exported
+    /// and [`TraceContext::decide`] sampled it.
+    pub fn is_traced(&self) -> bool {
+        self.traced
     }
 
     /// The context a gRPC call carries in its metadata.
@@ -106,13 +138,16 @@ impl TraceContext {
         })
     }
 
-    /// The context to pass on from inside `span`: the span's own when
-    /// traces are exported (the next hop is its child), `self` otherwise.
+    /// The context to pass on from inside `span`: the span's own when the
+    /// call is traced (the next hop is its child), `self` otherwise.
     pub fn onward(&self, span: &tracing::Span) -> Self {
-        if !crate::tracing_enabled() {
+        if !self.traced || !crate::tracing_enabled() {
             return self.clone();
         }
-        let own = Self::of(&span.context());
+        let own = Self {
+            traced: true,
+            ..Self::of(&span.context())
+        };
         if own.traceparent.is_some() {
             own
         } else {
@@ -120,10 +155,10 @@ impl TraceContext {
         }
     }
 
-    /// Makes `span` a child of this context, when traces are exported and
+    /// Makes `span` a child of this context, when the call is traced and
     /// there is one; a span with no remote parent starts a trace.
     pub fn parent(&self, span: &tracing::Span) {
-        if !crate::tracing_enabled() || self.traceparent.is_none() {
+        if !self.traced || !crate::tracing_enabled() || self.traceparent.is_none() {
             return;
         }
         let mut fields = HashMap::new();
@@ -184,6 +219,17 @@ impl TraceContext {
             .into_iter()
             .filter_map(|(key, value)| value.map(|v| (key, v)))
     }
+}
+
+/// The trace id and sampled flag of a valid `traceparent`.
+fn parse(traceparent: &str) -> Option<(u128, bool)> {
+    let trace_id = u128::from_str_radix(traceparent.get(3..35)?, 16).ok()?;
+    let flags = u8::from_str_radix(traceparent.get(53..55)?, 16).ok()?;
+    Some((trace_id, flags & 1 == 1))
+}
+
+fn random_trace_id() -> u128 {
+    u128::from_be_bytes(RandomIdGenerator::default().new_trace_id().to_bytes())
 }
 
 #[cfg(test)]

@@ -13,16 +13,25 @@
 use opentelemetry::{Value, trace::Status};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+/// Whether `span` is exported: traces are, and it is not a span of an
+/// unsampled call ([`crate::call_span!`]).
+fn exported(span: &tracing::Span) -> bool {
+    crate::tracing_enabled()
+        && span
+            .metadata()
+            .is_some_and(|meta| !meta.target().ends_with("::untraced"))
+}
+
 /// Sets `key` to `value` on `span`'s exported side.
 pub fn set(span: &tracing::Span, key: &'static str, value: impl Into<Value>) {
-    if crate::tracing_enabled() {
+    if exported(span) {
         span.set_attribute(key, value);
     }
 }
 
 /// Marks `span` as the gRPC call `method` (`package.Service/Method`).
 pub fn rpc(span: &tracing::Span, method: &'static str) {
-    if crate::tracing_enabled() {
+    if exported(span) {
         span.set_attribute("rpc.system.name", "grpc");
         span.set_attribute("rpc.method", method);
     }
@@ -32,7 +41,7 @@ pub fn rpc(span: &tracing::Span, method: &'static str) {
 /// name (`OK`, `NOT_FOUND`, ...); anything but `OK` is a failure of that
 /// type.
 pub fn rpc_status(span: &tracing::Span, code: &'static str) {
-    if !crate::tracing_enabled() {
+    if !exported(span) {
         return;
     }
     span.set_attribute("rpc.response.status_code", code);
@@ -44,7 +53,7 @@ pub fn rpc_status(span: &tracing::Span, code: &'static str) {
 
 /// Records that the work on `span` failed, as `error_type`.
 pub fn failed(span: &tracing::Span, error_type: &str) {
-    if crate::tracing_enabled() {
+    if exported(span) {
         span.set_attribute("error.type", error_type.to_owned());
         span.set_status(Status::error(error_type.to_owned()));
     }

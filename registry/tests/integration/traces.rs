@@ -441,3 +441,68 @@ async fn with_tracing_off_the_agents_context_reaches_the_tool_unchanged() {
         .into_inner();
     assert_eq!(answer.result_json, "\"\"");
 }
+
+/// A call the sampler leaves out exports no span in either process, and
+/// says so downstream: the agent's unsampled context reaches the tool
+/// unchanged, and a call with no context gets a fresh one with the sampled
+/// flag clear (so the sidecar does not start a trace of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsampled_call_exports_nothing_and_says_so_downstream() {
+    let collector = Collector::start().await;
+    let (url, seen) = backend().await;
+    let endpoint = collector.grpc_endpoint();
+    let otlp = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let mut registry_env = otlp.to_vec();
+    registry_env.push(("OTEL_TRACES_SAMPLER", "parentbased_always_off"));
+    let Some(mut mesh) = mesh(&yaml(&url), &registry_env, &otlp).await else {
+        return;
+    };
+
+    let unsampled = format!("00-{TRACE_ID}-{AGENT_SPAN}-00");
+    mesh.agent
+        .invoke(traced("lookup", "{}", &unsampled))
+        .await
+        .expect("the call");
+    mesh.agent
+        .invoke(toolmesh_test_support::catalog::invoke("lookup", "{}"))
+        .await
+        .expect("the call");
+    // A sampled call after them: once its spans are in, theirs would be.
+    let sampled_trace = "7bf92f3577b34da6a3ce929d0e0e4736";
+    mesh.agent
+        .invoke(traced(
+            "lookup",
+            "{}",
+            &format!("00-{sampled_trace}-{AGENT_SPAN}-01"),
+        ))
+        .await
+        .expect("the call");
+    collector
+        .trace(sampled_trace, Duration::from_secs(30), |spans| {
+            spans.iter().any(|s| s.name == "POST")
+        })
+        .await;
+
+    let received: Vec<String> = seen
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .map(|p| p.clone().expect("every call carries a traceparent"))
+        .collect();
+    assert_eq!(received[0], unsampled);
+    assert!(received[1].ends_with("-00"), "{}", received[1]);
+    assert_ne!(&received[1][3..35], TRACE_ID);
+    let exported: Vec<Span> = collector.spans();
+    for parent in &received[..2] {
+        let trace = &parent[3..35];
+        assert!(
+            exported.iter().all(|s| s.trace_id != trace),
+            "an unsampled call was exported:\n{}",
+            waterfall(&exported)
+        );
+    }
+}

@@ -93,7 +93,8 @@ impl Backend for HttpBackend {
         if remaining.is_zero() {
             return Err(BackendError::DeadlineExceeded);
         }
-        let span = tracing::info_span!("POST", otel.kind = "client");
+        let span =
+            toolmesh_telemetry::call_span!(context.trace.is_traced(), "POST", otel.kind = "client");
         spans::set(&span, "http.request.method", "POST");
         spans::set(&span, "url.full", self.shown_url.clone());
         context.trace.onward(&span).inject_headers(&mut headers);
