@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 9] = [
+const CLEARED_ENV: [&str; 13] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
@@ -20,8 +20,12 @@ const CLEARED_ENV: [&str; 9] = [
     "TOOLMESH_LISTEN",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
     "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
     "OTEL_SERVICE_NAME",
+    "TOOLMESH_ADMIN_LISTEN",
+    "TOOLMESH_METRICS_MAX_TOOLS",
 ];
 
 /// A `toolmesh-registry` process with stdout and stderr in `registry.log`
