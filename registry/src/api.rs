@@ -12,7 +12,6 @@ use toolmesh_telemetry::{
     shown::{QUOTED_MAX, clip},
     spans,
 };
-use tracing::Instrument as _;
 
 use crate::{
     access::{Access, allows},
@@ -179,18 +178,13 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             otel.kind = "server",
             tool = %clip(&request.get_ref().tool, QUOTED_MAX),
         );
-        trace.parent(&span);
-        spans::rpc(&span, INVOKE);
-        let result = self
-            .invoke_traced(request, trace)
-            .instrument(span.clone())
-            .await;
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err(status) => status.code(),
-        };
-        spans::rpc_status(&span, toolmesh_proto::code::name(code));
-        result
+        spans::serve(
+            span,
+            &trace,
+            INVOKE,
+            self.invoke_traced(request, trace.clone()),
+        )
+        .await
     }
 
     type WatchToolsStream = EventStream;

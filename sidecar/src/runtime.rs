@@ -247,18 +247,13 @@ impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
             caller = %clip(&request.get_ref().caller, QUOTED_MAX),
             invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX),
         );
-        trace.parent(&span);
-        spans::rpc(&span, EXECUTE);
-        let result = self
-            .execute_traced(request, trace)
-            .instrument(span.clone())
-            .await;
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err(status) => status.code(),
-        };
-        spans::rpc_status(&span, toolmesh_proto::code::name(code));
-        result
+        spans::serve(
+            span,
+            &trace,
+            EXECUTE,
+            self.execute_traced(request, trace.clone()),
+        )
+        .await
     }
 }
 

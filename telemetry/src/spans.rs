@@ -11,7 +11,29 @@
 //! - Failures: `error.type` and the span status `ERROR`.
 
 use opentelemetry::{Value, trace::Status};
+use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use crate::TraceContext;
+
+/// Runs `call`, the gRPC method `method` this process serves, inside
+/// `span` (made a child of the caller's `trace`), and records how it ended.
+pub async fn serve<T>(
+    span: tracing::Span,
+    trace: &TraceContext,
+    method: &'static str,
+    call: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    trace.parent(&span);
+    rpc(&span, method);
+    let result = call.instrument(span.clone()).await;
+    let code = match &result {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+    rpc_status(&span, toolmesh_proto::code::name(code));
+    result
+}
 
 /// Whether `span` is exported: traces are, and it is not a span of an
 /// unsampled call ([`crate::call_span!`]).
