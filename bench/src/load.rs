@@ -1,0 +1,263 @@
+//! A gRPC load generator over raw HTTP/2: `connections` connections,
+//! `streams` calls in flight on each, every call the same pre-encoded
+//! request, for a fixed time after a warm-up. Every answer must be HTTP 200
+//! with `grpc-status: 0` (in the trailers, or alone in the headers); any
+//! other counts as an error. Prints one JSON line.
+
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut as _, Bytes, BytesMut};
+use prost::Message as _;
+use toolmesh_proto::pb;
+
+/// `toolmesh-bench load`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The server: `http://HOST:PORT`.
+    #[arg(long)]
+    target: String,
+    /// `execute` (a sidecar's `ToolRuntime.Execute`) or `invoke` (the
+    /// registry's `ToolRegistry.Invoke`).
+    #[arg(long, value_parser = ["execute", "invoke"])]
+    method: String,
+    /// The tool called.
+    #[arg(long, default_value = "echo")]
+    tool: String,
+    /// Bytes of `arguments_json` per call.
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+    /// Connections (h2load's `-c`).
+    #[arg(short = 'c', long, default_value_t = 1)]
+    connections: usize,
+    /// Calls in flight per connection (h2load's `-m`).
+    #[arg(short = 'm', long, default_value_t = 1)]
+    streams: usize,
+    /// Seconds measured.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Seconds of warm-up first, not measured.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// A label copied into the output line.
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
+/// `{"text":"xxx…"}` of exactly `bytes` bytes (at least the braces).
+fn arguments(bytes: usize) -> String {
+    let overhead = r#"{"text":""}"#.len();
+    format!(
+        r#"{{"text":"{}"}}"#,
+        "x".repeat(bytes.saturating_sub(overhead))
+    )
+}
+
+/// The request message, in its gRPC frame (no compression, length prefix).
+fn frame(method: &str, tool: &str, payload: usize) -> Bytes {
+    let arguments_json = arguments(payload);
+    let message = if method == "execute" {
+        pb::ExecuteRequest {
+            tool: tool.into(),
+            arguments_json,
+            invocation_id: "bench".into(),
+            caller: String::new(),
+        }
+        .encode_to_vec()
+    } else {
+        pb::InvokeRequest {
+            tool: tool.into(),
+            arguments_json,
+            idempotency_key: String::new(),
+        }
+        .encode_to_vec()
+    };
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+    frame.put_slice(&message);
+    frame.freeze()
+}
+
+fn path(method: &str) -> &'static str {
+    if method == "execute" {
+        "/toolmesh.v1.ToolRuntime/Execute"
+    } else {
+        "/toolmesh.v1.ToolRegistry/Invoke"
+    }
+}
+
+/// What one stream's loop saw.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Duration>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let authority = args
+        .target
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let uri: http::Uri = format!("http://{authority}{}", path(&args.method)).parse()?;
+    let body = frame(&args.method, &args.tool, args.payload);
+    let started = Instant::now();
+    let measure_from = started + Duration::from_secs_f64(args.warmup);
+    let stop_at = measure_from + Duration::from_secs_f64(args.seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..args.connections {
+        let tcp = tokio::net::TcpStream::connect(&authority).await?;
+        tcp.set_nodelay(true)?;
+        let (client, connection) = h2::client::Builder::new()
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(1 << 24)
+            .handshake::<_, Bytes>(tcp)
+            .await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        for _ in 0..args.streams {
+            let (client, uri, body) = (client.clone(), uri.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut tally = Tally::default();
+                while Instant::now() < stop_at {
+                    let sent = Instant::now();
+                    let outcome = call(client.clone(), &uri, body.clone()).await;
+                    if sent < measure_from && outcome.is_ok() {
+                        continue;
+                    }
+                    match outcome {
+                        Ok(()) => tally.latencies.push(sent.elapsed()),
+                        // A failed call fails the run: stop rather than spin.
+                        Err(error) => {
+                            tally.errors += 1;
+                            tally.first_error.get_or_insert(error);
+                            break;
+                        }
+                    }
+                }
+                tally
+            }));
+        }
+    }
+    let mut latencies = Vec::new();
+    let (mut errors, mut first_error) = (0, None);
+    for task in tasks {
+        let tally = task.await?;
+        latencies.extend(tally.latencies);
+        errors += tally.errors;
+        first_error = first_error.or(tally.first_error);
+    }
+    latencies.sort();
+    let count = latencies.len();
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    let at = |q: f64| {
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let index = ((count as f64 * q) as usize).min(count.saturating_sub(1));
+        latencies.get(index).copied().map_or(0.0, micros)
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let mean = if count == 0 {
+        0.0
+    } else {
+        latencies.iter().map(|d| micros(*d)).sum::<f64>() / count as f64
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let line = serde_json::json!({
+        "label": args.label,
+        "method": args.method,
+        "tool": args.tool,
+        "payload": args.payload,
+        "connections": args.connections,
+        "streams": args.streams,
+        "calls": count,
+        "errors": errors,
+        "first_error": first_error,
+        "calls_per_s": count as f64 / args.seconds,
+        "p50_us": at(0.50),
+        "p99_us": at(0.99),
+        "mean_us": mean,
+    });
+    println!("{line}");
+    if errors > 0 {
+        anyhow::bail!("{errors} calls did not end with grpc-status 0");
+    }
+    Ok(())
+}
+
+/// One call: the request, then the answer's headers, body and trailers;
+/// `Err` with what was wrong unless it is HTTP 200 and `grpc-status: 0`.
+async fn call(
+    client: h2::client::SendRequest<Bytes>,
+    uri: &http::Uri,
+    body: Bytes,
+) -> Result<(), String> {
+    let request = http::Request::post(uri.clone())
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .map_err(|e| e.to_string())?;
+    let mut client = client.ready().await.map_err(|e| e.to_string())?;
+    let (response, mut send) = client
+        .send_request(request, false)
+        .map_err(|e| e.to_string())?;
+    send.send_data(body, true).map_err(|e| e.to_string())?;
+    let response = response.await.map_err(|e| e.to_string())?;
+    if response.status() != http::StatusCode::OK {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    if let Some(status) = response.headers().get("grpc-status") {
+        // Trailers-only: the status came with the headers.
+        return grpc_ok(status);
+    }
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body
+        .trailers()
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("no trailers")?;
+    let status = trailers.get("grpc-status").ok_or("no grpc-status")?;
+    grpc_ok(status)
+}
+
+fn grpc_ok(status: &http::HeaderValue) -> Result<(), String> {
+    if status.as_bytes() == b"0" {
+        Ok(())
+    } else {
+        Err(format!(
+            "grpc-status {}",
+            String::from_utf8_lossy(status.as_bytes())
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_have_the_size_asked_for() {
+        for size in [100, 16 * 1024] {
+            let json = arguments(size);
+            assert_eq!(json.len(), size);
+            serde_json::from_str::<serde_json::Value>(&json).expect("JSON");
+        }
+    }
+
+    #[test]
+    fn frames_carry_the_message_length() {
+        let frame = frame("invoke", "echo", 100);
+        let length = u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize;
+        assert_eq!((frame[0], length), (0, frame.len() - 5));
+        pb::InvokeRequest::decode(&frame[5..]).expect("an InvokeRequest");
+    }
+}

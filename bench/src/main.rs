@@ -1,0 +1,41 @@
+//! The side-by-side benchmark's parts (`scripts/bench.sh` drives them):
+//!
+//! - `toolmesh-bench echo`: an SDK `echo` tool (no rate limit, or one too
+//!   high ever to deny with `--rate-limited`) served by the sidecar library
+//!   and announced to a registry;
+//! - `toolmesh-bench load`: a gRPC load generator over raw HTTP/2 (one
+//!   thread, pre-encoded request frames, as `h2load -t 1` would), which
+//!   also checks that every answer is `grpc-status: 0`, and prints one JSON
+//!   line of figures.
+
+// The allocator the binaries use.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use clap::Parser as _;
+
+mod echo;
+mod load;
+
+#[derive(Debug, clap::Parser)]
+#[command(name = "toolmesh-bench", about = "The side-by-side benchmark's parts")]
+enum Command {
+    /// Serves the `echo` tool through the sidecar library.
+    Echo(echo::Args),
+    /// Drives a gRPC method with pre-encoded requests.
+    Load(load::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Command::parse() {
+        Command::Echo(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(echo::run(args)),
+        // One thread, as `h2load -t 1`: the client takes one core at most.
+        Command::Load(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(load::run(args)),
+    }
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark (docs/benchmarks.md, "Side by side"): one SDK
+# echo tool behind a sidecar, called five ways on this machine in one run:
+#
+#   direct          ToolRuntime.Execute on the sidecar
+#   nginx           nginx grpc_pass in front of the sidecar (bench/nginx.conf)
+#   registry        the registry's Invoke, embedded
+#   registry-rl     the same, the tool rate-limited (a limit never reached)
+#   redis-rl        the registry's Invoke in Redis mode, the tool rate-limited
+#
+# at 1, 16 and 128 calls in flight (-c 1 -m 1, -c 1 -m 16, -c 8 -m 16) and
+# 100 B and 16 KiB of arguments, with the same load generator for every
+# path (toolmesh-bench load: one thread, raw HTTP/2, pre-encoded requests,
+# every answer checked for grpc-status 0). Rewrites the table in
+# docs/benchmarks.md and draws docs/bench.svg. Not part of the test command:
+# its figures are never asserted.
+#
+#   scripts/bench.sh            # 5 s per run (BENCH_SECONDS to change)
+#
+# Installs nginx and redis-server (Debian) when missing. Every server is on
+# loopback; every process it starts is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${BENCH_SECONDS:-5}
+base=${BENCH_PORT_BASE:-55000}
+
+if ! command -v nginx >/dev/null || ! command -v redis-server >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    ${SUDO:-} apt-get update -qq
+    ${SUDO:-} apt-get install -y -qq --no-install-recommends nginx redis-server >/dev/null
+fi
+
+cargo build --release --locked -p toolmesh-bench -p toolmesh-registry --bins
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    sleep 0.5
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+start() { # name, command...
+    local name=$1
+    shift
+    "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+}
+
+registry=127.0.0.1:$((base + 51))
+redis_registry=127.0.0.1:$((base + 52))
+sidecar=127.0.0.1:$((base + 61))
+sidecar_rl=127.0.0.1:$((base + 62))
+sidecar_redis=127.0.0.1:$((base + 63))
+nginx_at=127.0.0.1:$((base + 71))
+redis_port=$((base + 79))
+
+start redis redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no
+start registry "$bin/toolmesh-registry" --listen "$registry" --log warn
+start redis-registry "$bin/toolmesh-registry" --listen "$redis_registry" --log warn \
+    --redis "redis://127.0.0.1:$redis_port" --redis-prefix "bench$$"
+start echo "$bin/toolmesh-bench" echo --listen "$sidecar" --registry "http://$registry"
+start echo-rl "$bin/toolmesh-bench" echo --listen "$sidecar_rl" --registry "http://$registry" \
+    --tool echo_limited --instance-id echo-rl --rate-limited
+start echo-redis "$bin/toolmesh-bench" echo --listen "$sidecar_redis" --registry "http://$redis_registry" \
+    --tool echo_limited --instance-id echo-redis --rate-limited
+mkdir -p "$work/nginx"
+sed -e "s|@PREFIX@|$work/nginx|g" -e "s|@LISTEN@|$nginx_at|" -e "s|@UPSTREAM@|$sidecar|" \
+    bench/nginx.conf >"$work/nginx/nginx.conf"
+start nginx nginx -c "$work/nginx/nginx.conf" -p "$work/nginx"
+
+# path, target, method, tool
+paths=(
+    "direct $sidecar execute echo"
+    "nginx $nginx_at execute echo"
+    "registry $registry invoke echo"
+    "registry-rl $registry invoke echo_limited"
+    "redis-rl $redis_registry invoke echo_limited"
+)
+
+# Every path answers before anything is measured.
+for spec in "${paths[@]}"; do
+    read -r name target method tool <<<"$spec"
+    for attempt in $(seq 100); do
+        if "$bin/toolmesh-bench" load --target "$target" --method "$method" --tool "$tool" \
+            --seconds 0.1 --warmup 0 >/dev/null 2>&1; then
+            break
+        fi
+        if [ "$attempt" = 100 ]; then
+            echo "$name ($target) never answered; logs in $work:" >&2
+            tail -n 5 "$work"/*.log >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+done
+
+results="$work/results.jsonl"
+for payload in 100 16384; do
+    for load in "1 1" "1 16" "8 16"; do
+        read -r c m <<<"$load"
+        for spec in "${paths[@]}"; do
+            read -r name target method tool <<<"$spec"
+            "$bin/toolmesh-bench" load --label "$name" --target "$target" --method "$method" \
+                --tool "$tool" --payload "$payload" -c "$c" -m "$m" --seconds "$seconds" \
+                | tee -a "$results"
+        done
+    done
+done
+
+python3 bench/render.py "$results" docs/benchmarks.md docs/bench.svg
