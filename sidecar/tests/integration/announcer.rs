@@ -134,10 +134,12 @@ async fn a_restarted_registry_gets_the_tool_back_without_a_sidecar_restart() {
     registry.wait_for_instances("noop", 1, PATIENCE).await;
 
     registry.stop().await;
+    // A new, empty registry on the same address (whether the sidecar's next
+    // heartbeat reaches it before this test looks is a race, so the empty
+    // state is not asserted). The heartbeat finds its lease unknown and the
+    // sidecar announces again: within a heartbeat interval plus backoff, a
+    // few TTLs at most.
     let registry = TestRegistry::start_at(addr, TTL).await;
-    assert_eq!(registry.tool("noop").await, None, "a new, empty registry");
-    // The next heartbeat finds its lease unknown and the sidecar announces
-    // again: within a heartbeat interval plus backoff, a few TTLs at most.
     registry.wait_for_instances("noop", 1, 4 * TTL).await;
     assert!(!sidecar.is_finished(), "the same sidecar, still serving");
 
