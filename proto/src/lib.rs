@@ -10,6 +10,7 @@
 //! - [`timeout`]: the `grpc-timeout` header, read by both servers, and the
 //!   margin both keep back to answer within it.
 //! - [`code`]: gRPC status codes by their canonical names.
+//! - [`tool_name`]: the tool-name rule registry and sidecar share.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port`, `http://host:port` or `https://host:port`).
 //! - [`token`]: the shared secret the registry presents to sidecars'
@@ -47,3 +48,4 @@ pub mod listen;
 pub mod timeout;
 pub mod tls;
 pub mod token;
+pub mod tool_name;

@@ -8,7 +8,7 @@ use toolmesh_proto::pb::{RateLimit, ToolDescriptor};
 use crate::error::RegistryError;
 
 /// Longest tool name (the function-name limit of the major LLM APIs).
-pub const MAX_NAME_LEN: usize = 64;
+pub const MAX_NAME_LEN: usize = toolmesh_proto::tool_name::MAX_LEN;
 /// Largest schema text accepted in a descriptor.
 pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
 /// Longest description accepted.
@@ -22,13 +22,9 @@ pub const MIN_RATE: f64 = 1.0 / 86_400.0;
 /// Largest accepted rate.
 pub const MAX_RATE: f64 = 1e6;
 
-/// Whether `name` is a valid tool name: 1 to 64 of `[A-Za-z0-9_.-]`.
+/// Whether `name` is a valid tool name ([`toolmesh_proto::tool_name`]).
 pub fn is_valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    toolmesh_proto::tool_name::is_valid(name)
 }
 
 /// A validated rate limit with its burst resolved.

@@ -422,36 +422,6 @@ impl RegistryError {
         };
         Status::with_error_details(code, message, details)
     }
-
-    /// Whether the same call may succeed on another instance.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::NoHealthyInstance { .. }
-            | Self::StoreUnavailable { .. }
-            | Self::LimiterUnavailable { .. } => true,
-            Self::Upstream { code, .. } => *code == Code::Unavailable,
-            Self::ToolNotFound { .. }
-            | Self::ArgumentsNotJson { .. }
-            | Self::ArgumentsDuplicateKey { .. }
-            | Self::ArgumentsTooLarge { .. }
-            | Self::ArgumentsInvalid { .. }
-            | Self::RateLimited { .. }
-            | Self::DeadlineExceeded { .. }
-            | Self::Cancelled { .. }
-            | Self::InvalidDescriptor { .. }
-            | Self::InvalidSchema { .. }
-            | Self::DescriptorConflict { .. }
-            | Self::InvalidRequest { .. }
-            | Self::LeaseNotFound { .. }
-            | Self::CatalogFull(_)
-            | Self::IdempotencyKeyReused { .. }
-            | Self::IdempotencyFull
-            | Self::TooManyWatchers { .. }
-            | Self::Unauthenticated { .. }
-            | Self::PermissionDenied { .. }
-            | Self::Replayed { .. } => false,
-        }
-    }
 }
 
 impl From<RegistryError> for Status {

@@ -162,19 +162,6 @@ impl BackendError {
             Self::Io(_) | Self::Internal(_) => tonic::Status::internal(message),
         }
     }
-
-    /// True when the tool certainly did not run, so the call may be retried
-    /// on another instance even for a non-idempotent tool.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Spawn { .. } | Self::HttpConnect(_) => true,
-            Self::DeadlineExceeded
-            | Self::InvalidContext(_)
-            | Self::Io(_)
-            | Self::Http(_)
-            | Self::Internal(_) => false,
-        }
-    }
 }
 
 /// Why a tool name is not acceptable.
@@ -184,11 +171,7 @@ pub struct InvalidToolName(pub String);
 
 /// Checks the tool-name rule: 1 to 64 characters of `[A-Za-z0-9_.-]`.
 pub fn validate_tool_name(name: &str) -> Result<(), InvalidToolName> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
+    if toolmesh_proto::tool_name::is_valid(name) {
         Ok(())
     } else {
         Err(InvalidToolName(name.to_owned()))
@@ -200,13 +183,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tool_names() {
-        for good in ["a", "word_count", "x.y-z_1", &"a".repeat(64)] {
-            assert!(validate_tool_name(good).is_ok(), "{good}");
-        }
-        for bad in ["", "has space", "ünï", "a/b", &"a".repeat(65)] {
-            assert!(validate_tool_name(bad).is_err(), "{bad}");
-        }
+    fn tool_names_follow_the_shared_rule() {
+        assert!(validate_tool_name("word_count").is_ok());
+        let error = validate_tool_name("has space").expect_err("invalid");
+        assert!(error.to_string().contains("1 to 64 characters"), "{error}");
     }
 
     #[test]
@@ -221,7 +201,6 @@ mod tests {
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         };
         assert_eq!(spawn.to_status().code(), Code::Unavailable);
-        assert!(spawn.is_retryable());
         assert_eq!(
             BackendError::Internal("x".into()).to_status().code(),
             Code::Internal
@@ -231,6 +210,5 @@ mod tests {
             .expect_err("not printable");
         let context = BackendError::from(context);
         assert_eq!(context.to_status().code(), Code::InvalidArgument);
-        assert!(!context.is_retryable(), "refused the same way everywhere");
     }
 }
