@@ -140,9 +140,11 @@ impl Invoker {
             "execute_tool",
             otel.name = %format_args!("execute_tool {}", clip(&request.tool, QUOTED_MAX)),
         );
-        spans::set(&span, "gen_ai.operation.name", "execute_tool");
-        spans::set(&span, "gen_ai.tool.name", clip(&request.tool, QUOTED_MAX));
-        spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
+        if call.trace.is_traced() {
+            spans::set(&span, "gen_ai.operation.name", "execute_tool");
+            spans::set(&span, "gen_ai.tool.name", clip(&request.tool, QUOTED_MAX));
+            spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
+        }
         let mut log = CallLog::start(&request.tool, self.settings.log_calls)
             .traced(call.trace.trace_id())
             .metered(&self.metrics)

@@ -212,17 +212,21 @@ impl Attempts {
             otel.kind = "client",
             instance = %instance.id,
         );
-        spans::rpc(&span, EXECUTE);
-        spans::set(&span, "toolmesh.instance", instance.id.clone());
-        spans::set(
-            &span,
-            "toolmesh.attempt",
-            i64::try_from(tried.len()).unwrap_or(i64::MAX),
-        );
-        spans::set(&span, "toolmesh.attempt.kind", kind.name());
-        if let Some((address, port)) = server_address(&instance.endpoint) {
-            spans::set(&span, "server.address", address);
-            spans::set(&span, "server.port", i64::from(port));
+        // Attributes only for an exported span: parsing the endpoint and
+        // copying ids is work an untraced call should not pay for.
+        if call.trace.is_traced() {
+            spans::rpc(&span, EXECUTE);
+            spans::set(&span, "toolmesh.instance", instance.id.clone());
+            spans::set(
+                &span,
+                "toolmesh.attempt",
+                i64::try_from(tried.len()).unwrap_or(i64::MAX),
+            );
+            spans::set(&span, "toolmesh.attempt.kind", kind.name());
+            if let Some((address, port)) = server_address(&instance.endpoint) {
+                spans::set(&span, "server.address", address);
+                spans::set(&span, "server.port", i64::from(port));
+            }
         }
         let proxy = self.proxy.clone();
         let request = call.request.clone();
