@@ -25,6 +25,28 @@ pub fn parse(value: &str) -> Option<Duration> {
     })
 }
 
+/// `timeout` as a `grpc-timeout` value: in the finest unit whose eight
+/// digits hold it (microseconds up to 100 s), rounded down, so the
+/// deadline a server reads is never later than the caller's; capped at
+/// 99,999,999 hours.
+pub fn encode(timeout: Duration) -> String {
+    const MAX: u128 = 99_999_999;
+    let micros = timeout.as_micros();
+    for (per_unit, unit) in [
+        (1, 'u'),
+        (1_000, 'm'),
+        (1_000_000, 'S'),
+        (60_000_000, 'M'),
+        (3_600_000_000, 'H'),
+    ] {
+        let n = micros / per_unit;
+        if n <= MAX {
+            return format!("{n}{unit}");
+        }
+    }
+    format!("{MAX}H")
+}
+
 /// Longest [`answer_margin`].
 pub const MAX_ANSWER_MARGIN: Duration = Duration::from_millis(100);
 
@@ -71,6 +93,19 @@ mod tests {
                 _ => Duration::from_nanos(n),
             };
             prop_assert_eq!(parse(&format!("{n}{unit}")), Some(expected));
+        }
+
+        #[test]
+        fn encodes_what_parses_back_no_later_and_within_a_unit(micros in 0u64..10_000_000_000_000) {
+            let timeout = Duration::from_micros(micros);
+            let encoded = encode(timeout);
+            let parsed = parse(&encoded);
+            prop_assert!(parsed.is_some(), "{encoded}");
+            let parsed = parsed.unwrap_or_default();
+            prop_assert!(parsed <= timeout, "{encoded}");
+            // A coarser unit is chosen only past 1e8 of the finer one, so
+            // at least 1e5 of it are sent: less than 1e-5 lost.
+            prop_assert!((timeout - parsed).as_secs_f64() <= timeout.as_secs_f64() / 1e5 + 1e-6, "{encoded}");
         }
 
         #[test]

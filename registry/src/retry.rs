@@ -16,6 +16,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use bytes::Bytes;
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use tokio::time::Instant;
 use tonic::Code;
@@ -87,6 +88,17 @@ impl Attempts {
     ) -> Attempted {
         let mut reached = false;
         let mut tried = Vec::new();
+        let request = match self.proxy.encode(&request) {
+            Ok(encoded) => encoded,
+            Err(error) => {
+                return Attempted {
+                    result: Err(self.refused_request(tool, error)),
+                    reached,
+                    attempts: 0,
+                    last_instance: None,
+                };
+            }
+        };
         let call = Launch {
             tool,
             request: &request,
@@ -186,6 +198,20 @@ impl Attempts {
                         }
                 }
             }
+        }
+    }
+
+    /// The error for a request the proxy would not send: over the message
+    /// limit once encoded.
+    fn refused_request(&self, tool: &ToolState, error: ProxyError) -> RegistryError {
+        let reason = match error {
+            ProxyError::Status(status) => status.message().to_owned(),
+            other => other.to_string(),
+        };
+        tracing::debug!(tool = tool.name(), %reason, "request not sent");
+        RegistryError::InvalidRequest {
+            field: "arguments_json".into(),
+            reason,
         }
     }
 
@@ -293,9 +319,9 @@ impl Attempts {
             // The same words as a connection never made: what the
             // transport said stays in the log, since to a caller it would
             // tell an open port from a closed one.
-            Err(ProxyError::Transport(status)) => {
+            Err(ProxyError::Transport(reason)) => {
                 self.balancer.record_failure(&instance.id);
-                tracing::warn!(tool = tool.name(), instance = %instance.id, message = status.message(), "transport failure mid-call");
+                tracing::warn!(tool = tool.name(), instance = %instance.id, message = reason, "transport failure mid-call");
                 Verdict::Fail {
                     error: no_instance(tool, "instance unreachable"),
                     retry: idempotent,
@@ -360,7 +386,7 @@ const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
 /// One call's attempts share these.
 struct Launch<'a> {
     tool: &'a ToolState,
-    request: &'a ExecuteRequest,
+    request: &'a Bytes,
     deadline: Instant,
     trace: &'a TraceContext,
 }

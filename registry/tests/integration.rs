@@ -33,6 +33,8 @@ mod leases;
 mod limits;
 #[path = "integration/metrics.rs"]
 mod metrics;
+#[path = "integration/proxy.rs"]
+mod proxy;
 #[path = "integration/redis_invoke.rs"]
 mod redis_invoke;
 #[path = "integration/redis_limiter.rs"]
