@@ -178,11 +178,13 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             otel.kind = "server",
             tool = %clip(&request.get_ref().tool, QUOTED_MAX),
         );
+        // Boxed: the call's state (a few KiB) is allocated once, rather
+        // than copied into each future that wraps it.
         spans::serve(
             span,
             &trace,
             INVOKE,
-            self.invoke_traced(request, trace.clone()),
+            Box::pin(self.invoke_traced(request, trace.clone())),
         )
         .await
     }

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use tokio::time::Instant;
 use tonic::Code;
-use toolmesh_proto::pb::{ExecuteRequest, InvokeResponse};
+use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, InvokeResponse};
 use toolmesh_telemetry::{TraceContext, spans};
 use tower::retry::budget::{Budget as _, TpsBudget};
 use tracing::Instrument as _;
@@ -122,81 +122,114 @@ impl Attempts {
         tried: &mut Vec<String>,
     ) -> Result<InvokeResponse, RegistryError> {
         let (tool, deadline) = (call.tool, call.deadline);
-        let deadline_exceeded = || RegistryError::DeadlineExceeded {
-            tool: tool.name().to_owned(),
-            deadline: budget,
-        };
         self.budget.deposit();
-        let idempotent = tool.descriptor.idempotent;
-        let mut running = FuturesUnordered::new();
-        let mut failure = no_instance(tool, "no live instance");
+        let mut state = Settling {
+            budget,
+            reached,
+            failure: no_instance(tool, "no live instance"),
+            finished: Vec::new(),
+        };
         let hedge_at = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
         let mut hedged = false;
-        let mut finished: Vec<String> = Vec::new();
 
         let Some(first) = self.launch(call, Kind::First, tried) else {
-            return Err(failure);
+            return Err(state.failure);
         };
-        running.push(first);
+        let mut running = FuturesUnordered::new();
+        // The common case, one attempt and no hedge to time, is awaited
+        // where it is: no task of a set, no timer.
+        // Boxed: an attempt's state is large, and moving it through this
+        // state machine costs more than the allocation.
+        let mut alone = None;
+        if may_hedge(tool, hedged, tried) {
+            running.push(first);
+        } else {
+            alone = Some(Box::pin(first));
+        }
         loop {
-            let may_hedge = idempotent
-                && !hedged
-                && tried.len() < MAX_ATTEMPTS
-                && tried.len() < tool.instances.len();
-            let hedge_timer = async {
-                if may_hedge {
-                    tokio::time::sleep_until(hedge_at).await;
-                } else {
-                    std::future::pending::<()>().await;
+            let done = if let Some(first) = alone.take() {
+                first.await
+            } else {
+                let hedge_timer = async {
+                    if may_hedge(tool, hedged, tried) {
+                        tokio::time::sleep_until(hedge_at).await;
+                    } else {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                // No deadline timer here: every attempt carries the call's
+                // deadline and ends by it.
+                tokio::select! {
+                    done = running.next() => match done {
+                        Some(done) => done,
+                        None => return Err(state.failure),
+                    },
+                    () = hedge_timer => {
+                        hedged = true;
+                        if self.budget.withdraw()
+                            && let Some(next) = self.launch(call, Kind::Hedge, tried) {
+                                tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
+                                self.metrics.hedged(tool.name());
+                                running.push(next);
+                            }
+                        continue;
+                    }
                 }
             };
-            // No deadline timer here: every attempt carries the call's
-            // deadline and ends by it.
-            tokio::select! {
-                done = running.next() => {
-                    let Some((instance, outcome)) = done else {
-                        return Err(failure);
-                    };
-                    finished.push(instance.id.clone());
-                    if !matches!(outcome, Err(ProxyError::NotSent { .. })) {
-                        *reached = true;
-                    }
-                    match self.judge(tool, &instance, outcome, tried.len(), deadline) {
-                        Verdict::Answer(response) => {
-                            // An attempt still running lost a hedged race:
-                            // that instance was too slow to answer.
-                            drop(running);
-                            for loser in tried.iter().filter(|id| !finished.contains(id)) {
-                                self.balancer.record_failure(loser);
-                            }
-                            return Ok(response);
-                        }
-                        Verdict::Fail { error, retry } => {
-                            if matches!(error, RegistryError::DeadlineExceeded { .. }) {
-                                *reached = true;
-                                return Err(deadline_exceeded());
-                            }
-                            failure = error;
-                            if retry && tried.len() < MAX_ATTEMPTS && self.budget.withdraw()
-                                && let Some(next) = self.launch(call, Kind::Retry, tried) {
-                                    self.metrics.retried(tool.name());
-                                    running.push(next);
-                                }
-                            if running.is_empty() {
-                                return Err(failure);
-                            }
-                        }
-                    }
+            let retry = match self.settle(call, done, tried, &mut state) {
+                Settled::Return(result) => return result,
+                Settled::Failed { retry } => retry,
+            };
+            if retry
+                && tried.len() < MAX_ATTEMPTS
+                && self.budget.withdraw()
+                && let Some(next) = self.launch(call, Kind::Retry, tried)
+            {
+                self.metrics.retried(tool.name());
+                running.push(next);
+            }
+            if running.is_empty() {
+                return Err(state.failure);
+            }
+        }
+    }
+
+    /// Sorts an attempt's end into the call's answer or final failure, or
+    /// a failure after which another attempt may follow (`retry`).
+    fn settle(
+        &self,
+        call: &Launch<'_>,
+        (instance, outcome): (Arc<Instance>, Result<ExecuteResponse, ProxyError>),
+        tried: &[String],
+        state: &mut Settling<'_>,
+    ) -> Settled {
+        let tool = call.tool;
+        state.finished.push(instance.id.clone());
+        if !matches!(outcome, Err(ProxyError::NotSent { .. })) {
+            *state.reached = true;
+        }
+        match self.judge(tool, &instance, outcome, tried.len(), call.deadline) {
+            Verdict::Answer(response) => {
+                // An attempt still running lost a hedged race: that
+                // instance was too slow to answer.
+                for loser in tried.iter().filter(|id| !state.finished.contains(id)) {
+                    self.balancer.record_failure(loser);
                 }
-                () = hedge_timer => {
-                    hedged = true;
-                    if self.budget.withdraw()
-                        && let Some(next) = self.launch(call, Kind::Hedge, tried) {
-                            tracing::info!(tool = tool.name(), instance = %next_id(tried), "no answer after half the deadline; hedging");
-                            self.metrics.hedged(tool.name());
-                            running.push(next);
-                        }
-                }
+                Settled::Return(Ok(response))
+            }
+            Verdict::Fail {
+                error: RegistryError::DeadlineExceeded { .. },
+                ..
+            } => {
+                *state.reached = true;
+                Settled::Return(Err(RegistryError::DeadlineExceeded {
+                    tool: tool.name().to_owned(),
+                    deadline: state.budget,
+                }))
+            }
+            Verdict::Fail { error, retry } => {
+                state.failure = error;
+                Settled::Failed { retry }
             }
         }
     }
@@ -378,6 +411,33 @@ impl Attempts {
             }
         }
     }
+}
+
+/// What a call's attempts have come to so far.
+struct Settling<'a> {
+    /// The call's whole budget, as a deadline failure reports it.
+    budget: Duration,
+    reached: &'a mut bool,
+    /// The failure the call ends with if no attempt answers.
+    failure: RegistryError,
+    /// Instances whose attempt has ended.
+    finished: Vec<String>,
+}
+
+/// An attempt's end, sorted.
+enum Settled {
+    Return(Result<InvokeResponse, RegistryError>),
+    Failed { retry: bool },
+}
+
+/// Whether another attempt may start beside the ones running once half the
+/// deadline has passed: for an idempotent tool not yet hedged, with an
+/// instance not yet tried.
+fn may_hedge(tool: &ToolState, hedged: bool, tried: &[String]) -> bool {
+    tool.descriptor.idempotent
+        && !hedged
+        && tried.len() < MAX_ATTEMPTS
+        && tried.len() < tool.instances.len()
 }
 
 /// `ToolRuntime.Execute`'s fully qualified name, as its spans name it.
