@@ -13,11 +13,12 @@ import platform
 import sys
 from pathlib import Path
 
-PATHS = ["direct", "nginx", "registry", "registry-rl", "redis-rl"]
+PATHS = ["direct", "nginx", "registry", "registry-1t", "registry-rl", "redis-rl"]
 COLOURS = {
     "direct": "#4c78a8",
     "nginx": "#f58518",
     "registry": "#54a24b",
+    "registry-1t": "#2f6b29",
     "registry-rl": "#88d27a",
     "redis-rl": "#e45756",
 }
@@ -77,20 +78,24 @@ def table(rows) -> str:
             )
     out += [
         "",
-        "| arguments | in flight | registry / direct | registry / nginx | redis-rl / registry-rl | registry mean − direct mean |",
-        "|---|---|---|---|---|---|",
+        "| arguments | in flight | registry / direct | registry / nginx | registry-1t / direct | redis-rl / registry-rl | registry mean − direct mean | registry-1t mean − direct mean |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for load in loads(rows):
         payload, c, m = load
         size = "100 B" if payload < 1024 else f"{payload // 1024} KiB"
-        direct, registry = rows.get((*load, "direct")), rows.get((*load, "registry"))
-        added = (
-            f"{registry['mean_us'] - direct['mean_us']:+.0f} µs" if direct and registry else "–"
-        )
+        direct = rows.get((*load, "direct"))
+
+        def added(name: str) -> str:
+            path = rows.get((*load, name))
+            return f"{path['mean_us'] - direct['mean_us']:+.0f} µs" if direct and path else "–"
+
         out.append(
             f"| {size} | {c * m} | {ratio(rows, load, 'registry', 'direct')} "
             f"| {ratio(rows, load, 'registry', 'nginx')} "
-            f"| {ratio(rows, load, 'redis-rl', 'registry-rl')} | {added} |"
+            f"| {ratio(rows, load, 'registry-1t', 'direct')} "
+            f"| {ratio(rows, load, 'redis-rl', 'registry-rl')} | {added('registry')} "
+            f"| {added('registry-1t')} |"
         )
     out += ["", "![calls/s by path](bench.svg)", "", END]
     return "\n".join(out)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark (docs/benchmarks.md, "Side by side"): one SDK
-# echo tool behind a sidecar, called five ways on this machine in one run:
+# echo tool behind a sidecar, called six ways on this machine in one run:
 #
 #   direct          ToolRuntime.Execute on the sidecar
 #   nginx           nginx grpc_pass in front of the sidecar (bench/nginx.conf)
 #   registry        the registry's Invoke, embedded
+#   registry-1t     the same, the registry started with --worker-threads 1
 #   registry-rl     the same, the tool rate-limited (a limit never reached)
 #   redis-rl        the registry's Invoke in Redis mode, the tool rate-limited
 #
@@ -53,17 +54,21 @@ start() { # name, command...
 
 registry=127.0.0.1:$((base + 51))
 redis_registry=127.0.0.1:$((base + 52))
+registry_1t=127.0.0.1:$((base + 53))
 sidecar=127.0.0.1:$((base + 61))
 sidecar_rl=127.0.0.1:$((base + 62))
 sidecar_redis=127.0.0.1:$((base + 63))
+sidecar_1t=127.0.0.1:$((base + 64))
 nginx_at=127.0.0.1:$((base + 71))
 redis_port=$((base + 79))
 
 start redis redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no
 start registry "$bin/toolmesh-registry" --listen "$registry" --log warn
+start registry-1t "$bin/toolmesh-registry" --listen "$registry_1t" --log warn --worker-threads 1
 start redis-registry "$bin/toolmesh-registry" --listen "$redis_registry" --log warn \
     --redis "redis://127.0.0.1:$redis_port" --redis-prefix "bench$$"
 start echo "$bin/toolmesh-bench" echo --listen "$sidecar" --registry "http://$registry"
+start echo-1t "$bin/toolmesh-bench" echo --listen "$sidecar_1t" --registry "http://$registry_1t" --instance-id echo-1t
 start echo-rl "$bin/toolmesh-bench" echo --listen "$sidecar_rl" --registry "http://$registry" \
     --tool echo_limited --instance-id echo-rl --rate-limited
 start echo-redis "$bin/toolmesh-bench" echo --listen "$sidecar_redis" --registry "http://$redis_registry" \
@@ -78,6 +83,7 @@ paths=(
     "direct $sidecar execute echo"
     "nginx $nginx_at execute echo"
     "registry $registry invoke echo"
+    "registry-1t $registry_1t invoke echo"
     "registry-rl $registry invoke echo_limited"
     "redis-rl $redis_registry invoke echo_limited"
 )

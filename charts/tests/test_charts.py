@@ -479,7 +479,7 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
     assert len(envs) >= 20, f"README's flag tables not found: {envs}"
     everything = {
         "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
-        "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"], "auditLog": "-"},
+        "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"], "auditLog": "-", "workerThreads": 2},
         "executeToken": {"existingSecret": "toolmesh-execute-token"},
         "insecure": True,
         "tls": {"existingSecret": "tls", "clientCaSecret": "client-ca", "requireClientCert": True},

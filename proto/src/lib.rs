@@ -11,6 +11,7 @@
 //!   margin both keep back to answer within it.
 //! - [`code`]: gRPC status codes by their canonical names.
 //! - [`tool_name`]: the tool-name rule registry and sidecar share.
+//! - [`rules`]: how both read the same fields: blank arguments, durations.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port`, `http://host:port` or `https://host:port`).
 //! - [`token`]: the shared secret the registry presents to sidecars'
@@ -45,6 +46,7 @@ pub use prost_types::Duration;
 pub mod code;
 pub mod endpoint;
 pub mod listen;
+pub mod rules;
 pub mod timeout;
 pub mod tls;
 pub mod token;

@@ -334,7 +334,7 @@ impl pb::registration_server::Registration for RegistrationApi {
                 tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
                 Ok(Response::new(pb::AnnounceResponse {
                     lease_id: lease.id,
-                    ttl: prost_types::Duration::try_from(lease.ttl).ok(),
+                    ttl: toolmesh_proto::rules::duration_field(lease.ttl),
                 }))
             }
             Err(error) => {
@@ -368,7 +368,7 @@ impl pb::registration_server::Registration for RegistrationApi {
         };
         match result {
             Ok(ttl) => Ok(Response::new(pb::HeartbeatResponse {
-                ttl: prost_types::Duration::try_from(ttl).ok(),
+                ttl: toolmesh_proto::rules::duration_field(ttl),
             })),
             Err(error) => {
                 // A heartbeat changes nothing; only a refused one is recorded.

@@ -76,10 +76,7 @@ fn resolved_burst(limit: &RateLimit) -> u32 {
 
 /// The timeout a descriptor declares, if any.
 pub fn timeout(descriptor: &ToolDescriptor) -> Option<Duration> {
-    descriptor
-        .timeout
-        .and_then(|d| Duration::try_from(d).ok())
-        .filter(|d| !d.is_zero())
+    toolmesh_proto::rules::duration(descriptor.timeout)
 }
 
 /// Checks a descriptor's fields (not its schemas, see [`crate::validate`]).

@@ -253,7 +253,7 @@ impl Invoker {
         }
         let execute = ExecuteRequest {
             tool: request.tool,
-            arguments_json: if request.arguments_json.trim().is_empty() {
+            arguments_json: if toolmesh_proto::rules::no_arguments(&request.arguments_json) {
                 "{}".into()
             } else {
                 request.arguments_json

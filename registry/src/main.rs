@@ -34,6 +34,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Threads that serve calls [default: one per CPU the process may use].
+    /// Fewer than the CPUs suits a machine shared with busy neighbours (a
+    /// sidecar, a load generator): calls hop between threads less.
+    #[arg(long, env = "TOOLMESH_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
     #[command(flatten)]
     config: Config,
 }
@@ -76,14 +81,25 @@ struct HealthArgs {
     timeout: Duration,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Some(Command::Health(args)) => health(args).await,
-        Some(Command::HashKey) => hash_key(),
-        None => serve(cli.config).await,
-    };
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(threads) = cli.worker_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let result = runtime
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                match cli.command {
+                    Some(Command::Health(args)) => health(args).await,
+                    Some(Command::HashKey) => hash_key(),
+                    None => serve(cli.config).await,
+                }
+            })
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -57,7 +57,7 @@ pub fn parse_arguments(arguments_json: &str, max_bytes: usize) -> Result<Value, 
             limit: max_bytes,
         });
     }
-    if arguments_json.trim().is_empty() {
+    if toolmesh_proto::rules::no_arguments(arguments_json) {
         return Ok(Value::Object(serde_json::Map::new()));
     }
     strict_json::from_str(arguments_json).map_err(|error| {

@@ -83,9 +83,7 @@ pub(crate) struct Announcer {
 }
 
 fn ttl_of(ttl: Option<prost_types::Duration>) -> Duration {
-    ttl.and_then(|d| Duration::try_from(d).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(DEFAULT_TTL)
+    toolmesh_proto::rules::duration(ttl).unwrap_or(DEFAULT_TTL)
 }
 
 /// Runs `call` under a deadline, telling the server about it too.

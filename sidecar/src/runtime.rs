@@ -123,6 +123,9 @@ impl Runtime {
         spans::set(&span, "gen_ai.tool.call.id", context.invocation_id.clone());
         let trace = context.trace.onward(&span);
         let context = context.in_trace(trace);
+        // Every backend gets `{}` for a call with no arguments, as the
+        // registry sends it.
+        let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
         let call = tool.backend().call(arguments_json, &context, deadline);
         let outcome = match tokio::time::timeout_at(deadline, call.instrument(span.clone())).await {
             Ok(Ok(outcome)) => outcome,

@@ -99,11 +99,7 @@ where
         context: &CallContext,
         deadline: Instant,
     ) -> Result<Outcome, BackendError> {
-        let arguments_json = if arguments_json.trim().is_empty() {
-            "{}"
-        } else {
-            arguments_json
-        };
+        let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
         let args: A = match serde_json::from_str(arguments_json) {
             Ok(args) => args,
             Err(e) => return Ok(Outcome::error_message(&format!("invalid arguments: {e}"))),
@@ -226,7 +222,7 @@ impl ToolBuilder {
 
     /// Longest a call may run (durations beyond prost's range are ignored).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.descriptor.timeout = prost_types::Duration::try_from(timeout).ok();
+        self.descriptor.timeout = toolmesh_proto::rules::duration_field(timeout);
         self
     }
 
