@@ -225,8 +225,17 @@ fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), Reg
         )));
     }
     // Tools only this instance serves go away with its old lease.
+    // Those are among its old lease's tools: counting them, not every tool,
+    // keeps an announce's cost independent of the catalog's size.
     let kept = |record: &ToolRecord| record.instances.keys().any(|id| *id != a.instance_id);
-    let remaining = state.tools.values().filter(|r| kept(r)).count();
+    let only_here = old.map_or(0, |lease| {
+        lease
+            .tools
+            .iter()
+            .filter(|name| state.tools.get(*name).is_some_and(|r| !kept(r)))
+            .count()
+    });
+    let remaining = state.tools.len().saturating_sub(only_here);
     let added = a
         .tools
         .iter()
@@ -494,6 +503,85 @@ mod tests {
 
     fn store() -> Arc<MemoryStore> {
         MemoryStore::new(Duration::from_secs(10), Limits::default())
+    }
+
+    /// One step of the lease property test.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Announce(usize),
+        Heartbeat(usize),
+        Withdraw(usize),
+        Wait(u64),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..6usize).prop_map(Step::Announce),
+            (0..6usize).prop_map(Step::Heartbeat),
+            (0..6usize).prop_map(Step::Withdraw),
+            (0..15_000u64).prop_map(Step::Wait),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever announces, heartbeats, withdrawals and waits happen, a
+        /// sweep removes exactly the leases whose time has passed (the
+        /// model: each instance's last announce or heartbeat plus the TTL).
+        #[test]
+        fn a_sweep_expires_exactly_the_leases_past_their_time(
+            steps in proptest::collection::vec(step(), 1..60)
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let ttl = Duration::from_secs(10);
+                let store = MemoryStore::new(ttl, Limits::default());
+                let mut leases: HashMap<usize, String> = HashMap::new();
+                let mut model: HashMap<usize, Instant> = HashMap::new();
+                for step in steps {
+                    match step {
+                        Step::Announce(i) => {
+                            let lease = store
+                                .announce(announcement(&format!("i{i}"), vec![tool(&format!("t{i}"), "1")]))
+                                .await
+                                .unwrap();
+                            leases.insert(i, lease.id);
+                            model.insert(i, Instant::now() + ttl);
+                        }
+                        Step::Heartbeat(i) => {
+                            let Some(lease) = leases.get(&i) else { continue };
+                            let kept = store.heartbeat(lease, "").await.is_ok();
+                            assert_eq!(kept, model.contains_key(&i));
+                            if kept {
+                                model.insert(i, Instant::now() + ttl);
+                            }
+                        }
+                        Step::Withdraw(i) => {
+                            if let Some(lease) = leases.get(&i) {
+                                store.withdraw(lease, "").await.unwrap();
+                                model.remove(&i);
+                            }
+                        }
+                        Step::Wait(ms) => {
+                            // The store's own sweeper may run meanwhile;
+                            // expire() is called below either way.
+                            tokio::time::advance(Duration::from_millis(ms)).await;
+                        }
+                    }
+                    let now = Instant::now();
+                    store.expire(now);
+                    model.retain(|_, expires| *expires > now);
+                    let state = store.lock();
+                    let live: BTreeSet<String> = state.leases.values().map(|l| l.instance.id.clone()).collect();
+                    let expected: BTreeSet<String> = model.keys().map(|i| format!("i{i}")).collect();
+                    assert_eq!(live, expected);
+                }
+            });
+        }
     }
 
     #[tokio::test(start_paused = true)]
