@@ -9,7 +9,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::time::Duration;
 
-use rand::Rng;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
@@ -36,28 +35,36 @@ const MIN_INTERVAL: Duration = Duration::from_millis(20);
 pub(crate) const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exponential backoff with "equal jitter": the n-th delay is uniform in
-/// `[d/2, d]` where `d = min(start * 2^n, cap)`.
-#[derive(Debug, Clone)]
+/// `[d/2, d)` where `d = min(start * 2^n, cap)` (`backon`'s jitter adds up
+/// to one more delay, so its delays start and end at half).
+#[derive(Debug)]
 pub(crate) struct Backoff {
-    next: Duration,
+    delays: backon::ExponentialBackoff,
 }
 
 impl Backoff {
     pub(crate) fn new() -> Self {
         Self {
-            next: BACKOFF_START,
+            delays: Self::schedule(),
         }
     }
 
+    fn schedule() -> backon::ExponentialBackoff {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(BACKOFF_START / 2)
+            .with_max_delay(BACKOFF_CAP / 2)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
     pub(crate) fn reset(&mut self) {
-        self.next = BACKOFF_START;
+        self.delays = Self::schedule();
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let ceiling = self.next;
-        self.next = (self.next * 2).min(BACKOFF_CAP);
-        let floor = ceiling / 2;
-        rand::rng().random_range(floor..=ceiling)
+        self.delays.next().unwrap_or(BACKOFF_CAP)
     }
 }
 

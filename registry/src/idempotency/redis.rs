@@ -117,7 +117,14 @@ impl IdempotencyStore for RedisIdempotency {
             token: Some(token.clone()),
             outcome: None,
         })?;
-        let mut pause = FIRST_POLL;
+        let mut pauses = {
+            use backon::BackoffBuilder as _;
+            backon::ExponentialBuilder::new()
+                .with_min_delay(FIRST_POLL)
+                .with_max_delay(MAX_POLL)
+                .without_max_times()
+                .build()
+        };
         loop {
             let mut invocation = self.shared.claim.prepare_invoke();
             invocation
@@ -156,8 +163,8 @@ impl IdempotencyStore for RedisIdempotency {
             if now >= wait_until {
                 return Err(IdempotencyError::WaitTimedOut);
             }
+            let pause = pauses.next().unwrap_or(MAX_POLL);
             tokio::time::sleep_until(wait_until.min(now + pause)).await;
-            pause = (pause * 2).min(MAX_POLL);
         }
     }
 }
@@ -223,7 +230,14 @@ impl Finisher for RedisFinisher {
                 return;
             }
         };
-        let mut pause = Duration::from_millis(50);
+        let mut pauses = {
+            use backon::BackoffBuilder as _;
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(50))
+                .without_max_delay()
+                .with_max_times(COMPLETE_TRIES as usize)
+                .build()
+        };
         for attempt in 1..=COMPLETE_TRIES {
             match self.shared.store(&self.key, &self.token, &record).await {
                 Ok(true) => return,
@@ -241,8 +255,9 @@ impl Finisher for RedisFinisher {
                     );
                 }
                 Err(_) => {
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
+                    if let Some(pause) = pauses.next() {
+                        tokio::time::sleep(pause).await;
+                    }
                 }
             }
         }

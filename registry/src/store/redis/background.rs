@@ -17,7 +17,7 @@ use super::{MAX_RECONNECT_DELAY, RESYNC_EVERY, RedisStore};
 /// Until the write-back after an outage it neither resyncs nor reloads: the
 /// maintenance loop resyncs once it has written back.
 pub(super) async fn subscribe(store: Weak<RedisStore>) {
-    let mut delay = Duration::from_millis(50);
+    let mut delays = reconnect_delays();
     loop {
         let (client, channel, timeout) = {
             let Some(store) = store.upgrade() else { return };
@@ -39,11 +39,10 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
         // Refused (e.g. an ACL without the channel) is retried like
         // unreachable: with backoff, never in a tight loop.
         let Some(mut pubsub) = subscribed else {
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            tokio::time::sleep(delays.next().unwrap_or(MAX_RECONNECT_DELAY)).await;
             continue;
         };
-        delay = Duration::from_millis(50);
+        delays = reconnect_delays();
         if let Some(store) = store.upgrade()
             && !store.awaiting_write_back()
             && let Err(error) = store.resync().await
@@ -63,8 +62,18 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
             }
         }
         tracing::warn!("redis change channel lost; resubscribing");
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(delays.next().unwrap_or(MAX_RECONNECT_DELAY)).await;
     }
+}
+
+/// 50 ms, doubling up to [`MAX_RECONNECT_DELAY`].
+fn reconnect_delays() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder as _;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(MAX_RECONNECT_DELAY)
+        .without_max_times()
+        .build()
 }
 
 /// Sweeps expired leases, writes back what was kept during an outage, counts
