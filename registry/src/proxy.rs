@@ -161,20 +161,18 @@ impl Proxy {
                 self.max_message_bytes,
             )
             .await;
-            return match outcome {
-                Ok(response) => Ok(response),
+            match outcome {
+                Ok(response) => return Ok(response),
                 Err(Failure::NotSent(reason)) => {
                     slot.discard(&live);
                     if fresh || redialled {
-                        Err(not_sent(reason))
-                    } else {
-                        redialled = true;
-                        continue;
+                        return Err(not_sent(reason));
                     }
+                    redialled = true;
                 }
-                Err(Failure::Transport(reason)) => Err(ProxyError::Transport(reason)),
-                Err(Failure::Status(status)) => Err(ProxyError::Status(status)),
-            };
+                Err(Failure::Transport(reason)) => return Err(ProxyError::Transport(reason)),
+                Err(Failure::Status(status)) => return Err(ProxyError::Status(status)),
+            }
         }
     }
 
