@@ -6,7 +6,9 @@
 //! - `toolmesh-bench load`: a gRPC load generator over raw HTTP/2 (one
 //!   thread, pre-encoded request frames, as `h2load -t 1` would), which
 //!   also checks that every answer is `grpc-status: 0`, and prints one JSON
-//!   line of figures.
+//!   line of figures;
+//! - `toolmesh-bench scale`: a large catalog announced over gRPC, timing
+//!   announce, heartbeat and `ListTools` (`scripts/scale.sh` drives it).
 
 // The allocator the binaries use.
 #[global_allocator]
@@ -16,6 +18,7 @@ use clap::Parser as _;
 
 mod echo;
 mod load;
+mod scale;
 
 #[derive(Debug, clap::Parser)]
 #[command(name = "toolmesh-bench", about = "The side-by-side benchmark's parts")]
@@ -24,6 +27,8 @@ enum Command {
     Echo(echo::Args),
     /// Drives a gRPC method with pre-encoded requests.
     Load(load::Args),
+    /// Announces a large catalog and times announce, heartbeat, ListTools.
+    Scale(scale::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +42,9 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(load::run(args)),
+        Command::Scale(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(scale::run(args)),
     }
 }

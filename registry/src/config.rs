@@ -275,8 +275,10 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
 
-    /// Multiplexed Redis connections per replica.
-    #[arg(long, env = "TOOLMESH_REDIS_POOL_SIZE", default_value_t = 4)]
+    /// Multiplexed Redis connections per replica. One pipelines every call
+    /// and batches best; more help only when one connection's I/O task is
+    /// the bottleneck.
+    #[arg(long, env = "TOOLMESH_REDIS_POOL_SIZE", default_value_t = 1)]
     pub redis_pool_size: usize,
 
     /// Deadline of every Redis call.
@@ -361,7 +363,7 @@ impl Default for Config {
             redis_cluster: false,
             redis_password_file: None,
             redis_ca_file: None,
-            redis_pool_size: 4,
+            redis_pool_size: 1,
             redis_timeout: Duration::from_millis(250),
             redis_prefix: "toolmesh".into(),
             redis_outage: OutagePolicy::FailClosed,

@@ -5,7 +5,7 @@
 use std::{
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -67,7 +67,7 @@ impl Default for RedisSettings {
             cluster: false,
             password: None,
             root_ca: None,
-            pool_size: 4,
+            pool_size: 1,
             call_timeout: Duration::from_millis(250),
             breaker_failures: 3,
             breaker_cooldown: Duration::from_millis(500),
@@ -120,10 +120,12 @@ enum BreakerState {
 }
 
 /// Closed → (n failures) → Open → (cooldown) → HalfOpen: one probe call;
-/// success closes, failure opens again.
+/// success closes, failure opens again. A failure of a call that started
+/// before the latest success is not counted: it is news from before Redis
+/// came back (a call still waiting on the old connection), not about now.
 #[derive(Debug)]
 pub struct Breaker {
-    state: Mutex<BreakerState>,
+    state: Mutex<(BreakerState, Option<Instant>)>,
     failures: u32,
     cooldown: Duration,
 }
@@ -132,7 +134,7 @@ impl Breaker {
     /// A closed breaker that opens after `failures` in a row.
     pub fn new(failures: u32, cooldown: Duration) -> Self {
         Self {
-            state: Mutex::new(BreakerState::Closed { failures: 0 }),
+            state: Mutex::new((BreakerState::Closed { failures: 0 }, None)),
             failures: failures.max(1),
             cooldown,
         }
@@ -140,7 +142,8 @@ impl Breaker {
 
     /// Whether a call may go ahead now.
     pub fn allow(&self) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = &mut guard.0;
         match *state {
             BreakerState::Closed { .. } => true,
             BreakerState::Open { until } if Instant::now() >= until => {
@@ -151,9 +154,15 @@ impl Breaker {
         }
     }
 
-    /// Records a call's outcome.
-    pub fn record(&self, ok: bool) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Records the outcome of a call that started at `started`.
+    pub fn record(&self, ok: bool, started: Instant) {
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (state, last_success) = &mut *guard;
+        if ok {
+            *last_success = Some(last_success.map_or(started, |at| at.max(started)));
+        } else if last_success.is_some_and(|at| started < at) {
+            return;
+        }
         *state = match (*state, ok) {
             (_, true) => BreakerState::Closed { failures: 0 },
             (BreakerState::Closed { failures }, false) if failures + 1 < self.failures => {
@@ -170,7 +179,7 @@ impl Breaker {
     /// Whether Redis is currently considered down.
     pub fn is_open(&self) -> bool {
         matches!(
-            *self.state.lock().unwrap_or_else(PoisonError::into_inner),
+            self.state.lock().unwrap_or_else(PoisonError::into_inner).0,
             BreakerState::Open { .. } | BreakerState::HalfOpen
         )
     }
@@ -188,7 +197,9 @@ pub struct RedisPool {
     info: redis::ConnectionInfo,
     certificates: Option<redis::TlsCertificates>,
     connector: Connector,
-    slots: Vec<tokio::sync::Mutex<Option<RedisConn>>>,
+    /// Each slot's connection, with the generation it was opened in.
+    slots: Vec<tokio::sync::Mutex<Option<(u64, RedisConn)>>>,
+    generation: AtomicU64,
     next: AtomicUsize,
     settings: RedisSettings,
     breaker: Breaker,
@@ -243,6 +254,7 @@ impl RedisPool {
             connector,
             slots,
             next: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
             breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
             settings,
             metrics,
@@ -281,8 +293,10 @@ impl RedisPool {
         let timeout = self.settings.call_timeout;
         let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut broken = false;
+        let mut used = None;
         let result = tokio::time::timeout(timeout, async {
-            let mut conn = self.connection(index).await?;
+            let (generation, mut conn) = self.connection(index).await?;
+            used = Some(generation);
             call(&mut conn).await.map_err(|e| {
                 broken = e.is_io_error()
                     || e.is_connection_dropped()
@@ -295,28 +309,33 @@ impl RedisPool {
         .unwrap_or(Err(RedisError::Timeout(timeout)));
         if broken || matches!(result, Err(RedisError::Timeout(_))) {
             // Connect afresh next time rather than wait out the connection's
-            // own reconnect backoff.
-            if let Ok(mut slot) = self.slots[index].try_lock() {
+            // own reconnect backoff; unless the slot already holds a newer
+            // connection than the one that failed.
+            if let Ok(mut slot) = self.slots[index].try_lock()
+                && slot.as_ref().map(|(generation, _)| *generation) == used
+            {
                 *slot = None;
             }
         }
-        self.breaker.record(result.is_ok());
+        self.breaker.record(result.is_ok(), started);
         self.metrics
             .redis_call(op, started.elapsed(), result.is_ok());
         self.metrics.redis_circuit(self.breaker.is_open());
         result
     }
 
-    async fn connection(&self, index: usize) -> Result<RedisConn, RedisError> {
+    async fn connection(&self, index: usize) -> Result<(u64, RedisConn), RedisError> {
         let mut slot = self.slots[index].lock().await;
-        if let Some(conn) = slot.as_ref() {
-            return Ok(conn.clone());
+        if let Some(held) = slot.as_ref() {
+            return Ok(held.clone());
         }
         let conn = match &self.connector {
             Connector::Single(client) => {
+                // No response timeout of its own: `run` bounds every call,
+                // and a second timer per call is measurably dearer.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.settings.call_timeout * 4))
-                    .set_response_timeout(Some(self.settings.call_timeout))
+                    .set_response_timeout(None)
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
                 RedisConn::Single(
@@ -333,8 +352,9 @@ impl RedisPool {
                     .map_err(|e| RedisError::Redis(e.to_string()))?,
             ),
         };
-        *slot = Some(conn.clone());
-        Ok(conn)
+        let held = (self.generation.fetch_add(1, Ordering::Relaxed), conn);
+        *slot = Some(held.clone());
+        Ok(held)
     }
 }
 
@@ -359,23 +379,36 @@ mod tests {
         let breaker = Breaker::new(3, Duration::from_secs(1));
         for _ in 0..2 {
             assert!(breaker.allow());
-            breaker.record(false);
+            breaker.record(false, Instant::now());
         }
         assert!(!breaker.is_open());
-        breaker.record(false);
+        breaker.record(false, Instant::now());
         assert!(breaker.is_open());
         assert!(!breaker.allow());
 
         tokio::time::sleep(Duration::from_millis(1001)).await;
         assert!(breaker.allow(), "one probe after the cooldown");
         assert!(!breaker.allow(), "only one");
-        breaker.record(false);
+        breaker.record(false, Instant::now());
         assert!(!breaker.allow());
 
         tokio::time::sleep(Duration::from_millis(1001)).await;
         assert!(breaker.allow());
-        breaker.record(true);
+        breaker.record(true, Instant::now());
         assert!(!breaker.is_open());
         assert!(breaker.allow() && breaker.allow());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_of_calls_older_than_a_success_do_not_count() {
+        let breaker = Breaker::new(1, Duration::from_secs(1));
+        let stale = Instant::now();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        breaker.record(true, Instant::now());
+        breaker.record(false, stale);
+        assert!(!breaker.is_open(), "sent before Redis answered again");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        breaker.record(false, Instant::now());
+        assert!(breaker.is_open(), "a failure since the success counts");
     }
 }

@@ -8,10 +8,12 @@
 -- ARGV[2i]     its burst b (at least 1)
 --
 -- Takes a token from each bucket in turn, and stops at the first that has
--- none (tokens taken from the buckets before it stay taken). Returns
--- {1, 0, 0} when the call may go ahead, or {0, retry_after_us, i}: bucket i
+-- none (tokens taken from the buckets before it stay taken). Returns one
+-- integer, the cheapest reply to send and parse: 0 when the call may go
+-- ahead, else retry_after_us * 16 + i: bucket i (at most 15 buckets)
 -- refused, and a token is there after retry_after_us, rounded up to the
--- microsecond so that waiting it is always enough.
+-- microsecond so that waiting it is always enough, and capped at 2^48 us
+-- (about nine years) so that the reply stays exact in a double.
 --
 -- Times are Lua numbers (doubles): microseconds since the epoch are about
 -- 2^51, so they and the fractions of T are exact enough (a quarter of a
@@ -37,10 +39,10 @@ for i, key in ipairs(KEYS) do
     local new_tat = tat + interval
     local wait = new_tat - now - burst * interval
     if wait > 0 then
-        return {0, math.ceil(wait), i}
+        return math.min(math.ceil(wait), 2 ^ 48) * 16 + i
     end
     -- Expire once the bucket is full again, so idle keys vanish.
     local ttl_ms = math.ceil((new_tat - now) / 1000) + 1
     redis.call('SET', key, string.format('%.17g', new_tat), 'PX', string.format('%d', ttl_ms))
 end
-return {1, 0, 0}
+return 0

@@ -111,18 +111,13 @@ impl RedisLimiter {
                 .arg(interval_us(*limit))
                 .arg(limit.burst.max(1));
         }
-        let (allowed, retry_after_us, index): (i64, i64, i64) = self
+        let reply: i64 = self
             .pool
             .run(RedisOp::RateLimit, async |conn| {
                 invocation.invoke_async(conn).await
             })
             .await?;
-        Ok((allowed != 1).then(|| {
-            (
-                usize::try_from(index - 1).unwrap_or(0),
-                Duration::from_micros(u64::try_from(retry_after_us).unwrap_or(0)),
-            )
-        }))
+        Ok(refusal(reply))
     }
 
     /// Notes that Redis failed; logs only the first failure of an outage.
@@ -238,6 +233,15 @@ pub fn share(limit: Limit, replicas: usize) -> Limit {
     }
 }
 
+/// The script's reply read back: `None` (0) to go ahead, else the refusing
+/// bucket's index, from 0, and the wait (`retry_after_us * 16 + i`, `i`
+/// from 1).
+fn refusal(reply: i64) -> Option<(usize, Duration)> {
+    let reply = u64::try_from(reply).ok().filter(|&r| r > 0)?;
+    let index = usize::try_from(reply % 16).unwrap_or(1).saturating_sub(1);
+    Some((index, Duration::from_micros(reply / 16)))
+}
+
 /// GCRA's emission interval of `limit` in microseconds, as the script's
 /// argument: the shortest decimal that reads back as the same double.
 fn interval_us(limit: Limit) -> String {
@@ -276,6 +280,23 @@ mod tests {
     fn share_never_drops_burst_to_zero() {
         assert_eq!(share(limit(5.0, 0), 4).burst, 1);
         assert_eq!(share(limit(5.0, 3), usize::MAX).burst, 1);
+    }
+
+    #[test]
+    fn the_reply_names_the_refusing_bucket_and_its_wait() {
+        assert_eq!(refusal(0), None);
+        assert_eq!(refusal(-5), None, "never a refusal out of nothing");
+        assert_eq!(
+            refusal(50_000 * 16 + 1),
+            Some((0, Duration::from_millis(50)))
+        );
+        assert_eq!(refusal(7 * 16 + 2), Some((1, Duration::from_micros(7))));
+        let longest = (1_i64 << 48) * 16 + 1;
+        assert_eq!(
+            refusal(longest),
+            Some((0, Duration::from_micros(1 << 48))),
+            "the script's cap survives the round trip"
+        );
     }
 
     #[test]

@@ -144,42 +144,39 @@ fn replicas_key(prefix: &str) -> String {
     format!("{{{prefix}}}:replicas")
 }
 
-/// Waits until exactly `n` replicas are counted live in Redis and each of
-/// them has counted again since: every live replica then holds `n` as the
-/// count that degrade mode divides limits by.
+/// Waits until exactly `n` replicas are counted live in Redis, every one of
+/// them since this was called (so a replica stopped before cannot be among
+/// them, even if its entry has not aged out yet), and each of them has
+/// counted again after that: every live replica then holds `n` as the count
+/// that degrade mode divides limits by.
 async fn wait_for_replica_count(url: &str, prefix: &str, n: usize) {
     let mut conn = raw(url).await;
     let key = replicas_key(prefix);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let counted_at = loop {
-        let (count, (secs, micros)): (usize, (u64, u64)) = redis::pipe()
-            .zcard(&key)
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if count == n {
-            break secs * 1000 + micros / 1000;
-        }
-        assert!(Instant::now() < deadline, "{count} replicas, never {n}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let mut since = None;
+    let mut exact_at = None;
     loop {
-        let seen: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        let (seen, (secs, micros)): (Vec<(String, u64)>, (u64, u64)) = redis::pipe()
+            .cmd("ZRANGE")
             .arg(&key)
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
+            .cmd("TIME")
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert_eq!(seen.len(), n, "{seen:?}");
-        if seen.iter().all(|(_, at)| *at > counted_at) {
-            return;
+        let now = secs * 1000 + micros / 1000;
+        let since = *since.get_or_insert(now);
+        let fresh = seen.len() == n && seen.iter().all(|(_, at)| *at > since);
+        match exact_at {
+            None if fresh => exact_at = Some(now),
+            Some(at) if fresh && seen.iter().all(|(_, counted)| *counted > at) => return,
+            _ => {}
         }
         assert!(
             Instant::now() < deadline,
-            "replicas did not count again: {seen:?}"
+            "never exactly {n} replicas, each counted since {since}: {seen:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
