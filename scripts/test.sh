@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every Rust test (unit, property,
 # end to end against real servers on loopback), the demo, the Python and
-# TypeScript agents against the real binaries, the Helm charts and the image
+# TypeScript agents against the real binaries, the contract (buf lint and
+# buf breaking), the Helm charts and the image
 # (linted, rendered, validated, built and run with podman), cargo deny, and
 # a bounded fuzzing run. Installs what it needs: redis-server and redis-cli
 # (Debian), podman and its runtime (Debian, scripts/podman.sh), grpcurl
@@ -48,6 +49,11 @@ trap 'rm -f "$log"' EXIT
 status=0
 
 # Every runner runs, whatever the one before it did; the summary decides.
+# The contract: buf lint, and buf breaking against the last commit's proto
+# (installs buf from npm).
+step "contract (scripts/proto.sh: buf lint, buf breaking)"
+bash scripts/proto.sh || status=1
+
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 
