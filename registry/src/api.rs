@@ -3,7 +3,6 @@
 use std::{pin::Pin, sync::Arc};
 
 use futures::Stream;
-use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use toolmesh_proto::{pb, timeout, tls};
@@ -20,6 +19,7 @@ use crate::{
     catalog::{Catalog, lease_tag},
     error::RegistryError,
     invoke::{Call, Invoker},
+    listing::Query,
     registrants::{Owner, Registrant},
     watch::{self, Visibility, Watchers},
 };
@@ -132,25 +132,19 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let caller = self.caller(&request)?;
+        let query = Query::new(request.get_ref())?;
         let policy = self.access.policy();
-        let tags = request.into_inner().tags;
-        let mut answer = pb::ListToolsResponse::default();
-        let mut size = 0;
-        for tool in self.catalog.list().iter().filter(|t| {
-            tags.iter().all(|tag| t.descriptor.tags.contains(tag))
+        let mut tools = self.catalog.list();
+        tools.retain(|t| {
+            query.matches(t.name(), &t.descriptor.tags)
                 && allows(policy.as_deref(), &caller, t.name())
-        }) {
-            let tool = tool.to_proto();
-            // A repeated field costs its message, a tag and a length prefix.
-            let cost = tool.encoded_len() + 1 + prost::length_delimiter_len(tool.encoded_len());
-            if size + cost > self.list_limit {
-                answer.truncated = true;
-                break;
-            }
-            size += cost;
-            answer.tools.push(tool);
-        }
-        Ok(Response::new(answer))
+        });
+        Ok(Response::new(query.page(
+            &tools,
+            |t| t.name(),
+            |t| t.to_proto(),
+            self.list_limit,
+        )))
     }
 
     async fn get_tool(

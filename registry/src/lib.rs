@@ -57,6 +57,7 @@ pub mod endpoint_policy;
 pub mod error;
 pub mod idempotency;
 pub mod invoke;
+pub mod listing;
 pub mod metrics;
 pub mod probe;
 pub mod proxy;

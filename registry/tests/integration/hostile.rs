@@ -473,6 +473,29 @@ async fn one_announcer_cannot_break_listing_for_everyone() {
         "{}",
         listed.tools.len()
     );
+    // The pages after it read the rest: every tool once, in order.
+    let mut names: Vec<String> = listed.tools.iter().map(name_of).collect();
+    let mut token = listed.next_page_token;
+    while !token.is_empty() {
+        let page = agent2
+            .list_tools(pb::ListToolsRequest {
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("the next page")
+            .into_inner();
+        assert_eq!(page.total_size, 18);
+        assert!(
+            !page.tools.is_empty(),
+            "a page that reads on lists something"
+        );
+        names.extend(page.tools.iter().map(name_of));
+        token = page.next_page_token;
+    }
+    let mut expected: Vec<String> = (0..18).map(|i| format!("huge{i}")).collect();
+    expected.sort();
+    assert_eq!(names, expected);
     let empty = agent
         .list_tools(pb::ListToolsRequest::default())
         .await
@@ -651,4 +674,11 @@ async fn endpoints_cannot_aim_the_registry_at_itself_or_tell_open_ports_from_clo
         })
         .await
         .expect("a listed name");
+}
+
+fn name_of(tool: &pb::Tool) -> String {
+    tool.descriptor
+        .as_ref()
+        .map(|d| d.name.clone())
+        .unwrap_or_default()
 }
