@@ -11,6 +11,8 @@ use crate::error::RegistryError;
 pub const MAX_NAME_LEN: usize = toolmesh_proto::tool_name::MAX_LEN;
 /// Largest schema text accepted in a descriptor.
 pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+/// Longest title accepted.
+pub const MAX_TITLE_BYTES: usize = 256;
 /// Longest description accepted.
 pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
 /// Most tags on one tool.
@@ -99,6 +101,12 @@ pub fn check(
             format!(
                 "{name:?} must be 1 to {MAX_NAME_LEN} characters of letters, digits, '_', '-' or '.'"
             ),
+        ));
+    }
+    if descriptor.title.len() > MAX_TITLE_BYTES || descriptor.title.contains(char::is_control) {
+        return Err(invalid(
+            "title",
+            format!("must be at most {MAX_TITLE_BYTES} bytes, on one line"),
         ));
     }
     if descriptor.description.len() > MAX_DESCRIPTION_BYTES {
@@ -229,7 +237,23 @@ pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
         live.audit_arguments.to_string(),
         new.audit_arguments.to_string(),
     );
+    field(
+        "title",
+        format!("{:?}", live.title),
+        format!("{:?}", new.title),
+    );
+    for (name, a, b) in [
+        ("read_only", live.read_only, new.read_only),
+        ("destructive", live.destructive, new.destructive),
+        ("open_world", live.open_world, new.open_world),
+    ] {
+        field(name, hint_text(a), hint_text(b));
+    }
     out
+}
+
+fn hint_text(hint: Option<bool>) -> String {
+    hint.map_or_else(|| "unset".into(), |h| h.to_string())
 }
 
 /// Schemas compare as JSON values, so formatting differences do not conflict.
@@ -333,6 +357,38 @@ mod tests {
         assert_eq!(diff.len(), 2, "{diff:?}");
         assert!(diff[0].starts_with("version:"));
         assert!(diff[1].starts_with("idempotent:"));
+
+        let mut c = descriptor();
+        c.title = "Add".into();
+        c.destructive = Some(false);
+        let diff = differences(&descriptor(), &c);
+        assert_eq!(
+            diff,
+            [
+                r#"title: live "" != announced "Add""#,
+                "destructive: live unset != announced false"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_title_is_one_short_line() {
+        let field = |d: &ToolDescriptor| match check(d, "tools[0]", Duration::from_secs(60)) {
+            Err(RegistryError::InvalidDescriptor { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        for title in ["two\nlines".to_owned(), "t".repeat(MAX_TITLE_BYTES + 1)] {
+            let d = ToolDescriptor {
+                title,
+                ..descriptor()
+            };
+            assert_eq!(field(&d), "tools[0].title");
+        }
+        let fine = ToolDescriptor {
+            title: "Word count".into(),
+            ..descriptor()
+        };
+        assert!(check(&fine, "tools[0]", Duration::from_secs(60)).is_ok());
     }
 
     #[test]

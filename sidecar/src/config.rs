@@ -82,6 +82,24 @@ pub struct ToolConfig {
     pub name: String,
     /// What the tool does, for the LLM.
     pub description: String,
+    /// A short human-readable name, e.g. `Word count`.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Hint: the tool does not modify its environment.
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    /// Hint: a modifying tool may destroy or overwrite.
+    #[serde(default)]
+    pub destructive: Option<bool>,
+    /// Hint: the tool reaches an open world of entities (the web, email).
+    #[serde(default)]
+    pub open_world: Option<bool>,
+    /// Settings given to the backend with every call and never announced:
+    /// one backend can serve several tools that differ by them (HTTP: the
+    /// `x-toolmesh-config` header; command: `TOOLMESH_CONFIG` and
+    /// `TOOLMESH_CONFIG_<KEY>`; see [`crate::context`]).
+    #[serde(default)]
+    pub config: serde_json::Map<String, Value>,
     /// Shorthand argument list (exclusive with `input_schema`).
     #[serde(default)]
     pub arguments: Option<Vec<Argument>>,
@@ -335,6 +353,10 @@ impl ToolConfig {
             timeout,
             idempotent: self.idempotent,
             audit_arguments: self.audit_arguments,
+            title: self.title.clone().unwrap_or_default(),
+            read_only: self.read_only,
+            destructive: self.destructive,
+            open_world: self.open_world,
         })
     }
 
@@ -371,7 +393,9 @@ impl ToolConfig {
             }
             (None, None) => return Err("backend: needs one of http or command".into()),
         };
-        Ok(Tool::new(self.descriptor()?, backend).with_max_output_bytes(max_output))
+        Ok(Tool::new(self.descriptor()?, backend)
+            .with_max_output_bytes(max_output)
+            .with_config(self.config.clone()))
     }
 }
 

@@ -2,11 +2,14 @@
 //! who made it, and which call it is.
 //!
 //! Every backend passes it on: HTTP tools get headers
-//! ([`CALLER_HEADER`], [`INVOCATION_ID_HEADER`], and W3C `traceparent` and
-//! `tracestate`), commands get environment variables ([`CALLER_ENV`],
-//! [`INVOCATION_ID_ENV`], `TRACEPARENT`, `TRACESTATE`), Rust tools get the
+//! ([`CALLER_HEADER`], [`INVOCATION_ID_HEADER`], [`CONFIG_HEADER`], and W3C
+//! `traceparent` and `tracestate`), commands get environment variables
+//! ([`CALLER_ENV`], [`INVOCATION_ID_ENV`], [`CONFIG_ENV`] and
+//! [`config_env`]'s, `TRACEPARENT`, `TRACESTATE`), Rust tools get the
 //! struct ([`crate::sdk::tool_with_context`]) and run inside the call's
-//! `execute_tool` span, so their own spans join the trace.
+//! `execute_tool` span, so their own spans join the trace. The tool's
+//! `config` goes to its backend only: the registry and the LLM never see
+//! it.
 
 use toolmesh_telemetry::shown::Quoted;
 
@@ -19,6 +22,57 @@ pub const CALLER_ENV: &str = "TOOLMESH_CALLER";
 /// The environment variable carrying the invocation id (empty when there is
 /// none).
 pub const INVOCATION_ID_ENV: &str = "TOOLMESH_INVOCATION_ID";
+
+/// The HTTP header carrying the tool's `config` (compact JSON, every
+/// non-ASCII character escaped as `\uXXXX`; left out when it is empty).
+pub const CONFIG_HEADER: &str = "x-toolmesh-config";
+/// The environment variable carrying the tool's `config` as a JSON object
+/// (`{}` when it is empty); each scalar entry also comes as
+/// `TOOLMESH_CONFIG_<KEY>` ([`config_env`]).
+pub const CONFIG_ENV: &str = "TOOLMESH_CONFIG";
+
+/// The tool's configuration as a backend gets it: the `config` of its entry
+/// in the sidecar YAML (or [`crate::sdk::ToolBuilder::config`]), the same on
+/// every call, never shown to the LLM.
+pub type ToolSettings = std::sync::Arc<serde_json::Map<String, serde_json::Value>>;
+
+/// The environment variables a command backend gets for `config`: the whole
+/// object as [`CONFIG_ENV`], and each string, number or boolean entry as
+/// `TOOLMESH_CONFIG_<KEY>` (the key upper-cased; strings as they are,
+/// numbers and booleans as JSON).
+pub fn config_env(config: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, String)> {
+    let mut env = vec![(
+        CONFIG_ENV.to_owned(),
+        serde_json::Value::Object(config.clone()).to_string(),
+    )];
+    for (key, value) in config {
+        let text = match value {
+            serde_json::Value::String(text) => text.clone(),
+            serde_json::Value::Number(_) | serde_json::Value::Bool(_) => value.to_string(),
+            _ => continue,
+        };
+        env.push((format!("{CONFIG_ENV}_{}", key.to_ascii_uppercase()), text));
+    }
+    env
+}
+
+/// `config` as the value of [`CONFIG_HEADER`]: compact JSON with every
+/// non-ASCII character escaped, so any header parser takes it unchanged.
+pub fn config_header(config: &serde_json::Map<String, serde_json::Value>) -> String {
+    let json = serde_json::Value::Object(config.clone()).to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0_u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
 
 /// Longest caller or invocation id a tool is given, in bytes.
 pub const MAX_ID_BYTES: usize = 1024;
@@ -39,6 +93,9 @@ pub struct CallContext {
     /// The call's W3C trace context, to pass on to the backend: the
     /// sidecar's span's when traces are exported, else the registry's.
     pub trace: toolmesh_telemetry::TraceContext,
+    /// The tool's configuration (its `config` in the sidecar YAML), the
+    /// same on every call; empty when it has none.
+    pub config: ToolSettings,
 }
 
 /// Why a call's context cannot be given to a tool.
@@ -61,7 +118,15 @@ impl CallContext {
             caller: caller.into(),
             invocation_id: invocation_id.into(),
             trace: toolmesh_telemetry::TraceContext::default(),
+            config: ToolSettings::default(),
         }
+    }
+
+    /// The same call, for a tool configured with `config`.
+    #[must_use]
+    pub fn with_config(mut self, config: ToolSettings) -> Self {
+        self.config = config;
+        self
     }
 
     /// The same call, in the trace `trace` names.

@@ -122,7 +122,7 @@ impl Runtime {
         spans::set(&span, "gen_ai.tool.name", name.clone());
         spans::set(&span, "gen_ai.tool.call.id", context.invocation_id.clone());
         let trace = context.trace.onward(&span);
-        let context = context.in_trace(trace);
+        let context = context.in_trace(trace).with_config(tool.config().clone());
         // Every backend gets `{}` for a call with no arguments, as the
         // registry sends it.
         let arguments_json = toolmesh_proto::rules::arguments(arguments_json);

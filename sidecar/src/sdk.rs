@@ -185,6 +185,7 @@ where
             types: PhantomData,
         }),
         max_output_bytes: None,
+        config: serde_json::Map::new(),
     }
 }
 
@@ -194,6 +195,7 @@ pub struct ToolBuilder {
     descriptor: pb::ToolDescriptor,
     backend: Arc<dyn Backend>,
     max_output_bytes: Option<usize>,
+    config: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ToolBuilder {
@@ -226,9 +228,41 @@ impl ToolBuilder {
         self
     }
 
-    /// Whether running twice equals running once.
+    /// Whether running twice equals running once (MCP's `idempotentHint`).
     pub fn idempotent(mut self, idempotent: bool) -> Self {
         self.descriptor.idempotent = idempotent;
+        self
+    }
+
+    /// A short human-readable name, e.g. `"Word count"`.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.descriptor.title = title.into();
+        self
+    }
+
+    /// Hint: the tool does not modify its environment.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.descriptor.read_only = Some(read_only);
+        self
+    }
+
+    /// Hint: a modifying tool may destroy or overwrite.
+    pub fn destructive(mut self, destructive: bool) -> Self {
+        self.descriptor.destructive = Some(destructive);
+        self
+    }
+
+    /// Hint: the tool reaches an open world of entities (the web, email).
+    pub fn open_world(mut self, open_world: bool) -> Self {
+        self.descriptor.open_world = Some(open_world);
+        self
+    }
+
+    /// A setting the handler reads from its context with every call
+    /// ([`CallContext::config`](crate::CallContext)), never announced: one
+    /// handler can serve several tools that differ by it.
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) -> Self {
+        self.config.insert(key.into(), value.into());
         self
     }
 
@@ -256,7 +290,7 @@ impl ToolBuilder {
 
     /// The tool. Its name is checked when it is served.
     pub fn build(self) -> Tool {
-        let tool = Tool::new(self.descriptor, self.backend);
+        let tool = Tool::new(self.descriptor, self.backend).with_config(self.config);
         match self.max_output_bytes {
             Some(max) => tool.with_max_output_bytes(max),
             None => tool,

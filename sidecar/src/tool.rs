@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 use toolmesh_proto::pb;
 
-use crate::context::{CallContext, InvalidCallContext};
+use crate::context::{CallContext, InvalidCallContext, ToolSettings};
 
 /// Default cap on the size of a tool's result, in bytes (4 MiB).
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
@@ -18,6 +18,7 @@ pub struct Tool {
     descriptor: pb::ToolDescriptor,
     backend: Arc<dyn Backend>,
     max_output_bytes: usize,
+    config: ToolSettings,
 }
 
 impl Tool {
@@ -28,7 +29,22 @@ impl Tool {
             descriptor,
             backend,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            config: ToolSettings::default(),
         }
+    }
+
+    /// Sets the configuration given to the backend with every call
+    /// ([`CallContext::config`]): one backend can serve several tools
+    /// that differ by it. Never announced.
+    #[must_use]
+    pub fn with_config(mut self, config: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.config = Arc::new(config);
+        self
+    }
+
+    /// The configuration given to the backend with every call.
+    pub fn config(&self) -> &ToolSettings {
+        &self.config
     }
 
     /// Sets the largest result (in bytes) this tool may return; larger

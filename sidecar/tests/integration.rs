@@ -24,5 +24,7 @@ mod metrics;
 mod mistakes;
 #[path = "integration/sdk.rs"]
 mod sdk;
+#[path = "integration/tool_config.rs"]
+mod tool_config;
 #[path = "integration/withdraw.rs"]
 mod withdraw;

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV};
+use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV, config_env};
 use crate::tool::{Backend, BackendError, Outcome};
 use toolmesh_telemetry::propagation::{TRACEPARENT_ENV, TRACESTATE_ENV};
 
@@ -123,6 +123,7 @@ impl Backend for CommandBackend {
             .envs(&self.env)
             .env(CALLER_ENV, &context.caller)
             .env(INVOCATION_ID_ENV, &context.invocation_id)
+            .envs(config_env(&context.config))
             .env_remove(TRACEPARENT_ENV)
             .env_remove(TRACESTATE_ENV)
             .envs(context.trace.env())

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use toolmesh_telemetry::spans;
 use tracing::Instrument as _;
 
-use crate::context::{CALLER_HEADER, CallContext, INVOCATION_ID_HEADER};
+use crate::context::{
+    CALLER_HEADER, CONFIG_HEADER, CallContext, INVOCATION_ID_HEADER, config_header,
+};
 use crate::tool::{Backend, BackendError, Outcome};
 
 /// POSTs the arguments to a URL.
@@ -75,6 +77,13 @@ impl HttpBackend {
                     .map_err(|e| BackendError::Internal(format!("{name}: {e}")))?;
                 headers.insert(name, value);
             }
+        }
+        let name = HeaderName::from_static(CONFIG_HEADER);
+        headers.remove(&name);
+        if !context.config.is_empty() {
+            let value = HeaderValue::from_str(&config_header(&context.config))
+                .map_err(|e| BackendError::Internal(format!("{name}: {e}")))?;
+            headers.insert(name, value);
         }
         Ok(headers)
     }

@@ -101,6 +101,18 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("tools[].timeout", DURATION),
     ("tools[].idempotent", "true or false"),
+    (
+        "tools[].title",
+        "a short name for people, on one line, e.g. Word count",
+    ),
+    ("tools[].read_only", "true or false"),
+    ("tools[].destructive", "true or false"),
+    ("tools[].open_world", "true or false"),
+    (
+        "tools[].config",
+        "a mapping of settings for the backend, keys of letters, digits and _, e.g. {style: pun, max_words: 50}",
+    ),
+    ("tools[].config.*", "any YAML value, e.g. pun"),
     ("tools[].audit_arguments", "true or false"),
     (
         "tools[].max_output_bytes",

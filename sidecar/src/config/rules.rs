@@ -12,7 +12,9 @@ use toolmesh_proto::listen::ListenAddr;
 use super::key::KeyPath;
 use super::problem::Problem;
 use super::{SidecarConfig, ToolConfig};
-use crate::context::{CALLER_ENV, CALLER_HEADER, INVOCATION_ID_ENV, INVOCATION_ID_HEADER};
+use crate::context::{
+    CALLER_ENV, CALLER_HEADER, CONFIG_ENV, CONFIG_HEADER, INVOCATION_ID_ENV, INVOCATION_ID_HEADER,
+};
 use crate::tool::validate_tool_name;
 use crate::{arguments, schema};
 
@@ -93,10 +95,61 @@ fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
     {
         return Err(Problem::found(at.key("timeout"), "0s"));
     }
+    if let Some(title) = &tool.title
+        && (title.len() > MAX_TITLE_BYTES || title.contains(char::is_control))
+    {
+        return Err(Problem::new(
+            at.key("title"),
+            format!("must be at most {MAX_TITLE_BYTES} bytes, on one line"),
+        ));
+    }
+    check_config(&tool.config, &at.key("config"))?;
     if tool.max_output_bytes == Some(0) {
         return Err(Problem::found(at.key("max_output_bytes"), 0));
     }
     check_backend(tool, &at.key("backend"))
+}
+
+/// Longest tool title, as the registry accepts it.
+const MAX_TITLE_BYTES: usize = 256;
+/// Largest `config` of one tool, as JSON: it travels in a header.
+const MAX_CONFIG_BYTES: usize = 4096;
+/// Longest `config` key.
+const MAX_CONFIG_KEY: usize = 64;
+
+/// A tool's `config`: keys that make environment variable names, no two
+/// the same once upper-cased, and small enough for an HTTP header.
+fn check_config(config: &serde_json::Map<String, Value>, at: &KeyPath) -> Result<(), Problem> {
+    let mut upper = HashMap::new();
+    for key in config.keys() {
+        let valid = key.len() <= MAX_CONFIG_KEY
+            && key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(Problem::new(
+                at.key(key),
+                format!(
+                    "{key:?} is not a config key: 1 to {MAX_CONFIG_KEY} letters, digits or '_', not starting with a digit (it names the environment variable TOOLMESH_CONFIG_<KEY>)"
+                ),
+            ));
+        }
+        if let Some(other) = upper.insert(key.to_ascii_uppercase(), key) {
+            return Err(Problem::new(
+                at.key(key),
+                format!("{key:?} and {other:?} name the same environment variable; rename one"),
+            ));
+        }
+    }
+    let size = crate::context::config_header(config).len();
+    if size > MAX_CONFIG_BYTES {
+        return Err(Problem::new(
+            at.clone(),
+            format!(
+                "{size} bytes as JSON, more than {MAX_CONFIG_BYTES}: pass large settings as a file the backend reads"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_schema(schema: &Value, at: &KeyPath) -> Result<(), Problem> {
@@ -143,7 +196,7 @@ fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
                         format!("{name:?} is not a valid header name"),
                     ));
                 }
-                if [CALLER_HEADER, INVOCATION_ID_HEADER]
+                if [CALLER_HEADER, INVOCATION_ID_HEADER, CONFIG_HEADER]
                     .iter()
                     .any(|own| name.eq_ignore_ascii_case(own))
                 {
@@ -162,10 +215,10 @@ fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
             }
             Some(_) => {
                 let env = backend.env.iter().flatten();
-                match env
-                    .map(|(name, _)| name)
-                    .find(|name| [CALLER_ENV, INVOCATION_ID_ENV].contains(&name.as_str()))
-                {
+                match env.map(|(name, _)| name).find(|name| {
+                    [CALLER_ENV, INVOCATION_ID_ENV, CONFIG_ENV].contains(&name.as_str())
+                        || name.starts_with(&format!("{CONFIG_ENV}_"))
+                }) {
                     Some(name) => Err(Problem::new(at.key("env").key(name.clone()), SET_PER_CALL)),
                     None => Ok(()),
                 }
@@ -175,8 +228,7 @@ fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
 }
 
 /// Why the YAML may not set the caller's or invocation's header or variable.
-const SET_PER_CALL: &str =
-    "the sidecar sets it for each call, to the registry's caller and invocation id; remove it";
+const SET_PER_CALL: &str = "the sidecar sets it for each call (the registry's caller and invocation id, the tool's config); remove it, and put settings under the tool's config";
 
 /// `url` parsed, if it is an `http://` or `https://` URL.
 pub(super) fn http_url(url: &str) -> Result<reqwest::Url, String> {

@@ -201,7 +201,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
     for (body, expected) in [
         (
             format!("    timout: 2s\n{CMD}"),
-            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
+            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
         ),
         (
             "    backend: {comand: [echo]}\n".into(),
@@ -273,7 +273,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             format!("    per_caller_ratelimit: {{rate: 1}}\n{CMD}"),
-            "line 4, column 5: tools[0].per_caller_ratelimit: unknown key, did you mean per_caller_rate_limit? (allowed here: name, description, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
+            "line 4, column 5: tools[0].per_caller_ratelimit: unknown key, did you mean per_caller_rate_limit? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
         ),
         (
             format!("    audit_arguments: yes\n{CMD}"),
@@ -285,12 +285,12 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             "    backend: {command: [env], env: {TOOLMESH_CALLER: root}}\n".into(),
-            "line 4, column 54: tools[0].backend.env.TOOLMESH_CALLER: the sidecar sets it for each call, to the registry's caller and invocation id; remove it",
+            "line 4, column 54: tools[0].backend.env.TOOLMESH_CALLER: the sidecar sets it for each call (the registry's caller and invocation id, the tool's config); remove it, and put settings under the tool's config",
         ),
         (
             "    backend: {http: {url: 'http://x', headers: {X-Toolmesh-Invocation-Id: i}}}\n"
                 .into(),
-            "line 4, column 75: tools[0].backend.http.headers.X-Toolmesh-Invocation-Id: the sidecar sets it for each call, to the registry's caller and invocation id; remove it",
+            "line 4, column 75: tools[0].backend.http.headers.X-Toolmesh-Invocation-Id: the sidecar sets it for each call (the registry's caller and invocation id, the tool's config); remove it, and put settings under the tool's config",
         ),
         (
             format!("    max_output_bytes: 0\n{CMD}"),
@@ -361,6 +361,26 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
                 "    arguments: [{{name: a, type: string}}, {{name: a, type: integer}}]\n{CMD}"
             ),
             "line 4, column 49: tools[0].arguments[1].name: \"a\" is already the name of arguments[0]; each argument needs a name of its own",
+        ),
+        (
+            format!("    config: {{style: pun, 2fast: x}}\n{CMD}"),
+            "line 4, column 33: tools[0].config.2fast: \"2fast\" is not a config key: 1 to 64 letters, digits or '_', not starting with a digit (it names the environment variable TOOLMESH_CONFIG_<KEY>)",
+        ),
+        (
+            format!("    config: {{style: pun, STYLE: joke}}\n{CMD}"),
+            "line 4, column 21: tools[0].config.style: \"style\" and \"STYLE\" name the same environment variable; rename one",
+        ),
+        (
+            "    backend: {command: [env], env: {TOOLMESH_CONFIG_STYLE: pun}}\n".into(),
+            "line 4, column 60: tools[0].backend.env.TOOLMESH_CONFIG_STYLE: the sidecar sets it for each call (the registry's caller and invocation id, the tool's config); remove it, and put settings under the tool's config",
+        ),
+        (
+            "    backend: {http: {url: 'http://x', headers: {x-toolmesh-config: '{}'}}}\n".into(),
+            "line 4, column 68: tools[0].backend.http.headers.x-toolmesh-config: the sidecar sets it for each call (the registry's caller and invocation id, the tool's config); remove it, and put settings under the tool's config",
+        ),
+        (
+            format!("    title: \"two\\nlines\"\n{CMD}"),
+            "line 4, column 12: tools[0].title: must be at most 256 bytes, on one line",
         ),
         (
             format!("    arguments: [{{name: ids, type: array, items: {{type: integr}}}}]\n{CMD}"),
