@@ -161,6 +161,9 @@ struct Compiled {
     validator: Arc<ArgumentValidator>,
     /// Built on the first audited call.
     redactor: std::sync::OnceLock<Arc<Redactor>>,
+    /// The output schema, compiled on the first result to check (`None`:
+    /// the tool declares none).
+    output: std::sync::OnceLock<Option<Arc<ArgumentValidator>>>,
 }
 
 /// The catalog: checks announces, holds compiled schemas, delegates state to
@@ -332,6 +335,7 @@ impl Catalog {
                 descriptor: descriptor.clone(),
                 validator,
                 redactor: std::sync::OnceLock::new(),
+                output: std::sync::OnceLock::new(),
             },
         );
     }
@@ -347,6 +351,22 @@ impl Catalog {
         match self.validators.get(tool.name()) {
             Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
                 entry.redactor.get_or_init(build).clone()
+            }
+            _ => build(),
+        }
+    }
+
+    /// The compiled output schema of `tool`, if it declares one: compiled
+    /// once per descriptor (the announce checked that it compiles).
+    pub fn output_validator(&self, tool: &ToolState) -> Option<Arc<ArgumentValidator>> {
+        let text = &tool.descriptor.output_schema_json;
+        if text.trim().is_empty() {
+            return None;
+        }
+        let build = || validate::compile(text).ok().map(Arc::new);
+        match self.validators.get(tool.name()) {
+            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
+                entry.output.get_or_init(build).clone()
             }
             _ => build(),
         }

@@ -10,7 +10,7 @@ use toolmesh_proto::{
 };
 use toolmesh_telemetry::{
     TraceContext,
-    shown::{QUOTED_MAX, clip},
+    shown::{Clipped, QUOTED_MAX, Quoted, clip},
     spans,
 };
 use tracing::Instrument as _;
@@ -270,15 +270,59 @@ impl Invoker {
         if let Some(instance) = &attempted.last_instance {
             spans::set(&span, "toolmesh.instance", instance.clone());
         }
+        let result = match attempted.result {
+            Ok(response) if !response.is_error => Ok(self.conform(&tool, response)),
+            other => other,
+        };
         if let Some(ticket) = ticket {
             if attempted.reached {
-                ticket.complete(stored(&attempted.result)).await;
+                ticket.complete(stored(&result)).await;
             } else {
                 // Provably never ran: a repeat may run it.
                 ticket.release().await;
             }
         }
-        attempted.result
+        result
+    }
+
+    /// `response` if its result matches the tool's output schema (or the
+    /// tool declares none); else an error result naming each mismatch, so
+    /// that a result breaking its contract never reaches the agent as if
+    /// it were valid.
+    fn conform(&self, tool: &ToolState, response: InvokeResponse) -> InvokeResponse {
+        let Some(validator) = self.catalog.output_validator(tool) else {
+            return response;
+        };
+        let violations = match serde_json::from_str(&response.result_json) {
+            Ok(result) => match validator.check(&result) {
+                Ok(()) => return response,
+                Err(violations) => violations,
+            },
+            Err(error) => vec![crate::error::Violation {
+                pointer: String::new(),
+                message: format!("not JSON: {error}"),
+            }],
+        };
+        self.metrics.nonconforming(tool.name());
+        tracing::warn!(
+            tool = %Quoted(tool.name()),
+            instance = %Quoted(&response.instance_id),
+            violations = violations.len(),
+            first = %Clipped(violations.first().map_or("", |v| v.message.as_str())),
+            "a result does not match the tool's output schema; the agent gets an error result"
+        );
+        let error = serde_json::json!({
+            "error": format!("the tool's result does not match its output schema, so it is withheld ({} violations)", violations.len()),
+            "violations": violations
+                .iter()
+                .map(|v| serde_json::json!({"field": v.pointer, "description": v.message}))
+                .collect::<Vec<_>>(),
+        });
+        InvokeResponse {
+            result_json: error.to_string(),
+            is_error: true,
+            ..response
+        }
     }
 
     /// Claims `key` for this call, waiting (within the deadline) for an

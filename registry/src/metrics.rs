@@ -195,6 +195,7 @@ pub struct Metrics {
     hedges: Family<ToolOnly, Counter>,
     ejections: Counter,
     replays: Family<ToolOnly, Counter>,
+    nonconforming: Family<ToolOnly, Counter>,
     redis_duration: Histograms<Op>,
     redis_errors: Family<Op, Counter>,
     redis_circuit_open: Gauge,
@@ -235,6 +236,7 @@ impl Metrics {
             hedges: Family::default(),
             ejections: Counter::default(),
             replays: Family::default(),
+            nonconforming: Family::default(),
             redis_duration: Family::new_with_constructor(latency),
             redis_errors: Family::default(),
             redis_circuit_open: Gauge::default(),
@@ -266,6 +268,11 @@ impl Metrics {
             "toolmesh_validation_failures",
             "Calls refused for their arguments: schema or malformed",
             Always(metrics.validation.clone()),
+        );
+        r.register(
+            "toolmesh_nonconforming_results",
+            "Results that did not match their tool's output schema (the agent got an error result instead)",
+            Always(metrics.nonconforming.clone()),
         );
         r.register(
             "toolmesh_announces",
@@ -409,6 +416,15 @@ impl Metrics {
     /// An instance left rotation as an outlier.
     pub fn ejected(&self) {
         self.ejections.inc();
+    }
+
+    /// A result of `tool` did not match its output schema.
+    pub fn nonconforming(&self, tool: &str) {
+        self.nonconforming
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
     }
 
     /// A call of `tool` was answered from its idempotency key.

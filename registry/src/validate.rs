@@ -22,6 +22,8 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 #[derive(Debug)]
 pub struct ArgumentValidator {
     validator: Validator,
+    /// The schema as written, to name what a violated keyword allows.
+    schema: Value,
 }
 
 /// Compiles `schema_json`; an empty text means "any JSON object".
@@ -41,7 +43,7 @@ pub fn compile(schema_json: &str) -> Result<ArgumentValidator, String> {
         .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT))
         .build(&schema)
         .map_err(|e| e.to_string())?;
-    Ok(ArgumentValidator { validator })
+    Ok(ArgumentValidator { validator, schema })
 }
 
 /// Parses `arguments_json` (empty means `{}`), bounded by `max_bytes`. An
@@ -88,20 +90,14 @@ impl ArgumentValidator {
         let violations: Vec<Violation> = self
             .validator
             .iter_errors(arguments)
-            .take(MAX_VIOLATIONS)
-            .map(|error| {
-                let mut pointer = error.instance_path().as_str().to_owned();
-                if let ValidationErrorKind::Required { property } = error.kind()
-                    && let Some(name) = property.as_str()
-                {
-                    pointer.push('/');
-                    pointer.push_str(&escape_pointer_token(name));
-                }
-                Violation {
-                    pointer,
-                    message: error.to_string(),
-                }
+            .flat_map(|error| self.violations(&error, arguments))
+            .scan(std::collections::HashSet::new(), |seen, violation| {
+                // One error per extra property can name them all.
+                let fresh = seen.insert((violation.pointer.clone(), violation.message.clone()));
+                Some(fresh.then_some(violation))
             })
+            .flatten()
+            .take(MAX_VIOLATIONS)
             .collect();
         if violations.is_empty() {
             // is_valid and iter_errors disagreeing would be a validator bug;
@@ -112,6 +108,135 @@ impl ArgumentValidator {
             }]);
         }
         Err(violations)
+    }
+}
+
+impl ArgumentValidator {
+    /// What `error` asks to fix, each at the value to change: a missing
+    /// property at where it belongs, an unexpected one at itself (one
+    /// violation each), with what the schema allows there.
+    fn violations(
+        &self,
+        error: &jsonschema::ValidationError<'_>,
+        arguments: &Value,
+    ) -> Vec<Violation> {
+        let at = error.instance_path().as_str();
+        let child = |name: &str| format!("{at}/{}", escape_pointer_token(name));
+        let keyword = error.schema_path().as_str();
+        match error.kind() {
+            // `additionalProperties: false` on an object with no
+            // `properties` is reported as a false schema at the object:
+            // name the properties it has.
+            ValidationErrorKind::FalseSchema
+                if keyword.ends_with("/additionalProperties")
+                    && let Some(object) = arguments.pointer(at).and_then(Value::as_object)
+                    && self.declares_nothing(keyword) =>
+            {
+                let allowed = self.allowed_properties(keyword);
+                object
+                    .keys()
+                    .map(|name| Violation {
+                        pointer: child(name),
+                        message: format!(
+                            "unexpected property {}: {allowed}",
+                            Value::String(name.clone())
+                        ),
+                    })
+                    .collect()
+            }
+            ValidationErrorKind::Required { property } if property.is_string() => {
+                let name = property.as_str().unwrap_or_default();
+                vec![Violation {
+                    pointer: child(name),
+                    message: format!("{property} is a required property"),
+                }]
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected }
+            | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+                let allowed = self.allowed_properties(error.schema_path().as_str());
+                unexpected
+                    .iter()
+                    .map(|name| Violation {
+                        pointer: child(name),
+                        message: format!(
+                            "unexpected property {}: {allowed}",
+                            Value::String(name.clone())
+                        ),
+                    })
+                    .collect()
+            }
+            ValidationErrorKind::Constant { expected_value } => vec![Violation {
+                pointer: at.to_owned(),
+                message: format!(
+                    "{} is not allowed: the only allowed value is {expected_value}",
+                    error.instance()
+                ),
+            }],
+            ValidationErrorKind::Pattern { pattern } => vec![Violation {
+                pointer: at.to_owned(),
+                message: format!(
+                    "{} does not match the pattern {} (a regular expression)",
+                    error.instance(),
+                    Value::String(pattern.clone())
+                ),
+            }],
+            _ => vec![Violation {
+                pointer: at.to_owned(),
+                message: error.to_string(),
+            }],
+        }
+    }
+
+    /// Whether the object schema owning `keyword_path` declares no
+    /// properties at all (so every property it is given is unexpected).
+    fn declares_nothing(&self, keyword_path: &str) -> bool {
+        let object = keyword_path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| self.schema.pointer(parent));
+        object.is_some_and(|o| {
+            ["properties", "patternProperties"].iter().all(|k| {
+                o.get(k)
+                    .and_then(Value::as_object)
+                    .is_none_or(serde_json::Map::is_empty)
+            })
+        })
+    }
+
+    /// The properties an object may have, read from the schema that
+    /// refused one (`keyword_path` points at its `additionalProperties` or
+    /// `unevaluatedProperties`); a general hint when it cannot be read
+    /// (through a `$ref`).
+    fn allowed_properties(&self, keyword_path: &str) -> String {
+        let object = keyword_path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| self.schema.pointer(parent));
+        let names: Vec<String> = object
+            .and_then(|o| o.get("properties"))
+            .and_then(Value::as_object)
+            .map(|p| {
+                p.keys()
+                    .map(|k| Value::String(k.clone()).to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let patterns = object
+            .and_then(|o| o.get("patternProperties"))
+            .and_then(Value::as_object)
+            .is_some_and(|p| !p.is_empty());
+        match (names.is_empty(), patterns) {
+            (true, false) if object.is_some() => {
+                "this object takes no properties; remove it".into()
+            }
+            (true, _) => "not allowed here; remove it".into(),
+            (false, false) => format!(
+                "not allowed here; the allowed properties are {}",
+                names.join(", ")
+            ),
+            (false, true) => format!(
+                "not allowed here; the allowed properties are {} and names matching the schema's patternProperties",
+                names.join(", ")
+            ),
+        }
     }
 }
 
@@ -152,6 +277,82 @@ mod tests {
         assert!(pointers.contains(&"/text"), "{errors:?}");
         assert!(pointers.contains(&"/n"), "{errors:?}");
         assert!(pointers.contains(&"/items/1"), "{errors:?}");
+    }
+
+    #[test]
+    fn each_violation_points_at_the_value_to_fix_and_says_what_is_allowed() {
+        let validator = compile(
+            r#"{"type":"object","properties":{
+                "a":{"type":"string","enum":["x","y"]},
+                "p":{"type":"string","pattern":"^[0-9]+$"},
+                "n":{"type":"integer","maximum":5},
+                "c":{"const":3},
+                "o":{"type":"object","properties":{"q":{"type":"string"}},"additionalProperties":false},
+                "e":{"type":"object","additionalProperties":false}
+            },"required":["r"],"additionalProperties":false}"#,
+        )
+        .unwrap();
+        let args = json!({"a":"z","p":"abc","n":7,"c":4,"o":{"zz":1},"e":{"k":1,"j":2},"extra":1,"more~/":2});
+        let mut found: Vec<(String, String)> = validator
+            .check(&args)
+            .unwrap_err()
+            .into_iter()
+            .map(|v| (v.pointer, v.message))
+            .collect();
+        found.sort();
+        let allowed =
+            r#"not allowed here; the allowed properties are "a", "c", "e", "n", "o", "p""#;
+        let expected: Vec<(String, String)> = [
+            ("/a", r#""z" is not one of "x" or "y""#),
+            ("/c", "4 is not allowed: the only allowed value is 3"),
+            (
+                "/e/j",
+                r#"unexpected property "j": this object takes no properties; remove it"#,
+            ),
+            (
+                "/e/k",
+                r#"unexpected property "k": this object takes no properties; remove it"#,
+            ),
+            (
+                "/extra",
+                &format!(r#"unexpected property "extra": {allowed}"#),
+            ),
+            (
+                "/more~0~1",
+                &format!(r#"unexpected property "more~/": {allowed}"#),
+            ),
+            ("/n", "7 is greater than the maximum of 5"),
+            (
+                "/o/zz",
+                r#"unexpected property "zz": not allowed here; the allowed properties are "q""#,
+            ),
+            (
+                "/p",
+                r#""abc" does not match the pattern "^[0-9]+$" (a regular expression)"#,
+            ),
+            ("/r", r#""r" is a required property"#),
+        ]
+        .into_iter()
+        .map(|(p, m)| (p.to_owned(), m.to_owned()))
+        .collect();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn an_unexpected_property_under_a_ref_still_points_at_itself() {
+        let validator = compile(
+            r##"{"$defs":{"o":{"type":"object","properties":{"q":{}},"additionalProperties":false}},
+                "type":"object","properties":{"o":{"$ref":"#/$defs/o"}}}"##,
+        )
+        .unwrap();
+        let violations = validator.check(&json!({"o":{"z":1}})).unwrap_err();
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].pointer, "/o/z");
+        assert!(
+            violations[0]
+                .message
+                .starts_with(r#"unexpected property "z""#)
+        );
     }
 
     #[test]

@@ -106,7 +106,8 @@ pub struct ToolConfig {
     /// JSON Schema of the arguments (exclusive with `arguments`).
     #[serde(default)]
     pub input_schema: Option<Value>,
-    /// JSON Schema of a successful result (informational).
+    /// JSON Schema of a successful result; the registry withholds a result
+    /// that does not match it (the agent gets an error result instead).
     #[serde(default)]
     pub output_schema: Option<Value>,
     /// Free-form version, e.g. `1.2.0`.

@@ -792,3 +792,74 @@ async fn the_dashboard_reads_only_exported_metrics() {
         missing.join("\n  ")
     );
 }
+
+/// A result that breaks its tool's output schema never reaches the agent as
+/// if it were valid: it gets an error result naming each mismatch at its
+/// field, and the registry counts it. A conforming result passes untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_that_breaks_its_output_schema_is_withheld_and_counted() {
+    let Some((_registry, addr, admin)) = registry(&[]).await else {
+        return;
+    };
+    let tools = command_tools(
+        r#"
+tools:
+  - name: shaped
+    description: Answers with its arguments; a result needs a whole number n
+    output_schema: {type: object, properties: {n: {type: integer}}, required: [n]}
+    backend: {command: [cat]}
+"#,
+    );
+    let _sidecar = TestSidecar::start(&format!("http://{addr}"), "shaper", tools).await;
+    let mut client = ToolRegistryClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "the tool is live", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_tool(pb::GetToolRequest {
+                    name: "shaped".into(),
+                })
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    let mut run = async |arguments: &str| {
+        client
+            .invoke(invoke("shaped", arguments))
+            .await
+            .unwrap()
+            .into_inner()
+    };
+    let before = Scrape::of(admin).await;
+
+    let fine = run(r#"{"n": 3}"#).await;
+    assert!(!fine.is_error, "{fine:?}");
+    assert_eq!(fine.result_json.trim(), r#"{"n": 3}"#);
+
+    for (arguments, description) in [
+        (r#"{"n": "three"}"#, r#""three" is not of type "integer""#),
+        ("{}", r#""n" is a required property"#),
+    ] {
+        let withheld = run(arguments).await;
+        assert!(withheld.is_error, "{withheld:?}");
+        let answer: serde_json::Value = serde_json::from_str(&withheld.result_json).unwrap();
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .contains("does not match its output schema"),
+            "{answer}"
+        );
+        assert_eq!(
+            answer["violations"],
+            serde_json::json!([{"field": "/n", "description": description}])
+        );
+    }
+
+    let after = Scrape::of(admin).await;
+    let counted = |name: &str| delta(&before, &after, name, &[("tool", "shaped")]);
+    assert_eq!(counted("toolmesh_nonconforming_results_total"), 2.0);
+}
