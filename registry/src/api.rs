@@ -147,6 +147,65 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         )))
     }
 
+    async fn export_tools(
+        &self,
+        request: Request<pb::ExportToolsRequest>,
+    ) -> Result<Response<pb::ExportToolsResponse>, Status> {
+        let caller = self.caller(&request)?;
+        let request = request.into_inner();
+        let format = match pb::ExportFormat::try_from(request.format) {
+            Ok(pb::ExportFormat::Unspecified) | Err(_) => {
+                return Err(RegistryError::InvalidRequest {
+                    field: "format".into(),
+                    reason: "choose one: OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI or MCP"
+                        .into(),
+                }
+                .into());
+            }
+            Ok(format) => format,
+        };
+        let query = Query::new(&pb::ListToolsRequest {
+            tags: request.tags,
+            name_prefix: request.name_prefix,
+            ..Default::default()
+        })?;
+        let policy = self.access.policy();
+        let visible = |name: &str| allows(policy.as_deref(), &caller, name);
+        let mut issues = Vec::new();
+        let tools: Vec<_> = if request.names.is_empty() {
+            self.catalog
+                .list()
+                .into_iter()
+                .filter(|t| query.matches(t.name(), &t.descriptor.tags) && visible(t.name()))
+                .collect()
+        } else {
+            let mut found = Vec::with_capacity(request.names.len());
+            for name in &request.names {
+                match self.catalog.get(name) {
+                    Some(t) if query.matches(t.name(), &t.descriptor.tags) && visible(name) => {
+                        found.push(t);
+                    }
+                    _ => issues.push(pb::ExportIssue {
+                        tool: name.clone(),
+                        omitted: true,
+                        message: "no live tool of this name matches the request".into(),
+                    }),
+                }
+            }
+            found
+        };
+        let export = crate::export::export(
+            format,
+            tools.iter().map(|t| &*t.descriptor),
+            self.list_limit,
+        );
+        issues.extend(export.issues);
+        Ok(Response::new(pb::ExportToolsResponse {
+            tools_json: serde_json::Value::Array(export.tools).to_string(),
+            issues,
+        }))
+    }
+
     async fn get_tool(
         &self,
         request: Request<pb::GetToolRequest>,

@@ -55,6 +55,7 @@ pub mod connections;
 pub mod descriptor;
 pub mod endpoint_policy;
 pub mod error;
+pub mod export;
 pub mod idempotency;
 pub mod invoke;
 pub mod listing;

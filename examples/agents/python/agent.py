@@ -400,16 +400,18 @@ class ToolSpec:
             descriptor=d,
         )
 
-    def as_openai_tool(self) -> dict[str, Any]:
-        """This tool as an OpenAI function-calling definition."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.input_schema,
-            },
-        }
+
+
+EXPORT_FORMATS = ("openai_chat", "openai_responses", "anthropic", "gemini", "mcp")
+
+
+@dataclass(frozen=True)
+class ExportedTools:
+    """What ExportTools returned: the `tools` value for the LLM API, and one
+    (tool, omitted, message) per thing the format could not express."""
+
+    tools: list[Any]
+    issues: list[tuple[str, bool, str]]
 
 
 # --------------------------------------------------------------------------- client
@@ -519,9 +521,38 @@ class ToolmeshClient:
             raise self._failed(err, name) from None
         return ToolSpec.from_proto(tool)
 
+    def export_tools(
+        self,
+        format: str,
+        tags: list[str] | None = None,
+        names: list[str] | None = None,
+        timeout: float | None = None,
+    ) -> "ExportedTools":
+        """The live tools as an LLM API takes them in its `tools` parameter,
+        converted by the registry (ExportTools). `format` is one of
+        openai_chat, openai_responses, anthropic, gemini, mcp; `names`
+        picks tools (in that order). What the format cannot express is in
+        the result's `issues`, never silently changed."""
+        value = getattr(toolmesh_pb2, f"EXPORT_FORMAT_{format.upper()}", None)
+        if value is None or format.upper() == "UNSPECIFIED":
+            raise ValueError(f"unknown export format {format!r}: one of {', '.join(EXPORT_FORMATS)}")
+        try:
+            response = self._stub.ExportTools(
+                toolmesh_pb2.ExportToolsRequest(format=value, tags=tags or [], names=names or []),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        return ExportedTools(
+            tools=json.loads(response.tools_json),
+            issues=[(i.tool, i.omitted, i.message) for i in response.issues],
+        )
+
     def as_openai_tools(self, tags: list[str] | None = None) -> list[dict[str, Any]]:
-        """The live tools as OpenAI function-calling definitions (the `tools` parameter)."""
-        return [t.as_openai_tool() for t in self.list_tools(tags)]
+        """The live tools as OpenAI Chat Completions function definitions
+        (the `tools` parameter), as the registry exports them."""
+        return self.export_tools("openai_chat", tags).tools
 
     def invoke(
         self,
@@ -732,10 +763,10 @@ def main(argv: list[str] | None = None) -> int:
     with mesh:
         try:
             if opts.command == "list":
-                tools = mesh.list_tools(timeout=opts.timeout)
                 if opts.openai:
-                    print(json.dumps([t.as_openai_tool() for t in tools], indent=2))
+                    print(json.dumps(mesh.export_tools("openai_chat", timeout=opts.timeout).tools, indent=2))
                 else:
+                    tools = mesh.list_tools(timeout=opts.timeout)
                     for tool in tools:
                         limit = f", {tool.rate:g}/s burst {tool.burst}" if tool.rate else ""
                         print(f"{tool.name}: {tool.description} ({tool.instances} instance(s){limit})")

@@ -234,10 +234,24 @@ def test_openai_rendering(client: ToolmeshClient) -> None:
     rendered = {t["function"]["name"]: t for t in client.as_openai_tools()}
     wc = rendered["word_count"]
     assert wc["type"] == "function"
-    assert set(wc["function"]) == {"name", "description", "parameters"}
+    assert set(wc["function"]) == {"name", "description", "parameters", "strict"}
+    assert wc["function"]["strict"] is False
     assert wc["function"]["description"] == "Count the words in a text"
     assert wc["function"]["parameters"]["properties"]["text"]["type"] == "string"
     assert rendered["always_fails"]["function"]["parameters"]["type"] == "object"
+
+
+def test_export_formats(client: ToolmeshClient) -> None:
+    anthropic = client.export_tools("anthropic", names=["word_count"])
+    assert [t["name"] for t in anthropic.tools] == ["word_count"]
+    assert anthropic.tools[0]["input_schema"]["properties"]["text"]["type"] == "string"
+    gemini = client.export_tools("gemini", names=["word_count", "no_such_tool"])
+    assert [d["name"] for d in gemini.tools[0]["functionDeclarations"]] == ["word_count"]
+    assert ("no_such_tool", True, "no live tool of this name matches the request") in gemini.issues
+    mcp = client.export_tools("mcp")
+    assert "word_count" in {t["name"] for t in mcp.tools}
+    with pytest.raises(ValueError):
+        client.export_tools("cohere")
 
 
 def test_invoke_ok(client: ToolmeshClient) -> None:

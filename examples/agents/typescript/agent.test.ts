@@ -281,10 +281,31 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
     const rendered = new Map((await client.asOpenAITools()).map((t) => [t.function.name, t]));
     const wc = rendered.get('word_count')!;
     assert.equal(wc.type, 'function');
-    assert.deepEqual(Object.keys(wc.function).sort(), ['description', 'name', 'parameters']);
+    assert.deepEqual(Object.keys(wc.function).sort(), ['description', 'name', 'parameters', 'strict']);
+    assert.equal(wc.function.strict, false);
     assert.equal(wc.function.description, 'Count the words in a text');
     assert.equal((wc.function.parameters.properties as Record<string, { type: string }>).text.type, 'string');
     assert.equal(rendered.get('always_fails')!.function.parameters.type, 'object');
+  });
+
+  it('exports tools for every LLM API', async () => {
+    const anthropic = await client.exportTools('anthropic', { names: ['word_count'] });
+    assert.deepEqual(
+      (anthropic.tools as { name: string }[]).map((t) => t.name),
+      ['word_count'],
+    );
+    const gemini = await client.exportTools('gemini', { names: ['word_count', 'no_such_tool'] });
+    const declarations = (gemini.tools[0] as { functionDeclarations: { name: string }[] }).functionDeclarations;
+    assert.deepEqual(declarations.map((d) => d.name), ['word_count']);
+    assert.deepEqual(
+      gemini.issues.filter((i) => i.omitted),
+      [{ tool: 'no_such_tool', omitted: true, message: 'no live tool of this name matches the request' }],
+    );
+    // word_count is idempotent: a hint Gemini has no field for, said rather than dropped silently.
+    assert.ok(gemini.issues.some((i) => i.tool === 'word_count' && !i.omitted && i.message.includes('hints')));
+    const mcp = await client.exportTools('mcp');
+    assert.ok((mcp.tools as { name: string }[]).some((t) => t.name === 'word_count'));
+    await assert.rejects(client.exportTools('cohere' as never), RangeError);
   });
 
   it('invokes a tool', async () => {

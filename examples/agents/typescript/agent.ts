@@ -400,10 +400,29 @@ export interface ToolSpec {
   instances: number;
 }
 
-/** An OpenAI function-calling tool definition. */
+/** An OpenAI Chat Completions function definition, as ExportTools makes it. */
 export interface OpenAITool {
   type: 'function';
-  function: { name: string; description: string; parameters: Record<string, unknown> };
+  function: { name: string; description: string; parameters: Record<string, unknown>; strict: boolean };
+}
+
+/** The formats ExportTools speaks: the `tools` parameter of each LLM API. */
+export const EXPORT_FORMATS = ['openai_chat', 'openai_responses', 'anthropic', 'gemini', 'mcp'] as const;
+export type ExportFormatName = (typeof EXPORT_FORMATS)[number];
+
+/** One thing a format could not express about one tool. */
+export interface ExportIssue {
+  tool: string;
+  /** True if the tool is left out of `tools`. */
+  omitted: boolean;
+  message: string;
+}
+
+/** What ExportTools returned. */
+export interface ExportedTools {
+  /** The value of the LLM API's `tools` parameter. */
+  tools: unknown[];
+  issues: ExportIssue[];
 }
 
 function toSpec(tool: Tool__Output): ToolSpec {
@@ -421,14 +440,6 @@ function toSpec(tool: Tool__Output): ToolSpec {
     rate: d.rateLimit?.rate,
     burst: d.rateLimit?.burst,
     instances: tool.instances,
-  };
-}
-
-/** A tool as an OpenAI function-calling definition. */
-export function asOpenAITool(tool: ToolSpec): OpenAITool {
-  return {
-    type: 'function',
-    function: { name: tool.name, description: tool.description, parameters: tool.inputSchema },
   };
 }
 
@@ -522,9 +533,39 @@ export class ToolmeshClient {
     });
   }
 
-  /** The live tools as OpenAI function-calling definitions (the `tools` parameter). */
+  /**
+   * The live tools as an LLM API takes them in its `tools` parameter,
+   * converted by the registry (ExportTools); `names` picks tools, in that
+   * order. What the format cannot express is in `issues`, never silently
+   * changed.
+   */
+  exportTools(
+    format: ExportFormatName,
+    opts: { tags?: string[]; names?: string[]; timeoutMs?: number } = {},
+  ): Promise<ExportedTools> {
+    if (!EXPORT_FORMATS.includes(format)) {
+      return Promise.reject(new RangeError(`unknown export format ${JSON.stringify(format)}: one of ${EXPORT_FORMATS.join(', ')}`));
+    }
+    const request = {
+      format: `EXPORT_FORMAT_${format.toUpperCase()}` as `EXPORT_FORMAT_${Uppercase<ExportFormatName>}`,
+      tags: opts.tags ?? [],
+      names: opts.names ?? [],
+    };
+    return new Promise((resolve, reject) => {
+      this.stub.exportTools(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
+        err
+          ? reject(this.failed(err, ''))
+          : resolve({
+              tools: JSON.parse(response!.toolsJson) as unknown[],
+              issues: response!.issues.map((i) => ({ tool: i.tool, omitted: i.omitted, message: i.message })),
+            }),
+      );
+    });
+  }
+
+  /** The live tools as OpenAI Chat Completions function definitions, as the registry exports them. */
   async asOpenAITools(tags: string[] = []): Promise<OpenAITool[]> {
-    return (await this.listTools(tags)).map(asOpenAITool);
+    return (await this.exportTools('openai_chat', { tags })).tools as OpenAITool[];
   }
 
   /**
@@ -739,10 +780,11 @@ export async function main(argv: string[]): Promise<number> {
   }
   try {
     if (command.list) {
-      const tools = await mesh.listTools([], command.timeoutMs);
       if (command.list.openai) {
-        console.log(JSON.stringify(tools.map(asOpenAITool), null, 2));
+        const exported = await mesh.exportTools('openai_chat', { timeoutMs: command.timeoutMs });
+        console.log(JSON.stringify(exported.tools, null, 2));
       } else {
+        const tools = await mesh.listTools([], command.timeoutMs);
         for (const t of tools) {
           const limit = t.rate ? `, ${t.rate}/s burst ${t.burst}` : '';
           console.log(`${t.name}: ${t.description} (${t.instances} instance(s)${limit})`);

@@ -283,6 +283,33 @@ impl Authed {
         Ok(self.client.get_tool(request).await?.into_inner())
     }
 
+    /// The names `ExportTools` (MCP) exports, and the names it says it
+    /// left out.
+    async fn exported(
+        &mut self,
+        names: &[&str],
+    ) -> Result<(Vec<String>, Vec<String>), tonic::Status> {
+        let request = self.request(pb::ExportToolsRequest {
+            format: pb::ExportFormat::Mcp.into(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            ..Default::default()
+        });
+        let answer = self.client.export_tools(request).await?.into_inner();
+        let tools: Vec<serde_json::Value> = serde_json::from_str(&answer.tools_json).unwrap();
+        Ok((
+            tools
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned())
+                .collect(),
+            answer
+                .issues
+                .into_iter()
+                .filter(|i| i.omitted)
+                .map(|i| i.tool)
+                .collect(),
+        ))
+    }
+
     /// The names `WatchTools` shows up to `SYNCED`.
     async fn watched(&mut self) -> Result<Vec<String>, tonic::Status> {
         let request = self.request(pb::WatchToolsRequest {});
@@ -383,6 +410,21 @@ async fn only_valid_credentials_get_in_and_the_caller_reaches_the_tool() {
     assert_eq!(
         support.watched().await.expect("watch"),
         ["counted", "limited", "lookup"]
+    );
+    assert_eq!(
+        support.exported(&[]).await.expect("export"),
+        (
+            vec!["counted".into(), "limited".into(), "lookup".into()],
+            vec![]
+        )
+    );
+    assert_eq!(
+        support
+            .exported(&["billing.charge", "lookup"])
+            .await
+            .expect("export"),
+        (vec!["lookup".into()], vec!["billing.charge".into()]),
+        "a hidden tool is reported as if it did not exist"
     );
     let hidden = support.get("billing.charge").await.expect_err("hidden");
     let missing = support.get("no.such.tool").await.expect_err("missing");

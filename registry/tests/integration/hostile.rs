@@ -496,6 +496,31 @@ async fn one_announcer_cannot_break_listing_for_everyone() {
     let mut expected: Vec<String> = (0..18).map(|i| format!("huge{i}")).collect();
     expected.sort();
     assert_eq!(names, expected);
+
+    // An export of it all stops before the limit too, and names every tool
+    // it left out.
+    let exported = agent2
+        .export_tools(pb::ExportToolsRequest {
+            format: pb::ExportFormat::Mcp.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ExportTools answers")
+        .into_inner();
+    let tools: Vec<serde_json::Value> = serde_json::from_str(&exported.tools_json).unwrap();
+    let left: Vec<&str> = exported
+        .issues
+        .iter()
+        .filter(|i| i.omitted && i.message.contains("size limit"))
+        .map(|i| i.tool.as_str())
+        .collect();
+    assert!(!tools.is_empty() && !left.is_empty(), "{}", left.len());
+    assert_eq!(tools.len() + left.len(), 18);
+    let unspecified = agent2
+        .export_tools(pb::ExportToolsRequest::default())
+        .await
+        .expect_err("a format is required");
+    assert_eq!(unspecified.code(), Code::InvalidArgument);
     let empty = agent
         .list_tools(pb::ListToolsRequest::default())
         .await
