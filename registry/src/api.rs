@@ -21,6 +21,7 @@ use crate::{
     invoke::{Call, Invoker},
     listing::Query,
     registrants::{Owner, Registrant},
+    search::{self, ToolSearch},
     watch::{self, Visibility, Watchers},
 };
 
@@ -34,6 +35,7 @@ pub struct ToolRegistryApi {
     watchers: Arc<Watchers>,
     shutdown: CancellationToken,
     list_limit: usize,
+    search: Arc<ToolSearch>,
 }
 
 /// `Invoke`'s fully qualified name, as its spans name it.
@@ -60,7 +62,16 @@ impl ToolRegistryApi {
             watchers,
             shutdown,
             list_limit: (4 << 20) - LIST_MARGIN,
+            search: Arc::default(),
         }
+    }
+
+    /// Answers `SearchTools` from `search`, which the caller keeps equal
+    /// to the catalog ([`ToolSearch::follow`]).
+    #[must_use]
+    pub fn with_search(mut self, search: Arc<ToolSearch>) -> Self {
+        self.search = search;
+        self
     }
 
     /// Keeps `ListTools` answers under `max_message_bytes` (the server's
@@ -204,6 +215,54 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             tools_json: serde_json::Value::Array(export.tools).to_string(),
             issues,
         }))
+    }
+
+    async fn search_tools(
+        &self,
+        request: Request<pb::SearchToolsRequest>,
+    ) -> Result<Response<pb::SearchToolsResponse>, Status> {
+        let caller = self.caller(&request)?;
+        let request = request.into_inner();
+        let query_text = request.query.trim();
+        if query_text.is_empty() || request.query.len() > search::MAX_QUERY_BYTES {
+            return Err(RegistryError::InvalidRequest {
+                field: "query".into(),
+                reason: format!(
+                    "describe the task in words, at most {} bytes",
+                    search::MAX_QUERY_BYTES
+                ),
+            }
+            .into());
+        }
+        let limit = match usize::try_from(request.limit).unwrap_or(usize::MAX) {
+            0 => search::DEFAULT_RESULTS,
+            n => n.min(search::MAX_RESULTS),
+        };
+        let query = Query::new(&pb::ListToolsRequest {
+            tags: request.tags,
+            name_prefix: request.name_prefix,
+            ..Default::default()
+        })?;
+        let policy = self.access.policy();
+        let mut matches = Vec::with_capacity(limit);
+        // The index may trail the catalog by an event: a tool found must
+        // still be live, and pass the filters and the caller's policy.
+        for found in self.search.search(query_text, usize::MAX, |name| {
+            allows(policy.as_deref(), &caller, name)
+        }) {
+            if matches.len() == limit {
+                break;
+            }
+            if let Some(tool) = self.catalog.get(&found.name)
+                && query.matches(tool.name(), &tool.descriptor.tags)
+            {
+                matches.push(pb::ToolMatch {
+                    tool: Some(tool.to_proto()),
+                    score: f64::from(found.score),
+                });
+            }
+        }
+        Ok(Response::new(pb::SearchToolsResponse { matches }))
     }
 
     async fn get_tool(

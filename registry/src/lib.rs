@@ -67,6 +67,7 @@ pub mod readiness;
 pub mod redis_pool;
 pub mod registrants;
 pub mod retry;
+pub mod search;
 pub mod server;
 pub mod store;
 pub mod strict_json;

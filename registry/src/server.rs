@@ -14,6 +14,7 @@ use toolmesh_proto::{
 };
 use toolmesh_telemetry::admin::Readiness;
 
+use crate::search::ToolSearch;
 use crate::{
     access::Access,
     api::{RegistrationApi, ToolRegistryApi},
@@ -109,6 +110,8 @@ pub struct Registry {
     metrics: Arc<Metrics>,
     readiness: Readiness,
     admin: Option<TcpListener>,
+    /// `SearchTools`' index, kept equal to the catalog.
+    search: Arc<ToolSearch>,
     _janitor: DropGuard,
 }
 
@@ -263,6 +266,17 @@ impl Registry {
                 .with_endpoint_policy(endpoints),
         );
         let stop_janitor = CancellationToken::new();
+        let search = Arc::new(ToolSearch::default());
+        tokio::spawn({
+            let (catalog, search) = (catalog.clone(), search.clone());
+            let stop = stop_janitor.clone();
+            async move {
+                tokio::select! {
+                    () = search.follow(&catalog) => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+        });
         tokio::spawn({
             let (catalog, limiter, balancer, proxy) = (
                 catalog.clone(),
@@ -302,6 +316,7 @@ impl Registry {
             metrics,
             readiness: Readiness::not_ready("starting"),
             admin: None,
+            search,
             _janitor: stop_janitor.drop_guard(),
         }
     }
@@ -397,7 +412,8 @@ impl Registry {
                 Arc::new(Watchers::new(watch_limits)),
                 watchers.clone(),
             )
-            .max_message_bytes(max),
+            .max_message_bytes(max)
+            .with_search(self.search.clone()),
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);

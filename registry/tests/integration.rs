@@ -47,6 +47,8 @@ mod redis_replicas;
 mod redis_round_trips;
 #[path = "integration/registrants.rs"]
 mod registrants;
+#[path = "integration/search.rs"]
+mod search;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
 #[path = "integration/tls.rs"]

@@ -85,6 +85,31 @@ async fn every_replica_serves_every_sidecar_and_sees_every_change() {
     for replica in &replicas {
         wait_for_instances(replica, "add", 2).await;
     }
+    // Every replica's search index follows the shared catalog.
+    for replica in &replicas {
+        let client = replica.client().await;
+        toolmesh_test_support::wait::eventually(Duration::from_secs(10), "searchable", || {
+            let mut client = client.clone();
+            async move {
+                let found = client
+                    .search_tools(pb::SearchToolsRequest {
+                        query: "add two numbers".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("search")
+                    .into_inner();
+                found
+                    .matches
+                    .first()
+                    .and_then(|m| m.tool.as_ref())
+                    .and_then(|t| t.descriptor.as_ref())
+                    .map(|d| d.name.as_str())
+                    == Some("add")
+            }
+        })
+        .await;
+    }
 
     // Agents call through all three; both instances run calls.
     let mut seen = std::collections::BTreeSet::new();

@@ -1,0 +1,83 @@
+//! `SearchTools`' index at 10,000 tools: how long building it takes, what
+//! it holds in memory, how fast it takes changes, and the latency of a
+//! search, over the fixed query set (`registry/src/search/corpus.rs`: 30
+//! realistic tools among 10,000 generated ones).
+//!
+//! ```sh
+//! cargo bench -p toolmesh-registry --bench search
+//! ```
+//!
+//! Memory is the process's resident size before and after building the
+//! index (the tool descriptors are made before).
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use toolmesh_registry::search::ToolSearch;
+
+#[path = "../src/search/corpus.rs"]
+mod corpus;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// This process's resident memory in bytes (Linux).
+fn rss() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    let index = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
+    sorted[index]
+}
+
+fn main() {
+    for size in [1_000, 10_000] {
+        let mut tools = corpus::realistic();
+        tools.extend(corpus::distractors(size - tools.len()));
+
+        let before = rss();
+        let search = ToolSearch::default();
+        let started = Instant::now();
+        search.replace_all(&tools);
+        let built = started.elapsed();
+        let held = rss() - before;
+
+        let mut latencies = Vec::new();
+        let mut first = 0;
+        for _ in 0..100 {
+            for (query, expected) in corpus::QUERIES {
+                let started = Instant::now();
+                let found = search.search(query, 5, |_| true);
+                latencies.push(started.elapsed());
+                first += usize::from(found.first().is_some_and(|f| f.name == *expected));
+            }
+        }
+        latencies.sort();
+
+        let started = Instant::now();
+        let changes = corpus::distractors(1_000);
+        for tool in &changes {
+            search.upsert(tool);
+        }
+        let upserts = changes.len() as f64 / started.elapsed().as_secs_f64();
+
+        println!(
+            "tools {size}: build {:.1} ms, index {:.1} MiB ({:.0} B a tool), search p50 {:.0} µs p99 {:.0} µs max {:.0} µs, {:.0} upserts/s, expected first {}/{}",
+            built.as_secs_f64() * 1e3,
+            held as f64 / (1 << 20) as f64,
+            held as f64 / size as f64,
+            percentile(&latencies, 0.5).as_secs_f64() * 1e6,
+            percentile(&latencies, 0.99).as_secs_f64() * 1e6,
+            latencies.last().unwrap().as_secs_f64() * 1e6,
+            upserts,
+            first / 100,
+            corpus::QUERIES.len(),
+        );
+    }
+}
