@@ -1,0 +1,263 @@
+//! `toolmesh`: the command line for agents and the people who build them.
+//!
+//! ```text
+//! toolmesh tools list [--tag T] [--prefix P]      the live tools, a table
+//! toolmesh tools get NAME                         one tool, its schemas
+//! toolmesh search "what to do"                    the tools for a task
+//! toolmesh invoke NAME '{"k": 1}' [--arg k=v]     call a tool
+//! toolmesh export --format anthropic              tools for an LLM API
+//! toolmesh watch [--once]                         changes as they happen
+//! toolmesh check sidecar.yaml                     a sidecar config, offline
+//! toolmesh completions bash                       shell completions
+//! ```
+//!
+//! Every command takes `--output json`; exit codes tell failures apart
+//! ([`failure::Exit`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{CommandFactory as _, Parser, Subcommand};
+use toolmesh_proto::pb::ExportFormat;
+
+mod arguments;
+mod check;
+mod commands;
+mod connect;
+mod failure;
+mod output;
+
+use connect::{Registry, Target};
+use failure::{Exit, Failure};
+use output::Output;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolmesh",
+    version,
+    about = "List, search, export, invoke and watch the tools of a toolmesh registry; check a sidecar config offline."
+)]
+struct Cli {
+    #[command(flatten)]
+    target: Target,
+    /// `text` for people, `json` for scripts (errors too, on stdout).
+    #[arg(long, short, value_enum, default_value_t = Output::Text, global = true)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List tools, or show one.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Call a tool: arguments as a JSON object and/or `--arg key=value` pairs (typed by the tool's schema).
+    Invoke {
+        /// The tool.
+        name: String,
+        /// The arguments, a JSON object (default `{}`).
+        json: Option<String>,
+        /// One argument, `key=value`; the value is typed by the tool's input schema. Repeatable.
+        #[arg(long = "arg", short = 'a', value_name = "KEY=VALUE")]
+        args: Vec<String>,
+        /// Deduplicates: a repeat with the same key gets the first call's result.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Find the tools most relevant to a task described in words.
+    Search {
+        /// The task, e.g. "will it rain in Paris tomorrow".
+        query: String,
+        /// Most tools shown.
+        #[arg(long, short = 'n', default_value_t = 5)]
+        limit: u32,
+        /// Only tools with this tag (repeatable: all of them).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Only tools whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// Print the tools as an LLM API takes them in its `tools` parameter.
+    Export {
+        /// The API's format.
+        #[arg(long, short, value_enum)]
+        format: Format,
+        /// Only tools with this tag (repeatable: all of them).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Only tools whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        /// Only these tools, in this order (repeatable).
+        #[arg(long = "name")]
+        names: Vec<String>,
+    },
+    /// Print the current tools, then every change as it happens.
+    Watch {
+        /// Stop once the current tools are printed.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Check a sidecar config file offline, with the sidecar's own checks.
+    Check {
+        /// The sidecar YAML.
+        config: PathBuf,
+    },
+    /// Print a shell completion script, e.g. `toolmesh completions bash > /etc/bash_completion.d/toolmesh`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ToolsCommand {
+    /// The live tools: name, instances, rate limit, description.
+    List {
+        /// Only tools with this tag (repeatable: all of them).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Only tools whose name starts with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+    /// One tool: its descriptor and schemas.
+    Get {
+        /// The tool.
+        name: String,
+    },
+}
+
+/// `export --format`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Format {
+    /// OpenAI Chat Completions.
+    OpenaiChat,
+    /// OpenAI Responses.
+    OpenaiResponses,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Gemini.
+    Gemini,
+    /// MCP tools/list.
+    Mcp,
+}
+
+impl From<Format> for ExportFormat {
+    fn from(format: Format) -> Self {
+        match format {
+            Format::OpenaiChat => Self::OpenaiChat,
+            Format::OpenaiResponses => Self::OpenaiResponses,
+            Format::Anthropic => Self::Anthropic,
+            Format::Gemini => Self::Gemini,
+            Format::Mcp => Self::Mcp,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let output = cli.output;
+    let outcome = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => Err(Failure::plain(
+            Exit::Other,
+            format!("cannot start: {error}"),
+        )),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            report(&failure, output);
+            ExitCode::from(failure.exit as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let output = cli.output;
+    let connect = async || {
+        Registry::connect(&cli.target)
+            .await
+            .map_err(|e| Failure::plain(Exit::Usage, format!("{e:#}")))
+    };
+    match cli.command {
+        Command::Check { config } => check::check(&config, output),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "toolmesh",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Tools(ToolsCommand::List { tags, prefix }) => {
+            commands::list(&mut connect().await?, tags, prefix, output).await
+        }
+        Command::Tools(ToolsCommand::Get { name }) => {
+            commands::get(&mut connect().await?, name, output).await
+        }
+        Command::Search {
+            query,
+            limit,
+            tags,
+            prefix,
+        } => commands::search(&mut connect().await?, query, limit, tags, prefix, output).await,
+        Command::Export {
+            format,
+            tags,
+            prefix,
+            names,
+        } => {
+            commands::export(
+                &mut connect().await?,
+                format.into(),
+                tags,
+                prefix,
+                names,
+                output,
+            )
+            .await
+        }
+        Command::Watch { once } => commands::watch(&mut connect().await?, once, output).await,
+        Command::Invoke {
+            name,
+            json,
+            args,
+            idempotency_key,
+        } => {
+            commands::invoke(
+                &mut connect().await?,
+                name,
+                json,
+                args,
+                idempotency_key,
+                output,
+            )
+            .await
+        }
+    }
+}
+
+/// Prints `failure`: to stderr for people, as JSON on stdout for scripts.
+fn report(failure: &Failure, output: Output) {
+    match output {
+        Output::Json if !failure.json.is_null() => println!("{}", failure.json),
+        Output::Json => {}
+        Output::Text => {
+            eprintln!("toolmesh: {}", failure.message);
+            for line in &failure.details {
+                eprintln!("  {line}");
+            }
+        }
+    }
+    if output == Output::Json && failure.json.is_null() {
+        eprintln!("toolmesh: {}", failure.message);
+    }
+}
