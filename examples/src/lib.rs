@@ -11,6 +11,9 @@
 //! - [`agent`]: the agent: waits for the tools, prints them, calls them,
 //!   decodes every error's google.rpc details and checks each expected
 //!   outcome; binary `agent`.
+//! - [`agent_loop`]: an agent loop with a scripted stand-in for the LLM
+//!   (search, export, call, repair from the violations); binary
+//!   `agent-loop`.
 //! - [`present`]: how the agent prints tools, results and error details.
 //! - [`demo_config`]: turns `demo/sidecar.yaml` into the effective config
 //!   with runtime addresses and absolute paths.
@@ -20,6 +23,7 @@
 //!   order, readiness, the agent run, shutdown.
 
 pub mod agent;
+pub mod agent_loop;
 pub mod calculator;
 pub mod demo_config;
 pub mod inventory;

@@ -549,6 +549,21 @@ class ToolmeshClient:
             issues=[(i.tool, i.omitted, i.message) for i in response.issues],
         )
 
+    def search_tools(
+        self, query: str, limit: int = 5, tags: list[str] | None = None, timeout: float | None = None
+    ) -> list[tuple[ToolSpec, float]]:
+        """The tools most relevant to a task described in words (SearchTools),
+        best first, each with its relevance score."""
+        try:
+            response = self._stub.SearchTools(
+                toolmesh_pb2.SearchToolsRequest(query=query, limit=limit, tags=tags or []),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        return [(ToolSpec.from_proto(m.tool), m.score) for m in response.matches]
+
     def as_openai_tools(self, tags: list[str] | None = None) -> list[dict[str, Any]]:
         """The live tools as OpenAI Chat Completions function definitions
         (the `tools` parameter), as the registry exports them."""

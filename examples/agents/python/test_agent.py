@@ -254,6 +254,23 @@ def test_export_formats(client: ToolmeshClient) -> None:
         client.export_tools("cohere")
 
 
+def test_agent_loop_repairs_its_call_from_the_violations(client: ToolmeshClient) -> None:
+    import agent_loop
+
+    model = agent_loop.ScriptedModel()
+    transcript = agent_loop.run(client, 'How many words are in "the quick brown fox jumps"?', model)
+    kinds = [step.kind for step in transcript if step.kind != "limited"]
+    assert kinds == ["search", "call", "refused", "call", "result"], transcript
+    assert transcript[0].detail[0] == "word_count", transcript[0]
+    refused = dict(next(step.detail for step in transcript if step.kind == "refused"))
+    assert refused["/input"].startswith('unexpected property "input"'), refused
+    assert "/text" in refused, refused
+    calls = [step.detail for step in transcript if step.kind == "call"]
+    assert calls[0] == ("word_count", {"input": "the quick brown fox jumps"})
+    assert calls[-1] == ("word_count", {"text": "the quick brown fox jumps"})
+    assert transcript[-1].detail == {"words": 5}
+
+
 def test_invoke_ok(client: ToolmeshClient) -> None:
     assert invoke_waiting(client, "word_count", {"text": "the quick brown fox"}) == {"words": 4}
 
