@@ -221,6 +221,38 @@ async fn grpcurl_lists_and_invokes_by_reflection_alone() {
     let failed = grpcurl.invoke("add", r#"{"a": 13, "b": 1}"#).await.ok();
     assert_eq!(failed["isError"], true, "{failed}");
     assert_eq!(failed["resultJson"], r#""13 is unlucky""#, "{failed}");
+
+    // The newer RPCs, by reflection too. The search index follows the
+    // catalog a moment after it changes.
+    let mut found = serde_json::Value::Null;
+    for _ in 0..50 {
+        found = grpcurl
+            .run(
+                Some(r#"{"query": "add two integers", "limit": 1}"#),
+                &["toolmesh.v1.ToolRegistry/SearchTools"],
+            )
+            .await
+            .ok();
+        if found["matches"][0]["tool"]["descriptor"]["name"] == "add" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        found["matches"][0]["tool"]["descriptor"]["name"], "add",
+        "{found}"
+    );
+    let exported = grpcurl
+        .run(
+            Some(r#"{"format": "EXPORT_FORMAT_ANTHROPIC", "names": ["add"]}"#),
+            &["toolmesh.v1.ToolRegistry/ExportTools"],
+        )
+        .await
+        .ok();
+    let tools: serde_json::Value =
+        serde_json::from_str(exported["toolsJson"].as_str().expect("toolsJson")).unwrap();
+    assert_eq!(tools[0]["name"], "add", "{exported}");
+    assert_eq!(tools[0]["input_schema"]["type"], "object", "{exported}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
