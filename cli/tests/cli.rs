@@ -30,6 +30,9 @@ tools:
   - name: broken
     description: Always fails
     backend: {command: [sh, -c, 'echo "it broke" >&2; exit 3']}
+  - name: stamp
+    description: Answers with the id of the invocation that ran it
+    backend: {command: [sh, -c, 'printf "\"%s\"" "$TOOLMESH_INVOCATION_ID"']}
 "#;
 
 struct Mesh {
@@ -63,7 +66,7 @@ impl Mesh {
                 .success()
                 && json_of(&mesh.run(&["tools", "list", "-o", "json"]).await)
                     .as_array()
-                    .is_some_and(|a| a.len() == 3)
+                    .is_some_and(|a| a.len() == 4)
         })
         .await;
         mesh
@@ -239,34 +242,17 @@ async fn invoke_types_arguments_and_tells_failures_apart() {
 
     exits(&mesh.run(&["invoke", "nope"]).await, 6);
 
-    // Idempotency keys: the second call replays the first.
-    let first = json_of(
-        &mesh
-            .run(&[
-                "invoke",
-                "forecast",
-                r#"{"city": "A"}"#,
-                "--idempotency-key",
-                "k1",
-                "-o",
-                "json",
-            ])
-            .await,
+    // Idempotency keys: a repeat gets the first call's result (the
+    // invocation id that ran), a call without one runs again.
+    let keyed = ["invoke", "stamp", "--idempotency-key", "k1", "-o", "json"];
+    let first = json_of(&mesh.run(&keyed).await);
+    assert!(
+        first["result"].as_str().is_some_and(|id| !id.is_empty()),
+        "{first}"
     );
-    let again = json_of(
-        &mesh
-            .run(&[
-                "invoke",
-                "forecast",
-                r#"{"city": "A"}"#,
-                "--idempotency-key",
-                "k1",
-                "-o",
-                "json",
-            ])
-            .await,
-    );
-    assert_eq!(first["result"], again["result"]);
+    assert_eq!(json_of(&mesh.run(&keyed).await)["result"], first["result"]);
+    let fresh = json_of(&mesh.run(&["invoke", "stamp", "-o", "json"]).await);
+    assert_ne!(fresh["result"], first["result"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,6 +320,7 @@ async fn watch_prints_the_catalog_then_each_change() {
             "ADDED    broken (1 instance)",
             "ADDED    forecast (1 instance)",
             "ADDED    limited (1 instance)",
+            "ADDED    stamp (1 instance)",
             "SYNCED"
         ]
     );
@@ -354,19 +341,19 @@ async fn watch_prints_the_catalog_then_each_change() {
             .expect("the watch goes on");
         serde_json::from_str(&line).unwrap()
     };
-    for _ in 0..3 {
+    for _ in 0..4 {
         assert_eq!(next().await["kind"], "ADDED");
     }
     assert_eq!(next().await["kind"], "SYNCED");
     mesh.sidecar.take().unwrap().stop().await;
     let mut removed = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         let event = next().await;
         assert_eq!(event["kind"], "REMOVED", "{event}");
         removed.push(event["tool"]["name"].as_str().unwrap().to_owned());
     }
     removed.sort();
-    assert_eq!(removed, ["broken", "forecast", "limited"]);
+    assert_eq!(removed, ["broken", "forecast", "limited", "stamp"]);
     child.kill().await.unwrap();
 }
 
@@ -393,7 +380,7 @@ async fn check_validates_a_sidecar_config_offline() {
     let ok = run(vec!["check".into(), good.display().to_string()]).await;
     exits(&ok, 0);
     assert!(
-        stdout(&ok).contains("3 tools (forecast, limited, broken)"),
+        stdout(&ok).contains("4 tools (forecast, limited, broken, stamp)"),
         "{}",
         stdout(&ok)
     );

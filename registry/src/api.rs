@@ -175,11 +175,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             }
             Ok(format) => format,
         };
-        let query = Query::new(&pb::ListToolsRequest {
-            tags: request.tags,
-            name_prefix: request.name_prefix,
-            ..Default::default()
-        })?;
+        let query = Query::filters(request.tags, request.name_prefix)?;
         let policy = self.access.policy();
         let visible = |name: &str| allows(policy.as_deref(), &caller, name);
         let mut issues = Vec::new();
@@ -238,11 +234,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             0 => search::DEFAULT_RESULTS,
             n => n.min(search::MAX_RESULTS),
         };
-        let query = Query::new(&pb::ListToolsRequest {
-            tags: request.tags,
-            name_prefix: request.name_prefix,
-            ..Default::default()
-        })?;
+        let query = Query::filters(request.tags, request.name_prefix)?;
         let policy = self.access.policy();
         let mut matches = Vec::with_capacity(limit);
         // The index may trail the catalog by an event: a tool found must

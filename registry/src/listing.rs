@@ -63,6 +63,16 @@ impl Query {
         })
     }
 
+    /// A query of the filters alone (no paging), for the RPCs that take
+    /// the same `tags` and `name_prefix` as `ListTools`.
+    pub fn filters(tags: Vec<String>, name_prefix: String) -> Result<Self, RegistryError> {
+        Self::new(&pb::ListToolsRequest {
+            tags,
+            name_prefix,
+            ..Default::default()
+        })
+    }
+
     /// Whether a tool named `name` with `tags` passes the filters.
     pub fn matches(&self, name: &str, tags: &[String]) -> bool {
         name.starts_with(&self.filters.prefix)

@@ -132,17 +132,7 @@ impl ArgumentValidator {
                     && let Some(object) = arguments.pointer(at).and_then(Value::as_object)
                     && self.declares_nothing(keyword) =>
             {
-                let allowed = self.allowed_properties(keyword);
-                object
-                    .keys()
-                    .map(|name| Violation {
-                        pointer: child(name),
-                        message: format!(
-                            "unexpected property {}: {allowed}",
-                            Value::String(name.clone())
-                        ),
-                    })
-                    .collect()
+                unexpected(object.keys(), &self.allowed_properties(keyword), child)
             }
             ValidationErrorKind::Required { property } if property.is_string() => {
                 let name = property.as_str().unwrap_or_default();
@@ -151,19 +141,9 @@ impl ArgumentValidator {
                     message: format!("{property} is a required property"),
                 }]
             }
-            ValidationErrorKind::AdditionalProperties { unexpected }
-            | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
-                let allowed = self.allowed_properties(error.schema_path().as_str());
-                unexpected
-                    .iter()
-                    .map(|name| Violation {
-                        pointer: child(name),
-                        message: format!(
-                            "unexpected property {}: {allowed}",
-                            Value::String(name.clone())
-                        ),
-                    })
-                    .collect()
+            ValidationErrorKind::AdditionalProperties { unexpected: names }
+            | ValidationErrorKind::UnevaluatedProperties { unexpected: names } => {
+                unexpected(names, &self.allowed_properties(keyword), child)
             }
             ValidationErrorKind::Constant { expected_value } => vec![Violation {
                 pointer: at.to_owned(),
@@ -238,6 +218,25 @@ impl ArgumentValidator {
             ),
         }
     }
+}
+
+/// One violation per property in `names`, each at `child(name)`, saying
+/// what `allowed` says is allowed there.
+fn unexpected<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    allowed: &str,
+    child: impl Fn(&str) -> String,
+) -> Vec<Violation> {
+    names
+        .into_iter()
+        .map(|name| Violation {
+            pointer: child(name),
+            message: format!(
+                "unexpected property {}: {allowed}",
+                Value::String(name.clone())
+            ),
+        })
+        .collect()
 }
 
 /// Escapes one reference token per RFC 6901 (`~` → `~0`, `/` → `~1`).
