@@ -433,3 +433,58 @@ async fn usage_errors_unreachable_registries_and_completions() {
         stdout(&completions)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_authenticates_agents_takes_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "cli-test-key-3f9a7c21d4e8b6";
+    let keys = dir.path().join("keys.yaml");
+    std::fs::write(
+        &keys,
+        format!(
+            "keys:\n  - {{caller: cli, sha256: {}}}\n",
+            toolmesh_registry::auth::api_keys::hash_key(key)
+        ),
+    )
+    .unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{key}\n")).unwrap();
+    let config = Config {
+        api_keys_file: Some(keys),
+        shutdown_grace: Duration::from_secs(1),
+        ..Config::default()
+    };
+    let registry = LoopbackServer::spawn(loopback_listener().await, move |listener, shutdown| {
+        toolmesh_registry::run(listener, config, shutdown)
+    });
+    let run = |args: Vec<&str>, token: Option<&str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"));
+        command
+            .args(args)
+            .env("TOOLMESH_REGISTRY", registry.url())
+            .env_remove("TOOLMESH_TOKEN")
+            .env_remove("TOOLMESH_TOKEN_FILE");
+        if let Some(token) = token {
+            command.env("TOOLMESH_TOKEN", token);
+        }
+        async move { command.output().await.unwrap() }
+    };
+    let anonymous = run(vec!["tools", "list"], None).await;
+    exits(&anonymous, 9);
+    assert!(
+        stderr(&anonymous).contains("UNAUTHENTICATED"),
+        "{}",
+        stderr(&anonymous)
+    );
+    exits(
+        &run(vec!["tools", "list"], Some("wrong-key-0000000000")).await,
+        9,
+    );
+    exits(&run(vec!["tools", "list"], Some(key)).await, 0);
+    let file = token_file.display().to_string();
+    exits(
+        &run(vec!["tools", "list", "--token-file", &file], None).await,
+        0,
+    );
+    exits(&run(vec!["tools", "list"], Some("two words")).await, 2);
+}
