@@ -31,6 +31,7 @@ import {
   registryTarget,
   tokenFromEnv,
   type ToolmeshError,
+  type ToolSpec,
 } from './agent';
 
 const BIN_DIR = path.resolve(process.env.TOOLMESH_BIN_DIR || path.join(__dirname, '../../../target/debug'));
@@ -306,6 +307,17 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
     const mcp = await client.exportTools('mcp');
     assert.ok((mcp.tools as { name: string }[]).some((t) => t.name === 'word_count'));
     await assert.rejects(client.exportTools('cohere' as never), RangeError);
+  });
+
+  it('searches tools by a task in words', async () => {
+    let found: { tool: ToolSpec; score: number }[] = [];
+    for (let i = 0; i < 50 && found[0]?.tool.name !== 'word_count'; i++) {
+      found = await client.searchTools('how many words are in this text', { limit: 2 });
+      if (found[0]?.tool.name !== 'word_count') await sleep(100);
+    }
+    assert.equal(found[0]?.tool.name, 'word_count');
+    assert.ok(found.length <= 2 && found[0].score > 0);
+    await assert.rejects(client.searchTools(''), ToolArgumentError);
   });
 
   it('invokes a tool', async () => {

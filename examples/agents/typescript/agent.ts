@@ -563,6 +563,21 @@ export class ToolmeshClient {
     });
   }
 
+  /** The tools most relevant to a task described in words (SearchTools), best first, with their scores. */
+  searchTools(
+    query: string,
+    opts: { limit?: number; tags?: string[]; timeoutMs?: number } = {},
+  ): Promise<{ tool: ToolSpec; score: number }[]> {
+    const request = { query, limit: opts.limit ?? 5, tags: opts.tags ?? [] };
+    return new Promise((resolve, reject) => {
+      this.stub.searchTools(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
+        err
+          ? reject(this.failed(err, ''))
+          : resolve(response!.matches.map((m) => ({ tool: toSpec(m.tool!), score: m.score }))),
+      );
+    });
+  }
+
   /** The live tools as OpenAI Chat Completions function definitions, as the registry exports them. */
   async asOpenAITools(tags: string[] = []): Promise<OpenAITool[]> {
     return (await this.exportTools('openai_chat', { tags })).tools as OpenAITool[];
