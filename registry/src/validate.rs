@@ -15,6 +15,9 @@ use crate::strict_json::{self, StrictJsonError};
 /// At most this many violations are reported for one call.
 pub const MAX_VIOLATIONS: usize = 32;
 
+/// Most alternatives of an `anyOf` or `oneOf` a violation describes.
+const MAX_FORMS: usize = 8;
+
 /// Compiled regexes in a schema may use at most this much memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
@@ -152,6 +155,27 @@ impl ArgumentValidator {
                     error.instance()
                 ),
             }],
+            ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
+                vec![Violation {
+                    pointer: at.to_owned(),
+                    message: match self.alternatives(keyword) {
+                        Some(forms) => {
+                            format!("{} is none of the allowed forms: {forms}", error.instance())
+                        }
+                        None => error.to_string(),
+                    },
+                }]
+            }
+            ValidationErrorKind::OneOfMultipleValid { .. } => vec![Violation {
+                pointer: at.to_owned(),
+                message: match self.alternatives(keyword) {
+                    Some(forms) => format!(
+                        "{} fits more than one of the forms {forms}; it must fit exactly one",
+                        error.instance()
+                    ),
+                    None => error.to_string(),
+                },
+            }],
             ValidationErrorKind::Pattern { pattern } => vec![Violation {
                 pointer: at.to_owned(),
                 message: format!(
@@ -164,6 +188,84 @@ impl ArgumentValidator {
                 pointer: at.to_owned(),
                 message: error.to_string(),
             }],
+        }
+    }
+
+    /// The forms an `anyOf` or `oneOf` at `keyword_path` allows, in words
+    /// (`a string (format date), or null`); `None` when they cannot be
+    /// read (through a `$ref`).
+    fn alternatives(&self, keyword_path: &str) -> Option<String> {
+        let forms = self.schema.pointer(keyword_path)?.as_array()?;
+        let mut described: Vec<String> = forms
+            .iter()
+            .take(MAX_FORMS)
+            .map(|form| self.form(form, 0))
+            .collect();
+        if forms.len() > MAX_FORMS {
+            described.push(format!("{} more", forms.len() - MAX_FORMS));
+        }
+        Some(match described.as_slice() {
+            [] => return None,
+            [one] => one.clone(),
+            [init @ .., last] => format!("{}, or {last}", init.join(", ")),
+        })
+    }
+
+    /// One schema in a few words: its constant, its values, its type.
+    fn form(&self, schema: &Value, depth: usize) -> String {
+        let Some(object) = schema.as_object() else {
+            return if schema == &Value::Bool(true) {
+                "anything".into()
+            } else {
+                "nothing".into()
+            };
+        };
+        if let Some(constant) = object.get("const") {
+            return constant.to_string();
+        }
+        if let Some(Value::Array(values)) = object.get("enum") {
+            let mut shown: Vec<String> = values
+                .iter()
+                .take(MAX_FORMS)
+                .map(Value::to_string)
+                .collect();
+            if values.len() > MAX_FORMS {
+                shown.push(format!("{} more", values.len() - MAX_FORMS));
+            }
+            return format!("one of {}", shown.join(", "));
+        }
+        if let Some(Value::String(reference)) = object.get("$ref")
+            && depth < 2
+            && let Some(target) = reference
+                .strip_prefix('#')
+                .and_then(|p| self.schema.pointer(p))
+        {
+            return self.form(target, depth + 1);
+        }
+        let kind = match object.get("type") {
+            Some(Value::String(kind)) => article(kind),
+            Some(Value::Array(kinds)) => kinds
+                .iter()
+                .filter_map(Value::as_str)
+                .map(article)
+                .collect::<Vec<_>>()
+                .join(" or "),
+            _ => "a value matching its schema".into(),
+        };
+        let mut extra = Vec::new();
+        if let Some(Value::String(format)) = object.get("format") {
+            extra.push(format!("format {format}"));
+        }
+        if let Some(Value::Array(required)) = object.get("required") {
+            let names: Vec<&str> = required.iter().filter_map(Value::as_str).collect();
+            if !names.is_empty() {
+                extra.push(format!("with {}", names.join(", ")));
+            }
+        }
+        if extra.is_empty() {
+            kind
+        } else {
+            format!("{kind} ({})", extra.join(", "))
         }
     }
 
@@ -217,6 +319,15 @@ impl ArgumentValidator {
                 names.join(", ")
             ),
         }
+    }
+}
+
+/// A JSON type with its article: `a string`, `an integer`, `null`.
+fn article(kind: &str) -> String {
+    match kind {
+        "null" => "null".into(),
+        "integer" | "object" | "array" => format!("an {kind}"),
+        other => format!("a {other}"),
     }
 }
 
@@ -335,6 +446,41 @@ mod tests {
         .map(|(p, m)| (p.to_owned(), m.to_owned()))
         .collect();
         assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn a_value_fitting_no_alternative_hears_what_the_alternatives_are() {
+        let validator = compile(
+            r##"{"$defs":{"point":{"type":"object","required":["x","y"]}},
+                "type":"object","properties":{
+                "at":{"oneOf":[{"type":"string","format":"date"},{"type":"null"}]},
+                "unit":{"anyOf":[{"const":"c"},{"enum":["f","k"]},{"$ref":"#/$defs/point"}]},
+                "n":{"oneOf":[{"type":"integer"},{"type":["integer","string"]}]}
+            }}"##,
+        )
+        .unwrap();
+        let violations = validator
+            .check(&json!({"at": 5, "unit": "x", "n": 3}))
+            .unwrap_err();
+        let message = |pointer: &str| {
+            violations
+                .iter()
+                .find(|v| v.pointer == pointer)
+                .map(|v| v.message.clone())
+                .unwrap_or_else(|| panic!("no violation at {pointer}: {violations:?}"))
+        };
+        assert_eq!(
+            message("/at"),
+            "5 is none of the allowed forms: a string (format date), or null"
+        );
+        assert_eq!(
+            message("/unit"),
+            r#""x" is none of the allowed forms: "c", one of "f", "k", or an object (with x, y)"#
+        );
+        assert_eq!(
+            message("/n"),
+            "3 fits more than one of the forms an integer, or an integer or a string; it must fit exactly one"
+        );
     }
 
     #[test]
