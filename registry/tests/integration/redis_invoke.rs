@@ -422,3 +422,40 @@ async fn idempotency_keys_through_invoke_over_redis() {
     assert_eq!(runs(&ghost_runs), 1);
     assert!(record_exists(&redis.url(), &keys, "ghost", "ghost").await);
 }
+
+/// Redis restarts empty between two presence checks (the lease TTL is long,
+/// so the checks are a second apart, and nothing else calls Redis): the
+/// registry's change channel drops, and it writes its leases back before
+/// trusting Redis again, so neither the resync on resubscribe nor the
+/// periodic one (every 5 s) empties its catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_restarts_empty_between_checks_does_not_empty_the_catalog() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let config = replica_config(&redis.url(), "blink", Duration::from_secs(30));
+    let registry = TestRegistry::start(config).await;
+    let adds = Arc::default();
+    let _sidecar =
+        TestSidecar::start(&registry.url(), "s", vec![add_tool(Arc::clone(&adds))]).await;
+    wait_for_instances(&registry, "add", 1).await;
+    let mut client = registry.client().await;
+
+    redis.restart();
+    stays(Duration::from_secs(12), "add stays callable", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .invoke(invoke("add", r#"{"a":1,"b":2}"#))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    let listed = client
+        .list_tools(pb::ListToolsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.tools.len(), 1, "{listed:?}");
+}

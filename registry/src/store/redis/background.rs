@@ -15,7 +15,8 @@ use super::{MAX_RECONNECT_DELAY, RESYNC_EVERY, RedisStore};
 /// Follows the change channel, reloading each changed tool; resyncs on every
 /// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
 /// Until the write-back after an outage it neither resyncs nor reloads: the
-/// maintenance loop resyncs once it has written back.
+/// maintenance loop resyncs once it has written back. Losing the channel
+/// counts as an outage.
 pub(super) async fn subscribe(store: Weak<RedisStore>) {
     let mut delays = reconnect_delays();
     loop {
@@ -62,6 +63,12 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
             }
         }
         tracing::warn!("redis change channel lost; resubscribing");
+        // Redis may have restarted empty, and come back before a presence
+        // check saw it gone: write back before trusting it again, or the
+        // resync on resubscribe would empty the view.
+        if let Some(store) = store.upgrade() {
+            store.local().awaiting_write_back = true;
+        }
         tokio::time::sleep(delays.next().unwrap_or(MAX_RECONNECT_DELAY)).await;
     }
 }
