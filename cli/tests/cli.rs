@@ -74,15 +74,24 @@ impl Mesh {
 
     /// Runs `toolmesh args...` against this registry.
     async fn run(&self, args: &[&str]) -> Output {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"))
+        toolmesh(&self.registry.url())
             .args(args)
-            .env("TOOLMESH_REGISTRY", self.registry.url())
-            .env_remove("TOOLMESH_TOKEN")
-            .env_remove("TOOLMESH_TOKEN_FILE")
             .output()
             .await
             .unwrap()
     }
+}
+
+/// The `toolmesh` binary aimed at `registry`, with no credential or CA
+/// from the environment the tests run in.
+fn toolmesh(registry: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"));
+    command
+        .env("TOOLMESH_REGISTRY", registry)
+        .env_remove("TOOLMESH_TOKEN")
+        .env_remove("TOOLMESH_TOKEN_FILE")
+        .env_remove("TOOLMESH_CA_FILE");
+    command
 }
 
 fn stdout(output: &Output) -> String {
@@ -325,9 +334,8 @@ async fn watch_prints_the_catalog_then_each_change() {
         ]
     );
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"))
+    let mut child = toolmesh(&mesh.registry.url())
         .args(["watch", "-o", "json"])
-        .env("TOOLMESH_REGISTRY", mesh.registry.url())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -369,13 +377,8 @@ async fn check_validates_a_sidecar_config_offline() {
     )
     .unwrap();
     let run = |args: Vec<String>| async move {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"))
-            .args(args)
-            // No registry: check never dials one.
-            .env("TOOLMESH_REGISTRY", "127.0.0.1:9")
-            .output()
-            .await
-            .unwrap()
+        // No registry: check never dials one.
+        toolmesh("127.0.0.1:9").args(args).output().await.unwrap()
     };
     let ok = run(vec!["check".into(), good.display().to_string()]).await;
     exits(&ok, 0);
@@ -414,12 +417,7 @@ async fn check_validates_a_sidecar_config_offline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_errors_unreachable_registries_and_completions() {
     let run = |args: &'static [&'static str], registry: &'static str| async move {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"))
-            .args(args)
-            .env("TOOLMESH_REGISTRY", registry)
-            .output()
-            .await
-            .unwrap()
+        toolmesh(registry).args(args).output().await.unwrap()
     };
     exits(&run(&["tools", "frobnicate"], "127.0.0.1:9").await, 2);
     exits(&run(&["tools", "list"], "ftp://x:1").await, 2);
@@ -458,12 +456,8 @@ async fn a_registry_that_authenticates_agents_takes_the_token() {
         toolmesh_registry::run(listener, config, shutdown)
     });
     let run = |args: Vec<&str>, token: Option<&str>| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmesh"));
-        command
-            .args(args)
-            .env("TOOLMESH_REGISTRY", registry.url())
-            .env_remove("TOOLMESH_TOKEN")
-            .env_remove("TOOLMESH_TOKEN_FILE");
+        let mut command = toolmesh(&registry.url());
+        command.args(args);
         if let Some(token) = token {
             command.env("TOOLMESH_TOKEN", token);
         }
