@@ -11,6 +11,8 @@
 //!   margin both keep back to answer within it.
 //! - [`code`]: gRPC status codes by their canonical names.
 //! - [`tool_name`]: the tool-name rule registry and sidecar share.
+//! - [`pattern`]: glob patterns over tool names (the registry's policies,
+//!   the sidecar's MCP allow and deny lists).
 //! - [`rules`]: how both read the same fields: blank arguments, durations.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port`, `http://host:port` or `https://host:port`).
@@ -46,6 +48,7 @@ pub use prost_types::Duration;
 pub mod code;
 pub mod endpoint;
 pub mod listen;
+pub mod pattern;
 pub mod rules;
 pub mod timeout;
 pub mod tls;
