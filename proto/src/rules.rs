@@ -3,6 +3,13 @@
 
 use std::time::Duration;
 
+/// Largest schema text the registry accepts in a descriptor.
+pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+/// Longest title the registry accepts.
+pub const MAX_TITLE_BYTES: usize = 256;
+/// Longest description the registry accepts.
+pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+
 /// The arguments a call means: empty (or blank) `arguments_json` is `{}`,
 /// a call with no arguments.
 pub fn arguments(arguments_json: &str) -> &str {

@@ -9,12 +9,7 @@ use crate::error::RegistryError;
 
 /// Longest tool name (the function-name limit of the major LLM APIs).
 pub const MAX_NAME_LEN: usize = toolmesh_proto::tool_name::MAX_LEN;
-/// Largest schema text accepted in a descriptor.
-pub const MAX_SCHEMA_BYTES: usize = 256 * 1024;
-/// Longest title accepted.
-pub const MAX_TITLE_BYTES: usize = 256;
-/// Longest description accepted.
-pub const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+pub use toolmesh_proto::rules::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TITLE_BYTES};
 /// Most tags on one tool.
 pub const MAX_TAGS: usize = 32;
 /// Longest tag, and longest `version`, in bytes.

@@ -1,14 +1,19 @@
 //! Keeps this sidecar in the registry's catalog: announce, heartbeat every
-//! TTL/3, announce again when a heartbeat answers NOT_FOUND, back off (with
-//! jitter) while the registry is unreachable, withdraw when told to stop.
+//! TTL/3, announce again when a heartbeat answers NOT_FOUND or the tool set
+//! changes (an MCP server listed other tools, exited, came back; the new
+//! announce replaces the lease), leave while there is no tool to serve,
+//! back off (with jitter) while the registry is unreachable, withdraw when
+//! told to stop.
 //! An announce refused for good ([`crate::refusal::is_final`]) ends it. The
 //! first announce that succeeds turns the sidecar's health SERVING
 //! ([`crate::health`] says why a lost lease does not turn it back).
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
@@ -20,6 +25,7 @@ use toolmesh_telemetry::shown::secret_tag;
 use crate::health::Readiness;
 use crate::metrics::Metrics;
 use crate::refusal::{self, AnnounceRefused};
+use crate::toolset::Tools;
 
 /// First retry delay after a failed call.
 const BACKOFF_START: Duration = Duration::from_millis(100);
@@ -81,6 +87,7 @@ pub(crate) struct Announcer {
     client: RegistrationClient<Channel>,
     token: Option<Token>,
     request: pb::AnnounceRequest,
+    tools: watch::Receiver<Arc<Tools>>,
     lease: Option<Lease>,
     backoff: Backoff,
     readiness: Readiness,
@@ -129,7 +136,8 @@ fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Re
 }
 
 impl Announcer {
-    /// An announcer for `request` talking to the registry at `registry`
+    /// An announcer for `request`, with the tools `tools` holds at each
+    /// moment, talking to the registry at `registry`
     /// (connects lazily: an unreachable registry is retried, not an error;
     /// `https://` with `tls`), reporting its first announce to `readiness`,
     /// presenting `token` (the registrant's) on every call, recording the
@@ -137,6 +145,7 @@ impl Announcer {
     pub(crate) fn new(
         registry: &str,
         request: pb::AnnounceRequest,
+        tools: watch::Receiver<Arc<Tools>>,
         token: Option<Token>,
         readiness: Readiness,
         tls: ClientTls,
@@ -150,6 +159,7 @@ impl Announcer {
             client: RegistrationClient::new(channel),
             token,
             request,
+            tools,
             lease: None,
             backoff: Backoff::new(),
             readiness,
@@ -176,16 +186,44 @@ impl Announcer {
         Ok(stopped)
     }
 
-    /// Announces, then heartbeats, until an announce is refused for good.
+    /// Announces, then heartbeats, until an announce is refused for good;
+    /// announces again when the tools change, and holds no lease while
+    /// there are none.
     async fn keep_alive(&mut self) -> Result<Infallible, AnnounceRefused> {
         loop {
+            let tools = self.tools.borrow_and_update().descriptors();
+            if tools.is_empty() {
+                if self.lease.is_some() {
+                    tracing::info!(instance = %self.request.instance_id, "no tool to serve; leaving the registry until there is one");
+                    self.release().await;
+                }
+                self.tool_change().await;
+                continue;
+            }
+            if tools != self.request.tools {
+                self.request.tools = tools;
+                // The next announce replaces the lease with the new tools.
+                self.lease = None;
+            }
             let Some(lease) = self.lease.clone() else {
                 self.announce().await?;
                 continue;
             };
             let interval = (lease.ttl / 3).max(MIN_INTERVAL);
-            tokio::time::sleep(interval).await;
-            self.heartbeat(&lease, interval.min(RPC_TIMEOUT_CAP)).await;
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {
+                    self.heartbeat(&lease, interval.min(RPC_TIMEOUT_CAP)).await;
+                }
+                () = self.tool_change() => {}
+            }
+        }
+    }
+
+    /// Completes when the tool set changes (never, once no one can change
+    /// it).
+    async fn tool_change(&mut self) {
+        if self.tools.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 
@@ -267,9 +305,15 @@ impl Announcer {
         }
     }
 
-    /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
+    /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`], saying so to
+    /// health first.
     async fn withdraw(&mut self) {
         self.readiness.withdrawing();
+        self.release().await;
+    }
+
+    /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
+    async fn release(&mut self) {
         let Some(lease) = self.lease.take() else {
             tracing::info!(instance = %self.request.instance_id, "no lease to withdraw");
             return;

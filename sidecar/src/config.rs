@@ -35,7 +35,10 @@ use serde_json::Value;
 use toolmesh_proto::pb;
 
 use crate::arguments::{self, Argument};
+use toolmesh_proto::pattern::Pattern;
+
 use crate::backend::{CommandBackend, HttpBackend};
+use crate::mcp::{DEFAULT_RELIST_INTERVAL, McpServer, McpTransport, Selection};
 use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
 
 mod allowed;
@@ -78,10 +81,14 @@ pub struct SidecarConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
-    /// Tool name: 1 to 64 characters of `[A-Za-z0-9_.-]`.
-    pub name: String,
-    /// What the tool does, for the LLM.
-    pub description: String,
+    /// Tool name: 1 to 64 characters of `[A-Za-z0-9_.-]`. Required, except
+    /// with an MCP backend, whose server names its tools.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the tool does, for the LLM. Required, except with an MCP
+    /// backend.
+    #[serde(default)]
+    pub description: Option<String>,
     /// A short human-readable name, e.g. `Word count`.
     #[serde(default)]
     pub title: Option<String>,
@@ -137,7 +144,8 @@ pub struct ToolConfig {
     /// Largest result in bytes (default 4 MiB).
     #[serde(default)]
     pub max_output_bytes: Option<usize>,
-    /// What runs the tool: exactly one of `http` or `command`.
+    /// What runs the tool: exactly one of `http`, `command` or `mcp` (an
+    /// MCP server, whose tools the entry stands for).
     pub backend: BackendConfig,
 }
 
@@ -161,7 +169,7 @@ impl From<RateLimitConfig> for pb::RateLimit {
     }
 }
 
-/// A tool's backend: set exactly one of `http` and `command`.
+/// A tool's backend: set exactly one of `http`, `command` and `mcp`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
@@ -180,6 +188,51 @@ pub struct BackendConfig {
     /// directory (default: that directory).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// An MCP server: every tool it lists (selected by `allow`, `deny` and
+    /// renamed by `prefix`) is served and announced ([`crate::mcp`]).
+    #[serde(default)]
+    pub mcp: Option<McpConfig>,
+}
+
+/// An MCP server whose tools the sidecar serves: started as a command
+/// (stdio) or reached at a URL (streamable HTTP).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// Start the server: program and arguments, spoken to over stdio,
+    /// restarted with backoff when it exits (exclusive with `url`).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Extra environment variables for `command`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory for `command`, relative to the config file's
+    /// directory (default: that directory).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The server's streamable HTTP endpoint, e.g.
+    /// `http://127.0.0.1:8000/mcp` (exclusive with `command`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Extra request headers for `url`, e.g. `Authorization`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Put before each tool's name in the catalog, e.g. `everything.`
+    /// (calls reach the server under its own name).
+    #[serde(default)]
+    pub prefix: String,
+    /// Publish only the tools whose server-side names match one of these
+    /// patterns (`*` matches any run of characters); empty: all.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Never publish the tools whose server-side names match one of these
+    /// patterns; wins over `allow`.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// How often to list the server's tools again, besides when it says
+    /// they changed (`notifications/tools/list_changed`); default 5m.
+    #[serde(default, deserialize_with = "duration::optional")]
+    pub relist_interval: Option<Duration>,
 }
 
 /// An HTTP JSON endpoint.
@@ -305,12 +358,28 @@ impl SidecarConfig {
         self.tools
             .iter()
             .enumerate()
+            .filter(|(_, tool)| tool.backend.mcp.is_none())
             .map(|(index, tool)| {
                 tool.build(&base_dir, &client).map_err(|message| {
                     Problem::new(KeyPath::root().key("tools").index(index), message).into()
                 })
             })
             .collect()
+    }
+}
+
+impl SidecarConfig {
+    /// [`Self::check`]s the config, then gives the MCP servers of its
+    /// `backend.mcp` entries, in order, command paths resolved against
+    /// `base_dir` as [`Self::build_tools`] resolves them.
+    pub fn mcp_servers(&self, base_dir: &Path) -> Result<Vec<McpServer>, ConfigError> {
+        self.check(base_dir)?;
+        let base_dir = absolute_dir(base_dir)?;
+        Ok(self
+            .tools
+            .iter()
+            .filter_map(|tool| Some(tool.mcp_server(tool.backend.mcp.as_ref()?, &base_dir)))
+            .collect())
     }
 }
 
@@ -323,6 +392,63 @@ fn locate(error: ConfigError, yaml: &str) -> ConfigError {
 }
 
 impl ToolConfig {
+    /// The MCP server of an entry whose backend is `mcp`: every tool it
+    /// publishes carries this entry's tags, limits, timeout and audit.
+    fn mcp_server(&self, mcp: &McpConfig, base_dir: &Path) -> McpServer {
+        let transport = match (&mcp.command, &mcp.url) {
+            (Some(command), _) => {
+                let (program, args) = match command.split_first() {
+                    Some((program, args)) => (program.as_str(), args),
+                    None => ("", &[][..]),
+                };
+                McpTransport::Stdio {
+                    program: if program.contains('/') {
+                        resolve(base_dir, Path::new(program))
+                    } else {
+                        PathBuf::from(program)
+                    },
+                    args: args.to_vec(),
+                    env: mcp.env.clone(),
+                    cwd: Some(resolve(
+                        base_dir,
+                        mcp.cwd.as_deref().unwrap_or(Path::new("")),
+                    )),
+                }
+            }
+            (None, url) => McpTransport::Http {
+                url: url.clone().unwrap_or_default(),
+                headers: mcp.headers.clone(),
+            },
+        };
+        let label = match &transport {
+            McpTransport::Stdio { program, .. } => program.display().to_string(),
+            McpTransport::Http { url, .. } => url.clone(),
+        };
+        let patterns = |list: &[String]| list.iter().map(|p| Pattern::new(p)).collect();
+        McpServer {
+            label,
+            transport,
+            selection: Selection {
+                prefix: mcp.prefix.clone(),
+                allow: patterns(&mcp.allow),
+                deny: patterns(&mcp.deny),
+            },
+            relist_interval: mcp.relist_interval.unwrap_or(DEFAULT_RELIST_INTERVAL),
+            defaults: pb::ToolDescriptor {
+                version: self.version.clone().unwrap_or_default(),
+                tags: self.tags.clone(),
+                rate_limit: self.rate_limit.map(pb::RateLimit::from),
+                per_caller_rate_limit: self.per_caller_rate_limit.map(pb::RateLimit::from),
+                timeout: self
+                    .timeout
+                    .and_then(|t| prost_types::Duration::try_from(t).ok()),
+                audit_arguments: self.audit_arguments,
+                ..Default::default()
+            },
+            max_output_bytes: self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+        }
+    }
+
     /// The input schema: compiled `arguments`, `input_schema`, or any object.
     fn input_schema(&self) -> Result<Value, String> {
         match (&self.arguments, &self.input_schema) {
@@ -339,8 +465,8 @@ impl ToolConfig {
             .transpose()
             .map_err(|e| format!("timeout: out of range: {e}"))?;
         Ok(pb::ToolDescriptor {
-            name: self.name.clone(),
-            description: self.description.clone(),
+            name: self.name.clone().unwrap_or_default(),
+            description: self.description.clone().unwrap_or_default(),
             input_schema_json: self.input_schema()?.to_string(),
             output_schema_json: self
                 .output_schema

@@ -17,6 +17,9 @@
 //!   the user's words), and building tools from it.
 //! - `schema` (private): JSON Schemas compiled as the registry compiles them.
 //! - [`backend`]: HTTP endpoint and command backends.
+//! - [`mcp`]: MCP servers as backends: their tools listed, published and
+//!   called, the servers restarted with backoff.
+//! - [`toolset`]: the tools served now, fixed and from MCP servers.
 //! - [`runtime`]: `ToolRuntime.Execute`: deadlines, result normalization,
 //!   output caps, the tonic service.
 //! - `announcer` (private): announce / heartbeat / re-announce / withdraw,
@@ -44,6 +47,7 @@ pub mod backend;
 pub mod config;
 pub mod context;
 pub mod health;
+pub mod mcp;
 pub mod metrics;
 pub mod refusal;
 pub mod runtime;
@@ -52,6 +56,7 @@ pub mod sdk;
 pub mod server;
 pub mod shutdown;
 pub mod tool;
+pub mod toolset;
 pub mod withdraw;
 
 pub use context::CallContext;

@@ -274,7 +274,9 @@ async fn run(
         anyhow::bail!("--config is required");
     };
     let config = SidecarConfig::load(&config_file)?;
-    let tools = config.build_tools(config_file.parent().unwrap_or(Path::new("")))?;
+    let config_dir = config_file.parent().unwrap_or(Path::new(""));
+    let tools = config.build_tools(config_dir)?;
+    let mcp_servers = config.mcp_servers(config_dir)?;
     let execute_token = cli
         .execute_token_file
         .as_deref()
@@ -384,6 +386,7 @@ async fn run(
         insecure: cli.insecure,
         metrics: Some(metrics),
         readiness: Some(readiness),
+        mcp_servers,
     };
     let served = serve_with_withdraw(
         listener,

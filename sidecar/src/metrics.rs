@@ -34,6 +34,7 @@ use toolmesh_proto::pb;
 use toolmesh_telemetry::families::{Always, latency};
 
 use crate::runtime::Runtime;
+use crate::toolset::ToolSet;
 
 /// The `tool` label of a call to a tool this sidecar does not serve: the
 /// name is the caller's, so it never becomes a label value. Tool names
@@ -263,6 +264,7 @@ pub struct Metered<S> {
     inner: S,
     metrics: Metrics,
     served: Arc<HashSet<Arc<str>>>,
+    tools: Arc<ToolSet>,
     unknown: Arc<str>,
 }
 
@@ -287,16 +289,21 @@ impl<S> Metered<S> {
             inner,
             metrics,
             served: Arc::new(served),
+            tools: runtime.tools().clone(),
             unknown: Arc::from(UNKNOWN_TOOL),
         }
     }
 
-    /// The `tool` label of a call naming `tool`.
+    /// The `tool` label of a call naming `tool`: its name if it is served
+    /// (from the start, or since, by an MCP server), else [`UNKNOWN_TOOL`].
     fn label(&self, tool: &str) -> Arc<str> {
-        self.served
-            .get(tool)
-            .cloned()
-            .unwrap_or_else(|| self.unknown.clone())
+        if let Some(name) = self.served.get(tool) {
+            return name.clone();
+        }
+        if self.tools.current().get(tool).is_some() {
+            return Arc::from(tool);
+        }
+        self.unknown.clone()
     }
 }
 

@@ -4,7 +4,6 @@
 //! [`Runtime`] is the plain logic (tested without gRPC); [`RuntimeService`]
 //! is the thin tonic service in front of it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ use toolmesh_telemetry::{
 use tracing::Instrument as _;
 
 use crate::context::CallContext;
-use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string, validate_tool_name};
+use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string};
+use crate::toolset::ToolSet;
 
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -63,35 +63,28 @@ impl ExecuteError {
 /// The tools of a sidecar, by name, and how to run them.
 #[derive(Debug)]
 pub struct Runtime {
-    tools: HashMap<String, Tool>,
+    tools: Arc<ToolSet>,
 }
 
 impl Runtime {
     /// A runtime serving `tools`: at least one, names valid and unique.
     pub fn new(tools: Vec<Tool>) -> Result<Self, ToolSetError> {
-        if tools.is_empty() {
-            return Err(ToolSetError::Empty);
-        }
-        let mut by_name = HashMap::new();
-        for tool in tools {
-            let name = tool.descriptor().name.clone();
-            validate_tool_name(&name)?;
-            if by_name.insert(name.clone(), tool).is_some() {
-                return Err(ToolSetError::Duplicate(name));
-            }
-        }
-        Ok(Self { tools: by_name })
+        Ok(Self::serving(Arc::new(ToolSet::new(tools, 0)?)))
+    }
+
+    /// A runtime serving whatever `tools` holds at each call.
+    pub fn serving(tools: Arc<ToolSet>) -> Self {
+        Self { tools }
+    }
+
+    /// The tools served now.
+    pub fn tools(&self) -> &Arc<ToolSet> {
+        &self.tools
     }
 
     /// The descriptors to announce, sorted by name.
     pub fn descriptors(&self) -> Vec<pb::ToolDescriptor> {
-        let mut descriptors: Vec<_> = self
-            .tools
-            .values()
-            .map(|t| t.descriptor().clone())
-            .collect();
-        descriptors.sort_by(|a, b| a.name.cmp(&b.name));
-        descriptors
+        self.tools.current().descriptors()
     }
 
     /// Runs `tool` with `arguments_json` for the call `context` describes
@@ -106,8 +99,8 @@ impl Runtime {
         caller_timeout: Option<Duration>,
     ) -> Result<pb::ExecuteResponse, ExecuteError> {
         let start = Instant::now();
-        let tool = self
-            .tools
+        let tools = self.tools.current();
+        let tool = tools
             .get(tool)
             .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
         context.check().map_err(BackendError::from)?;

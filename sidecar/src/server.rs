@@ -18,10 +18,12 @@ use toolmesh_proto::{endpoint, pb};
 use crate::SidecarError;
 use crate::announcer::Announcer;
 use crate::health::Readiness;
+use crate::mcp::{McpServer, Sources};
 use crate::metrics::{Metered, Metrics};
 use crate::refusal::AnnounceRefused;
 use crate::runtime::{Runtime, RuntimeService};
 use crate::tool::Tool;
+use crate::toolset::ToolSet;
 
 /// How long in-flight calls may take to finish after shutdown.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -71,6 +73,9 @@ pub struct ServeOptions {
     /// Told when the sidecar is ready, as its health says (the admin
     /// port's `/readyz`, see [`crate::health`]); `None`: no one is told.
     pub readiness: Option<toolmesh_telemetry::admin::Readiness>,
+    /// MCP servers whose tools are served beside the fixed ones, each
+    /// kept running (or reached) and listed ([`crate::mcp`]).
+    pub mcp_servers: Vec<McpServer>,
 }
 
 /// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
@@ -144,7 +149,8 @@ pub async fn serve_with_withdraw(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SidecarError> {
     let addr = listener.local_addr().map_err(SidecarError::Io)?;
-    let runtime = Arc::new(Runtime::new(tools)?);
+    let tools = Arc::new(ToolSet::new(tools, opts.mcp_servers.len())?);
+    let runtime = Arc::new(Runtime::serving(tools.clone()));
     let registry = endpoint::url(&opts.registry).map_err(SidecarError::InvalidRegistry)?;
     let serves_tls = opts.tls.is_some();
     let endpoint = match &opts.advertise {
@@ -174,6 +180,7 @@ pub async fn serve_with_withdraw(
     let announcer = Announcer::new(
         &registry,
         announce,
+        tools.subscribe(),
         opts.registration_token.clone(),
         readiness.clone(),
         registry_tls,
@@ -192,6 +199,7 @@ pub async fn serve_with_withdraw(
         tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity (--insecure): whoever reaches this port can run the tools directly, past the registry's validation and limits");
     }
 
+    let sources = Sources::start(&opts.mcp_servers, &tools);
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(max_streams))
@@ -228,6 +236,7 @@ pub async fn serve_with_withdraw(
             tracing::warn!(grace = ?DRAIN_GRACE, "calls still running after the grace period; stopping anyway")
         }
     }
+    sources.stop().await;
     tracing::info!("sidecar stopped");
     match refused {
         Some(refused) => Err(refused.into()),

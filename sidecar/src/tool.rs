@@ -160,6 +160,10 @@ pub enum BackendError {
     /// The caller or invocation id cannot be given to the tool unchanged.
     #[error(transparent)]
     InvalidContext(#[from] InvalidCallContext),
+    /// The backend is down or cannot be reached now (an MCP server that
+    /// exited and is being restarted, say): the call did not run.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
     /// Anything else that kept the backend from producing an outcome.
     #[error("backend failed: {0}")]
     Internal(String),
@@ -171,7 +175,7 @@ impl BackendError {
         let message = self.to_string();
         match self {
             Self::DeadlineExceeded => tonic::Status::deadline_exceeded(message),
-            Self::Spawn { .. } | Self::HttpConnect(_) | Self::Http(_) => {
+            Self::Spawn { .. } | Self::HttpConnect(_) | Self::Http(_) | Self::Unavailable(_) => {
                 tonic::Status::unavailable(message)
             }
             Self::InvalidContext(_) => tonic::Status::invalid_argument(message),

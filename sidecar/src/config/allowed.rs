@@ -120,7 +120,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "tools[].backend",
-        "a mapping with one of http or command, e.g. {command: [./tool.py]} or {http: {url: http://127.0.0.1:8080/lookup}}",
+        "a mapping with one of http, command or mcp, e.g. {command: [./tool.py]}, {http: {url: http://127.0.0.1:8080/lookup}} or {mcp: {command: [mcp-server-everything]}}",
     ),
     (
         "tools[].backend.http",
@@ -152,6 +152,57 @@ const ALLOWED: &[(&str, &str)] = &[
         "tools[].backend.cwd",
         "a folder, relative to the config file's folder, e.g. work",
     ),
+    (
+        "tools[].backend.mcp",
+        "an MCP server: a mapping with one of command or url, e.g. {command: [mcp-server-everything]} or {url: http://127.0.0.1:8000/mcp}",
+    ),
+    (
+        "tools[].backend.mcp.command",
+        "a list: the server's program, then its arguments, e.g. [npx, -y, some-mcp-server]",
+    ),
+    ("tools[].backend.mcp.command[]", "a text, e.g. --verbose"),
+    (
+        "tools[].backend.mcp.env",
+        "a mapping of variable names to values, e.g. {API_KEY: abc}",
+    ),
+    ("tools[].backend.mcp.env.*", "a text, e.g. abc"),
+    (
+        "tools[].backend.mcp.cwd",
+        "a folder, relative to the config file's folder, e.g. work",
+    ),
+    (
+        "tools[].backend.mcp.url",
+        "the server's streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp",
+    ),
+    (
+        "tools[].backend.mcp.headers",
+        "a mapping of header names to values, e.g. {Authorization: Bearer abc}",
+    ),
+    (
+        "tools[].backend.mcp.headers.*",
+        "a header value, e.g. Bearer abc",
+    ),
+    (
+        "tools[].backend.mcp.prefix",
+        "a text put before each tool's name, e.g. everything.",
+    ),
+    (
+        "tools[].backend.mcp.allow",
+        "a list of tool-name patterns, * matching any run of characters, e.g. [echo, get-*]",
+    ),
+    (
+        "tools[].backend.mcp.allow[]",
+        "a tool-name pattern, e.g. get-*",
+    ),
+    (
+        "tools[].backend.mcp.deny",
+        "a list of tool-name patterns, * matching any run of characters, e.g. [delete-*]",
+    ),
+    (
+        "tools[].backend.mcp.deny[]",
+        "a tool-name pattern, e.g. delete-*",
+    ),
+    ("tools[].backend.mcp.relist_interval", DURATION),
 ];
 
 /// What the key at `path` accepts, with an example; `None` for a key the

@@ -1,8 +1,9 @@
 //! The checks of a config against this machine, at start: every command's
-//! program exists and may be run, every command's `cwd` is a folder. Paths
+//! (and stdio MCP server's) program exists and may be run, every command's `cwd` is a folder. Paths
 //! resolve as the command backend will run them: a program containing `/`
 //! against the config file's folder, a bare name through `PATH`.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -10,7 +11,7 @@ use nix::unistd::{AccessFlags, access};
 
 use super::key::KeyPath;
 use super::problem::Problem;
-use super::{BackendConfig, SidecarConfig};
+use super::{McpConfig, SidecarConfig};
 
 /// Where a program is looked up when `PATH` is unset (as `execvp` does).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
@@ -20,13 +21,26 @@ const DEFAULT_PATH: &str = "/bin:/usr/bin";
 pub(super) fn check_commands(config: &SidecarConfig, base_dir: &Path) -> Result<(), Problem> {
     for (index, tool) in config.tools.iter().enumerate() {
         let backend = &tool.backend;
-        let Some(program) = backend.command.as_ref().and_then(|c| c.first()) else {
+        let at = KeyPath::root().key("tools").index(index).key("backend");
+        let (command, env, cwd, at) = match (&backend.command, &backend.mcp) {
+            (Some(command), _) => (command, backend.env.as_ref(), backend.cwd.as_deref(), at),
+            (
+                None,
+                Some(McpConfig {
+                    command: Some(command),
+                    env,
+                    cwd,
+                    ..
+                }),
+            ) => (command, Some(env), cwd.as_deref(), at.key("mcp")),
+            _ => continue,
+        };
+        let Some(program) = command.first() else {
             continue;
         };
-        let at = KeyPath::root().key("tools").index(index).key("backend");
-        check_program(program, backend, base_dir)
+        check_program(program, env, cwd, base_dir)
             .map_err(|message| Problem::new(at.key("command"), message))?;
-        if let Some(cwd) = &backend.cwd {
+        if let Some(cwd) = cwd {
             let dir = super::resolve(base_dir, cwd);
             if !dir.is_dir() {
                 let what = if dir.exists() {
@@ -47,7 +61,12 @@ pub(super) fn check_commands(config: &SidecarConfig, base_dir: &Path) -> Result<
     Ok(())
 }
 
-fn check_program(program: &str, backend: &BackendConfig, base_dir: &Path) -> Result<(), String> {
+fn check_program(
+    program: &str,
+    env: Option<&BTreeMap<String, String>>,
+    cwd: Option<&Path>,
+    base_dir: &Path,
+) -> Result<(), String> {
     if program.contains('/') {
         let path = super::resolve(base_dir, Path::new(program));
         if !path.exists() {
@@ -62,9 +81,9 @@ fn check_program(program: &str, backend: &BackendConfig, base_dir: &Path) -> Res
         }
         return runnable(&path).map_err(|why| format!("program {program:?} {why}"));
     }
-    let search = search_path(backend);
+    let search = search_path(env);
     // A relative entry (empty is ".") is relative to the command's folder.
-    let work_dir = base_dir.join(backend.cwd.as_deref().unwrap_or(Path::new("")));
+    let work_dir = base_dir.join(cwd.unwrap_or(Path::new("")));
     let mut not_runnable = None;
     for dir in std::env::split_paths(&search) {
         let candidate = work_dir.join(dir).join(program);
@@ -88,11 +107,8 @@ fn check_program(program: &str, backend: &BackendConfig, base_dir: &Path) -> Res
 }
 
 /// The `PATH` the command will be looked up in: the tool's `env` may set it.
-fn search_path(backend: &BackendConfig) -> OsString {
-    backend
-        .env
-        .as_ref()
-        .and_then(|env| env.get("PATH"))
+fn search_path(env: Option<&BTreeMap<String, String>>) -> OsString {
+    env.and_then(|env| env.get("PATH"))
         .map(OsString::from)
         .or_else(|| std::env::var_os("PATH"))
         .unwrap_or_else(|| DEFAULT_PATH.into())

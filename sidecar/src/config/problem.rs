@@ -50,10 +50,15 @@ impl Problem {
         Self::new(key, format!("found {found}, expected {expected}"))
     }
 
-    /// The position of the key in `yaml`, if it has none yet.
+    /// The position of the key in `yaml` (of the nearest enclosing key, for
+    /// a key that is missing), if it has none yet.
     pub(crate) fn located_in(mut self, yaml: &str) -> Self {
         if self.position.is_none() {
-            self.position = super::locate::position(yaml, &self.key);
+            // A missing key is not in the file: point at what lacks it.
+            self.position = self
+                .key
+                .ancestors()
+                .find_map(|key| super::locate::position(yaml, &key));
         }
         self
     }

@@ -8,10 +8,12 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use toolmesh_proto::endpoint;
 use toolmesh_proto::listen::ListenAddr;
+use toolmesh_proto::rules::MAX_TITLE_BYTES;
 
+use super::allowed::allowed;
 use super::key::KeyPath;
 use super::problem::Problem;
-use super::{SidecarConfig, ToolConfig};
+use super::{McpConfig, SidecarConfig, ToolConfig};
 use crate::context::{
     CALLER_ENV, CALLER_HEADER, CONFIG_ENV, CONFIG_HEADER, INVOCATION_ID_ENV, INVOCATION_ID_HEADER,
 };
@@ -37,21 +39,60 @@ pub(super) fn check(config: &SidecarConfig) -> Result<(), Problem> {
     let mut names = HashMap::new();
     for (index, tool) in config.tools.iter().enumerate() {
         let at = root.key("tools").index(index);
-        if validate_tool_name(&tool.name).is_err() {
-            return Err(Problem::found(at.key("name"), format!("{:?}", tool.name)));
+        if tool.backend.mcp.is_some() {
+            check_mcp_entry(tool, &at)?;
+            check_tool(tool, &at)?;
+            continue;
         }
-        if let Some(first) = names.insert(tool.name.as_str(), index) {
+        let name = required(tool.name.as_deref(), &at.key("name"))?;
+        required(tool.description.as_deref(), &at.key("description"))?;
+        if validate_tool_name(name).is_err() {
+            return Err(Problem::found(at.key("name"), format!("{name:?}")));
+        }
+        if let Some(first) = names.insert(name, index) {
             return Err(Problem::new(
                 at.key("name"),
                 format!(
-                    "{:?} is already the name of tools[{first}]; each tool needs a name of its own",
-                    tool.name
+                    "{name:?} is already the name of tools[{first}]; each tool needs a name of its own"
                 ),
             ));
         }
         check_tool(tool, &at)?;
     }
     Ok(())
+}
+
+/// `value`, or the problem of a missing key at `at`.
+fn required<'a>(value: Option<&'a str>, at: &KeyPath) -> Result<&'a str, Problem> {
+    value.ok_or_else(|| {
+        let expected = allowed(at).unwrap_or("a value");
+        Problem::new(at.clone(), format!("missing, expected {expected}"))
+    })
+}
+
+/// An entry whose tools an MCP server lists: what the server says of its
+/// tools may not be set here.
+fn check_mcp_entry(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
+    let from_server = [
+        ("name", tool.name.is_some()),
+        ("description", tool.description.is_some()),
+        ("title", tool.title.is_some()),
+        ("arguments", tool.arguments.is_some()),
+        ("input_schema", tool.input_schema.is_some()),
+        ("output_schema", tool.output_schema.is_some()),
+        ("read_only", tool.read_only.is_some()),
+        ("destructive", tool.destructive.is_some()),
+        ("open_world", tool.open_world.is_some()),
+        ("idempotent", tool.idempotent),
+        ("config", !tool.config.is_empty()),
+    ];
+    match from_server.iter().find(|(_, set)| *set) {
+        Some((key, _)) => Err(Problem::new(
+            at.key(*key),
+            "the MCP server says this of each of its tools; remove it (backend.mcp.prefix, allow and deny choose what is published)",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
@@ -110,8 +151,6 @@ fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
     check_backend(tool, &at.key("backend"))
 }
 
-/// Longest tool title, as the registry accepts it.
-const MAX_TITLE_BYTES: usize = 256;
 /// Largest `config` of one tool, as JSON: it travels in a header.
 const MAX_CONFIG_BYTES: usize = 4096;
 /// Longest `config` key.
@@ -167,64 +206,155 @@ fn check_schema(schema: &Value, at: &KeyPath) -> Result<(), Problem> {
 
 fn check_backend(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
     let backend = &tool.backend;
-    match (&backend.http, &backend.command) {
-        (Some(_), Some(_)) => Err(Problem::new(
-            at.clone(),
-            "has both http and command; keep one of them",
-        )),
-        (None, None) => Err(Problem::found(at.clone(), "neither http nor command")),
-        (Some(http), None) => {
-            for (key, set) in [
-                ("env", backend.env.is_some()),
-                ("cwd", backend.cwd.is_some()),
-            ] {
-                if set {
-                    return Err(Problem::new(
-                        at.key(key),
-                        "only applies to a command backend; remove it",
-                    ));
-                }
+    let given: Vec<&str> = [
+        ("http", backend.http.is_some()),
+        ("command", backend.command.is_some()),
+        ("mcp", backend.mcp.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(key, _)| *key)
+    .collect();
+    match given.as_slice() {
+        [first, second] => {
+            return Err(Problem::new(
+                at.clone(),
+                format!("has both {first} and {second}; keep one of them"),
+            ));
+        }
+        [_, _, _] => {
+            return Err(Problem::new(
+                at.clone(),
+                "has http, command and mcp; keep one of them",
+            ));
+        }
+        _ => {}
+    }
+    if backend.command.is_none() {
+        for (key, set) in [
+            ("env", backend.env.is_some()),
+            ("cwd", backend.cwd.is_some()),
+        ] {
+            if set {
+                return Err(Problem::new(
+                    at.key(key),
+                    "only applies to a command backend; remove it",
+                ));
             }
+        }
+    }
+    if let Some(mcp) = &backend.mcp {
+        return check_mcp(mcp, &at.key("mcp"));
+    }
+    match (&backend.http, &backend.command) {
+        (None, None) => Err(Problem::found(at.clone(), "none of http, command or mcp")),
+        (Some(http), _) => {
             let at = at.key("http");
             http_url(&http.url)
                 .map_err(|why| Problem::found(at.key("url"), format!("{:?} ({why})", http.url)))?;
-            for (name, value) in &http.headers {
-                let header = at.key("headers").key(name.clone());
-                if HeaderName::try_from(name.as_str()).is_err() {
+            check_headers(&http.headers, &at.key("headers"))
+        }
+        (None, Some(command)) => {
+            check_command(command, &at.key("command"))?;
+            check_env(backend.env.iter().flatten(), &at.key("env"))
+        }
+    }
+}
+
+fn check_headers(
+    headers: &std::collections::BTreeMap<String, String>,
+    at: &KeyPath,
+) -> Result<(), Problem> {
+    for (name, value) in headers {
+        let header = at.key(name.clone());
+        if HeaderName::try_from(name.as_str()).is_err() {
+            return Err(Problem::new(
+                header,
+                format!("{name:?} is not a valid header name"),
+            ));
+        }
+        if [CALLER_HEADER, INVOCATION_ID_HEADER, CONFIG_HEADER]
+            .iter()
+            .any(|own| name.eq_ignore_ascii_case(own))
+        {
+            return Err(Problem::new(header, SET_PER_CALL));
+        }
+        if HeaderValue::try_from(value.as_str()).is_err() {
+            return Err(Problem::found(header, format!("{value:?}")));
+        }
+    }
+    Ok(())
+}
+
+fn check_command(command: &[String], at: &KeyPath) -> Result<(), Problem> {
+    match command.first() {
+        None => Err(Problem::found(at.clone(), "an empty list")),
+        Some(program) if program.is_empty() => {
+            Err(Problem::found(at.clone(), "an empty program name"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn check_env<'a>(
+    mut env: impl Iterator<Item = (&'a String, &'a String)>,
+    at: &KeyPath,
+) -> Result<(), Problem> {
+    match env.find(|(name, _)| {
+        [CALLER_ENV, INVOCATION_ID_ENV, CONFIG_ENV].contains(&name.as_str())
+            || name.starts_with(&format!("{CONFIG_ENV}_"))
+    }) {
+        Some((name, _)) => Err(Problem::new(at.key(name.clone()), SET_PER_CALL)),
+        None => Ok(()),
+    }
+}
+
+/// An MCP server: one of `command` and `url`, and what goes with each.
+fn check_mcp(mcp: &McpConfig, at: &KeyPath) -> Result<(), Problem> {
+    match (&mcp.command, &mcp.url) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::new(
+                at.clone(),
+                "has both command and url; keep one of them",
+            ));
+        }
+        (None, None) => return Err(Problem::found(at.clone(), "neither command nor url")),
+        (Some(command), None) => {
+            check_command(command, &at.key("command"))?;
+            if !mcp.headers.is_empty() {
+                return Err(Problem::new(
+                    at.key("headers"),
+                    "only applies to a url; remove it",
+                ));
+            }
+        }
+        (None, Some(url)) => {
+            http_url(url)
+                .map_err(|why| Problem::found(at.key("url"), format!("{url:?} ({why})")))?;
+            check_headers(&mcp.headers, &at.key("headers"))?;
+            for (key, set) in [("env", !mcp.env.is_empty()), ("cwd", mcp.cwd.is_some())] {
+                if set {
                     return Err(Problem::new(
-                        header,
-                        format!("{name:?} is not a valid header name"),
+                        at.key(key),
+                        "only applies to a command; remove it",
                     ));
                 }
-                if [CALLER_HEADER, INVOCATION_ID_HEADER, CONFIG_HEADER]
-                    .iter()
-                    .any(|own| name.eq_ignore_ascii_case(own))
-                {
-                    return Err(Problem::new(header, SET_PER_CALL));
-                }
-                if HeaderValue::try_from(value.as_str()).is_err() {
-                    return Err(Problem::found(header, format!("{value:?}")));
-                }
             }
-            Ok(())
         }
-        (None, Some(command)) => match command.first() {
-            None => Err(Problem::found(at.key("command"), "an empty list")),
-            Some(program) if program.is_empty() => {
-                Err(Problem::found(at.key("command"), "an empty program name"))
-            }
-            Some(_) => {
-                let env = backend.env.iter().flatten();
-                match env.map(|(name, _)| name).find(|name| {
-                    [CALLER_ENV, INVOCATION_ID_ENV, CONFIG_ENV].contains(&name.as_str())
-                        || name.starts_with(&format!("{CONFIG_ENV}_"))
-                }) {
-                    Some(name) => Err(Problem::new(at.key("env").key(name.clone()), SET_PER_CALL)),
-                    None => Ok(()),
-                }
-            }
-        },
     }
+    if !mcp.prefix.is_empty() && validate_tool_name(&mcp.prefix).is_err() {
+        return Err(Problem::new(
+            at.key("prefix"),
+            format!(
+                "{:?} cannot begin a tool name: use letters, digits, '_', '-' and '.', shorter than 64",
+                mcp.prefix
+            ),
+        ));
+    }
+    if mcp.relist_interval.is_some_and(|d| d.is_zero()) {
+        return Err(Problem::found(at.key("relist_interval"), "0s"));
+    }
+    Ok(())
 }
 
 /// Why the YAML may not set the caller's or invocation's header or variable.

@@ -205,7 +205,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             "    backend: {comand: [echo]}\n".into(),
-            "line 4, column 15: tools[0].backend.comand: unknown key, did you mean command? (allowed here: http, command, env, cwd)",
+            "line 4, column 15: tools[0].backend.comand: unknown key, did you mean command? (allowed here: http, command, env, cwd, mcp)",
         ),
         (
             format!("    arguments: [{{name: a, type: string, requird: true}}]\n{CMD}"),
@@ -217,7 +217,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             String::new(),
-            "line 2, column 5: tools[0].backend: missing, expected a mapping with one of http or command, e.g. {command: [./tool.py]} or {http: {url: http://127.0.0.1:8080/lookup}}",
+            "line 2, column 5: tools[0].backend: missing, expected a mapping with one of http, command or mcp, e.g. {command: [./tool.py]}, {http: {url: http://127.0.0.1:8080/lookup}} or {mcp: {command: [mcp-server-everything]}}",
         ),
         (
             format!("    rate_limit: {{rate: fast}}\n{CMD}"),
@@ -306,7 +306,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             "    backend: {}\n".into(),
-            "line 4, column 14: tools[0].backend: found neither http nor command, expected a mapping with one of http or command, e.g. {command: [./tool.py]} or {http: {url: http://127.0.0.1:8080/lookup}}",
+            "line 4, column 14: tools[0].backend: found none of http, command or mcp, expected a mapping with one of http, command or mcp, e.g. {command: [./tool.py]}, {http: {url: http://127.0.0.1:8080/lookup}} or {mcp: {command: [mcp-server-everything]}}",
         ),
         (
             "    backend: {command: [echo], http: {url: 'http://x'}}\n".into(),
@@ -546,5 +546,119 @@ fn build_tools_runs_the_same_checks() {
     assert_eq!(
         empty.check(Path::new("")).unwrap_err().to_string(),
         "tools: no tools declared; add at least one, e.g. - {name: echo, description: Echo, backend: {command: [cat]}}"
+    );
+}
+
+fn mcp_error(entry: &str) -> String {
+    let yaml = format!("tools:\n  - {entry}\n");
+    SidecarConfig::from_yaml_str(&yaml).unwrap_err().to_string()
+}
+
+#[test]
+fn an_mcp_entry_stands_for_the_servers_tools() {
+    let yaml = "tools:\n  - backend: {mcp: {command: [sh, server.sh], env: {A: b}, prefix: everything., allow: [get-*, echo], deny: [get-env], relist_interval: 10s}}\n    tags: [demo]\n    rate_limit: {rate: 5, burst: 2}\n    timeout: 3s\n  - backend: {mcp: {url: 'http://127.0.0.1:8000/mcp', headers: {Authorization: Bearer x}}}\n  - {name: wc, description: Count words, backend: {command: [wc]}}\n";
+    let config = SidecarConfig::from_yaml_str(yaml).expect("valid");
+    let servers = config.mcp_servers(Path::new("")).expect("servers");
+    assert_eq!(servers.len(), 2);
+    let everything = &servers[0];
+    assert!(matches!(
+        &everything.transport,
+        crate::mcp::McpTransport::Stdio { program, env, .. }
+            if program == Path::new("sh") && env.get("A").map(String::as_str) == Some("b")
+    ));
+    assert_eq!(
+        everything.selection.publish("get-sum").as_deref(),
+        Some("everything.get-sum")
+    );
+    assert_eq!(everything.selection.publish("get-env"), None);
+    assert_eq!(everything.selection.publish("add"), None);
+    assert_eq!(
+        everything.relist_interval,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(everything.defaults.tags, ["demo"]);
+    assert_eq!(everything.defaults.rate_limit.map(|l| l.burst), Some(2));
+    assert_eq!(everything.defaults.timeout.map(|t| t.seconds), Some(3));
+    assert!(matches!(
+        &servers[1].transport,
+        crate::mcp::McpTransport::Http { url, headers }
+            if url == "http://127.0.0.1:8000/mcp" && headers.contains_key("Authorization")
+    ));
+    assert_eq!(
+        servers[1].relist_interval,
+        crate::mcp::DEFAULT_RELIST_INTERVAL
+    );
+    let tools = config.build_tools(Path::new("")).expect("tools");
+    let names: Vec<_> = tools.iter().map(|t| t.descriptor().name.clone()).collect();
+    assert_eq!(names, ["wc"]);
+}
+
+#[test]
+fn an_mcp_entry_says_what_is_wrong_in_the_users_words() {
+    let mut wrong = Vec::new();
+    for (entry, expected) in [
+        (
+            "{name: t, backend: {mcp: {command: [x]}}}",
+            "line 2, column 12: tools[0].name: the MCP server says this of each of its tools; remove it (backend.mcp.prefix, allow and deny choose what is published)",
+        ),
+        (
+            "{backend: {mcp: {}}}",
+            "line 2, column 21: tools[0].backend.mcp: found neither command nor url, expected an MCP server: a mapping with one of command or url, e.g. {command: [mcp-server-everything]} or {url: http://127.0.0.1:8000/mcp}",
+        ),
+        (
+            "{backend: {mcp: {command: [x], url: 'http://y'}}}",
+            "line 2, column 21: tools[0].backend.mcp: has both command and url; keep one of them",
+        ),
+        (
+            "{backend: {mcp: {url: 'ftp://y'}}}",
+            "line 2, column 27: tools[0].backend.mcp.url: found \"ftp://y\" (it does not start with http:// or https://), expected the server's streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp",
+        ),
+        (
+            "{backend: {mcp: {url: 'http://y', env: {A: b}}}}",
+            "line 2, column 44: tools[0].backend.mcp.env: only applies to a command; remove it",
+        ),
+        (
+            "{backend: {mcp: {command: [x], prefix: 'my tools/'}}}",
+            "line 2, column 44: tools[0].backend.mcp.prefix: \"my tools/\" cannot begin a tool name: use letters, digits, '_', '-' and '.', shorter than 64",
+        ),
+        (
+            "{backend: {mcp: {command: [x], relist: 5s}}}",
+            "line 2, column 36: tools[0].backend.mcp.relist: unknown key (allowed here: command, env, cwd, url, headers, prefix, allow, deny, relist_interval)",
+        ),
+        (
+            "{backend: {mcp: {command: [x]}, command: [y]}}",
+            "line 2, column 15: tools[0].backend: has both command and mcp; keep one of them",
+        ),
+        (
+            "{description: d, backend: {command: [y]}}",
+            "line 2, column 5: tools[0].name: missing, expected a tool name of 1 to 64 letters, digits, _, - or ., e.g. word_count",
+        ),
+        (
+            "{name: t, backend: {command: [y]}}",
+            "line 2, column 5: tools[0].description: missing, expected a text that tells the LLM what the tool does",
+        ),
+    ] {
+        let error = mcp_error(entry);
+        if error != expected {
+            wrong.push(format!(
+                "for {entry:?}\n  got      {error}\n  expected {expected}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn an_mcp_servers_program_is_checked_against_this_machine() {
+    let config =
+        SidecarConfig::from_yaml_str("tools:\n  - backend: {mcp: {command: [./no-such-server]}}\n")
+            .expect("valid");
+    let error = config
+        .check(Path::new("/nonexistent"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        "tools[0].backend.mcp.command: program \"./no-such-server\" not found in /nonexistent (relative paths are resolved against the config file's folder)"
     );
 }

@@ -1,0 +1,228 @@
+//! One connection to an MCP server: start it (stdio) or reach it
+//! (streamable HTTP), shake hands, list its tools page by page, and call
+//! them.
+//!
+//! The sidecar speaks the handshake revisions (it offers 2025-11-25 and
+//! takes what the server answers: 2025-06-18, 2025-03-26, 2024-11-05),
+//! which every MCP server in use today speaks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmcp::ServiceExt as _;
+use rmcp::model::{
+    ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion, Tool as McpTool,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::McpTransport;
+use super::convert;
+use crate::context::CallContext;
+use crate::tool::{Backend, BackendError, Outcome};
+
+/// Longest the start and handshake may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest one `tools/list` page may take.
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most pages of one listing: a server whose cursor never ends is broken.
+const MAX_PAGES: usize = 100;
+/// Most tools one server may list.
+pub(crate) const MAX_TOOLS: usize = 10_000;
+
+/// What the sidecar does with a server's notifications: a changed tool
+/// list wakes the loop that lists again.
+pub(crate) struct Handler {
+    pub(crate) tools_changed: Arc<Notify>,
+}
+
+impl rmcp::ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            Default::default(),
+            Implementation::new("toolmesh-sidecar", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// A running connection.
+pub(crate) type Session = RunningService<RoleClient, Handler>;
+
+/// Why a connection could not be made or kept.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionError {
+    /// The program could not be started.
+    #[error("cannot start {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A header in the config is not one HTTP takes (checked at load; kept
+    /// for a config built in code).
+    #[error("header {0:?} is not valid")]
+    Header(String),
+    /// The handshake failed.
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    /// A request failed.
+    #[error("{what} failed: {reason}")]
+    Request {
+        /// Which request.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The server did not answer in time.
+    #[error("{0} timed out")]
+    Timeout(&'static str),
+    /// The server listed more than the sidecar takes.
+    #[error("it listed more than {MAX_TOOLS} tools or {MAX_PAGES} pages")]
+    TooMany,
+}
+
+/// Starts or reaches the server and shakes hands, within
+/// [`CONNECT_TIMEOUT`].
+pub(crate) async fn connect(
+    transport: &McpTransport,
+    handler: Handler,
+) -> Result<Session, SessionError> {
+    let handshake = async {
+        match transport {
+            McpTransport::Stdio {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).envs(env).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    command.current_dir(cwd);
+                }
+                let (child, _) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::inherit())
+                    .spawn()
+                    .map_err(|source| SessionError::Spawn {
+                        program: program.display().to_string(),
+                        source,
+                    })?;
+                handler
+                    .serve(child)
+                    .await
+                    .map_err(|e| SessionError::Handshake(e.to_string()))
+            }
+            McpTransport::Http { url, headers } => {
+                // The HTTP client finds its TLS provider process-wide.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    let header = (
+                        http::HeaderName::try_from(name.as_str()),
+                        http::HeaderValue::try_from(value.as_str()),
+                    );
+                    let (Ok(name), Ok(value)) = header else {
+                        return Err(SessionError::Header(name.clone()));
+                    };
+                    custom.insert(name, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                handler
+                    .serve(StreamableHttpClientTransport::from_config(config))
+                    .await
+                    .map_err(|e| SessionError::Handshake(e.to_string()))
+            }
+        }
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+        .await
+        .map_err(|_| SessionError::Timeout("the start and handshake"))?
+}
+
+/// Every tool the server lists, page by page, each page within
+/// [`LIST_TIMEOUT`].
+pub(crate) async fn list(peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, SessionError> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+        let page = tokio::time::timeout(LIST_TIMEOUT, peer.list_tools(Some(params)))
+            .await
+            .map_err(|_| SessionError::Timeout("tools/list"))?
+            .map_err(|e| SessionError::Request {
+                what: "tools/list",
+                reason: e.to_string(),
+            })?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_TOOLS {
+            return Err(SessionError::TooMany);
+        }
+        match page.next_cursor {
+            Some(next) if !next.is_empty() => cursor = Some(next),
+            _ => return Ok(tools),
+        }
+    }
+    Err(SessionError::TooMany)
+}
+
+/// Runs one of the server's tools through `tools/call`.
+pub(crate) struct McpBackend {
+    /// The server's name for the tool.
+    pub(crate) name: String,
+    /// The server, for logs.
+    pub(crate) label: Arc<str>,
+    pub(crate) peer: Peer<RoleClient>,
+    /// Woken when the server refuses a call: its list may be stale.
+    pub(crate) tools_changed: Arc<Notify>,
+}
+
+#[async_trait]
+impl Backend for McpBackend {
+    async fn call(
+        &self,
+        arguments_json: &str,
+        _context: &CallContext,
+        deadline: Instant,
+    ) -> Result<Outcome, BackendError> {
+        let arguments = match serde_json::from_str(arguments_json) {
+            Ok(serde_json::Value::Object(arguments)) => arguments,
+            _ => {
+                return Ok(Outcome::error_message(
+                    "an MCP tool takes a JSON object of arguments",
+                ));
+            }
+        };
+        let params =
+            rmcp::model::CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
+        let answer = tokio::time::timeout_at(deadline, self.peer.call_tool(params))
+            .await
+            .map_err(|_| BackendError::DeadlineExceeded)?;
+        match answer {
+            Ok(result) => Ok(convert::outcome(&result)),
+            Err(ServiceError::McpError(error)) => {
+                self.tools_changed.notify_one();
+                Ok(Outcome::error_message(&format!(
+                    "the MCP server refused the call: {}",
+                    error.message
+                )))
+            }
+            Err(error) => Err(BackendError::Unavailable(format!(
+                "MCP server {}: {error}",
+                self.label
+            ))),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Keeps one MCP server's tools published: connect, list, publish, list
+//! again on `notifications/tools/list_changed` and every relist interval;
+//! when the server exits or stops answering, withdraw its tools and try
+//! again with backoff. [`Sources`] runs one such loop per server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::McpServer;
+use super::convert::{self, Skipped};
+use super::session::{self, Handler, McpBackend, SessionError};
+use crate::tool::Tool;
+use crate::toolset::ToolSet;
+
+/// First delay before a server is started or reached again.
+const RESTART_START: Duration = Duration::from_millis(250);
+/// Longest delay between two attempts.
+const RESTART_CAP: Duration = Duration::from_secs(30);
+/// A server up this long has its backoff start over.
+const STABLE: Duration = Duration::from_secs(60);
+/// Longest a server is given to stop at shutdown.
+const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Every MCP server's loop, stopped together.
+#[derive(Debug)]
+pub(crate) struct Sources {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Sources {
+    /// Starts one loop per server; server `i` publishes share `i` of
+    /// `tools`.
+    pub(crate) fn start(servers: &[McpServer], tools: &Arc<ToolSet>) -> Self {
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        for (index, server) in servers.iter().enumerate() {
+            tasks.spawn(supervise(
+                index,
+                server.clone(),
+                tools.clone(),
+                stop.child_token(),
+            ));
+        }
+        Self { stop, tasks }
+    }
+
+    /// Stops every server (a stdio server gets its stdin closed, then is
+    /// killed) and waits for their loops, at most [`STOP_TIMEOUT`] and a
+    /// little.
+    pub(crate) async fn stop(mut self) {
+        self.stop.cancel();
+        let all = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(STOP_TIMEOUT * 2, all).await.is_err() {
+            self.tasks.abort_all();
+        }
+    }
+}
+
+/// How a connection ended.
+enum Ended {
+    Stopped,
+    Failed(SessionError),
+}
+
+async fn supervise(index: usize, server: McpServer, tools: Arc<ToolSet>, stop: CancellationToken) {
+    let label: Arc<str> = Arc::from(server.label.as_str());
+    let mut delays = schedule();
+    loop {
+        let started = Instant::now();
+        let ended = connected(index, &server, &label, &tools, &stop).await;
+        tools.publish(index, Vec::new());
+        let error = match ended {
+            Ended::Stopped => return,
+            Ended::Failed(error) => error,
+        };
+        if started.elapsed() >= STABLE {
+            delays = schedule();
+        }
+        let delay = delays.next().unwrap_or(RESTART_CAP);
+        tracing::warn!(server = %label, %error, ?delay, "MCP server unavailable; its tools are withdrawn until it is back");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Exponential backoff with jitter from [`RESTART_START`] to
+/// [`RESTART_CAP`], never ending: a server is retried for as long as the
+/// sidecar runs, at most once per cap.
+fn schedule() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder as _;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(RESTART_START / 2)
+        .with_max_delay(RESTART_CAP / 2)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+/// One connection: lists and publishes until the server goes away or the
+/// sidecar stops.
+async fn connected(
+    index: usize,
+    server: &McpServer,
+    label: &Arc<str>,
+    tools: &ToolSet,
+    stop: &CancellationToken,
+) -> Ended {
+    let tools_changed = Arc::new(Notify::new());
+    let handler = Handler {
+        tools_changed: tools_changed.clone(),
+    };
+    let session = tokio::select! {
+        session = session::connect(&server.transport, handler) => session,
+        () = stop.cancelled() => return Ended::Stopped,
+    };
+    let session = match session {
+        Ok(session) => session,
+        Err(error) => return Ended::Failed(error),
+    };
+    let peer = session.peer().clone();
+    let version = peer
+        .peer_info()
+        .map(|info| info.protocol_version.to_string())
+        .unwrap_or_default();
+    tracing::info!(server = %label, protocol = %version, "MCP server connected");
+    let cancel = session.cancellation_token();
+    let closed = session.waiting();
+    tokio::pin!(closed);
+    loop {
+        let listed = tokio::select! {
+            listed = session::list(&peer) => listed,
+            reason = &mut closed => {
+                return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
+            }
+            () = stop.cancelled() => break,
+        };
+        let listed = match listed {
+            Ok(listed) => listed,
+            Err(error) => {
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
+                return Ended::Failed(error);
+            }
+        };
+        let published = publishable(server, label, &listed, &peer, &tools_changed);
+        let count = published.len();
+        for name in tools.publish(index, published) {
+            tracing::warn!(server = %label, tool = %name, "another backend of this sidecar already serves a tool of this name; this server's is left out (set backend.mcp.prefix)");
+        }
+        tracing::info!(server = %label, listed = listed.len(), published = count, "MCP server's tools listed");
+        tokio::select! {
+            () = tools_changed.notified() => {}
+            () = tokio::time::sleep(server.relist_interval) => {}
+            reason = &mut closed => {
+                return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
+            }
+            () = stop.cancelled() => break,
+        }
+    }
+    cancel.cancel();
+    let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
+    Ended::Stopped
+}
+
+/// The listed tools the selection keeps and the registry would take, as
+/// tools calling the server; the others are logged.
+fn publishable(
+    server: &McpServer,
+    label: &Arc<str>,
+    listed: &[rmcp::model::Tool],
+    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    tools_changed: &Arc<Notify>,
+) -> Vec<Tool> {
+    let mut published = Vec::new();
+    for tool in listed {
+        match convert::descriptor(tool, &server.selection, &server.defaults) {
+            Ok(descriptor) => {
+                let backend = McpBackend {
+                    name: tool.name.to_string(),
+                    label: label.clone(),
+                    peer: peer.clone(),
+                    tools_changed: tools_changed.clone(),
+                };
+                published.push(
+                    Tool::new(descriptor, Arc::new(backend))
+                        .with_max_output_bytes(server.max_output_bytes),
+                );
+            }
+            Err(Skipped::NotSelected) => {}
+            Err(why) => {
+                tracing::warn!(server = %label, tool = %tool.name, %why, "MCP tool left out");
+            }
+        }
+    }
+    published
+}
