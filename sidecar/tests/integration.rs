@@ -18,6 +18,8 @@ mod execute;
 mod health;
 #[path = "integration/http.rs"]
 mod http;
+#[path = "integration/mcp.rs"]
+mod mcp;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/mistakes.rs"]

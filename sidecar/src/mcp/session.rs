@@ -178,6 +178,27 @@ pub(crate) async fn list(peer: &Peer<RoleClient>) -> Result<Vec<McpTool>, Sessio
     Err(SessionError::TooMany)
 }
 
+/// Longest a `ping` may take.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the server answers a `ping` within [`PING_TIMEOUT`]: a server
+/// reached over HTTP can go away without closing anything the client
+/// holds.
+pub(crate) async fn ping(peer: &Peer<RoleClient>) -> Result<(), SessionError> {
+    let request = rmcp::model::PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    };
+    tokio::time::timeout(PING_TIMEOUT, peer.send_request(request.into()))
+        .await
+        .map_err(|_| SessionError::Timeout("ping"))?
+        .map(drop)
+        .map_err(|e| SessionError::Request {
+            what: "ping",
+            reason: e.to_string(),
+        })
+}
+
 /// Runs one of the server's tools through `tools/call`.
 pub(crate) struct McpBackend {
     /// The server's name for the tool.

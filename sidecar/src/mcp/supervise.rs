@@ -23,6 +23,9 @@ const RESTART_START: Duration = Duration::from_millis(250);
 const RESTART_CAP: Duration = Duration::from_secs(30);
 /// A server up this long has its backoff start over.
 const STABLE: Duration = Duration::from_secs(60);
+/// How often a connected server is pinged: a failed ping withdraws its
+/// tools and reconnects.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// Longest a server is given to stop at shutdown.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -60,6 +63,13 @@ impl Sources {
             self.tasks.abort_all();
         }
     }
+}
+
+/// Why a connected server's loop woke.
+enum Wake {
+    Relist,
+    Stop,
+    Failed(SessionError),
 }
 
 /// How a connection ended.
@@ -156,13 +166,30 @@ async fn connected(
             tracing::warn!(server = %label, tool = %name, "another backend of this sidecar already serves a tool of this name; this server's is left out (set backend.mcp.prefix)");
         }
         tracing::info!(server = %label, listed = listed.len(), published = count, "MCP server's tools listed");
-        tokio::select! {
-            () = tools_changed.notified() => {}
-            () = tokio::time::sleep(server.relist_interval) => {}
-            reason = &mut closed => {
-                return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
+        let relist_at = Instant::now() + server.relist_interval;
+        let woke = loop {
+            tokio::select! {
+                () = tools_changed.notified() => break Wake::Relist,
+                () = tokio::time::sleep_until(relist_at) => break Wake::Relist,
+                () = tokio::time::sleep(PING_INTERVAL) => {
+                    if let Err(error) = session::ping(&peer).await {
+                        break Wake::Failed(error);
+                    }
+                }
+                reason = &mut closed => {
+                    return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
+                }
+                () = stop.cancelled() => break Wake::Stop,
             }
-            () = stop.cancelled() => break,
+        };
+        match woke {
+            Wake::Relist => {}
+            Wake::Stop => break,
+            Wake::Failed(error) => {
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
+                return Ended::Failed(error);
+            }
         }
     }
     cancel.cancel();

@@ -1,0 +1,276 @@
+//! MCP servers wrapped by the `toolmesh-sidecar` binary, as published:
+//! `@modelcontextprotocol/server-everything` over stdio, and a server
+//! written with the official Python SDK over streamable HTTP. Their tools
+//! are listed and invoked through the real registry's `Invoke`.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use tonic::Code;
+use tonic_types::StatusExt as _;
+use toolmesh_test_support::mcp::{everything_server, python_with_sdk};
+
+use crate::common::{SidecarProcess, TestRegistry, binary, eventually, reserved_port, send};
+
+/// Registry lease: longer than any wait here, so a tool that leaves the
+/// catalog was withdrawn, not expired.
+const TTL: Duration = Duration::from_secs(30);
+/// How long a server may take to start and list its tools on a busy
+/// machine (Node and Python start in seconds).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The result of a call that ran, as JSON.
+fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
+    serde_json::from_str(&response.result_json).expect("the result is JSON")
+}
+
+/// The pids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    let tasks = format!("/proc/{pid}/task");
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
+    let (Some(bin), Some(everything)) = (binary("toolmesh-sidecar"), everything_server()) else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let yaml = format!(
+        "tools:\n  - backend:\n      mcp:\n        command: [{everything}]\n        prefix: everything.\n        deny: [get-env, 'toggle-*', 'trigger-*', simulate-research-query]\n    tags: [mcp]\n    timeout: 20s\n",
+        everything = everything.display()
+    );
+    let mut sidecar = SidecarProcess::start(&bin, &registry.url(), "everything", &yaml).await;
+    registry
+        .wait_for_instances("everything.echo", 1, PATIENCE)
+        .await;
+
+    // Listed with its schemas, title and hints; the denied tools are not.
+    let structured = registry
+        .descriptor("everything.get-structured-content")
+        .await
+        .expect("listed");
+    assert_eq!(structured.title, "Get Structured Content Tool");
+    assert_eq!(structured.read_only, Some(true));
+    assert_eq!(structured.tags, ["mcp"]);
+    let output: Value = serde_json::from_str(&structured.output_schema_json).expect("JSON");
+    assert_eq!(
+        output["required"],
+        json!(["temperature", "conditions", "humidity"])
+    );
+    assert!(registry.tool("everything.get-env").await.is_none());
+    assert!(
+        registry
+            .tool("everything.toggle-simulated-logging")
+            .await
+            .is_none()
+    );
+
+    // A success, as text and as structured content.
+    let sum = registry
+        .invoke("everything.get-sum", r#"{"a": 1, "b": 2}"#)
+        .await
+        .expect("ran");
+    assert!(!sum.is_error, "{}", sum.result_json);
+    assert_eq!(ran(&sum), json!("The sum of 1 and 2 is 3."));
+    let weather = registry
+        .invoke(
+            "everything.get-structured-content",
+            r#"{"location": "Chicago"}"#,
+        )
+        .await
+        .expect("ran");
+    assert!(!weather.is_error, "{}", weather.result_json);
+    assert!(
+        ran(&weather)["temperature"].is_number(),
+        "{}",
+        weather.result_json
+    );
+
+    // The server's isError: it cannot fetch from a closed loopback port.
+    let closed = reserved_port();
+    let failed = registry
+        .invoke(
+            "everything.gzip-file-as-resource",
+            &json!({"name": "x.gz", "data": format!("http://127.0.0.1:{closed}/x"), "outputType": "resource"})
+                .to_string(),
+        )
+        .await
+        .expect("ran");
+    assert!(failed.is_error, "{}", failed.result_json);
+    assert!(
+        failed.result_json.contains("fetch failed"),
+        "{}",
+        failed.result_json
+    );
+
+    // A schema violation the registry catches before the server sees it:
+    // the registry's BadRequest names the field.
+    let refused = registry
+        .invoke("everything.echo", r#"{"message": 7}"#)
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let violations = refused
+        .get_details_bad_request()
+        .expect("a BadRequest")
+        .field_violations;
+    assert_eq!(violations[0].field, "/message", "{violations:?}");
+
+    // Kill the server: its tools leave the catalog (the sidecar serves
+    // nothing else, so it leaves the registry), then come back once it is
+    // restarted.
+    let servers = children(sidecar.pid);
+    assert_eq!(servers.len(), 1, "one MCP server process: {servers:?}");
+    send(servers[0], Signal::SIGKILL);
+    eventually(
+        TTL / 2,
+        "the killed server's tools to leave the catalog",
+        || async { registry.tool("everything.echo").await.is_none() },
+    )
+    .await;
+    registry
+        .wait_for_instances("everything.echo", 1, PATIENCE)
+        .await;
+    let echo = registry
+        .invoke("everything.echo", r#"{"message": "back"}"#)
+        .await
+        .expect("ran");
+    assert_eq!(ran(&echo), json!("Echo: back"));
+    let restarted = children(sidecar.pid);
+    assert!(
+        restarted.len() == 1 && restarted != servers,
+        "a new server process: {restarted:?}, was {servers:?}"
+    );
+    let log = sidecar.log();
+    assert!(log.contains("MCP server unavailable"), "{log}");
+
+    sidecar.signal(Signal::SIGTERM);
+    let status = sidecar.exited(PATIENCE).await;
+    assert!(status.success(), "{status}\n{}", sidecar.log());
+    eventually(PATIENCE, "the server to stop with the sidecar", || async {
+        restarted.iter().all(|pid| crate::common::is_dead(*pid))
+    })
+    .await;
+}
+
+/// The Python SDK server on `port`, killed when dropped.
+struct PythonServer {
+    child: tokio::process::Child,
+}
+
+impl PythonServer {
+    async fn start(python: &str, port: u16) -> Self {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/python_server.py");
+        let child = tokio::process::Command::new(python)
+            .arg(script)
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the Python MCP server");
+        eventually(PATIENCE, "the Python MCP server to listen", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        Self { child }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed() {
+    let (Some(bin), Some(python)) = (binary("toolmesh-sidecar"), python_with_sdk()) else {
+        return;
+    };
+    let port = reserved_port();
+    let mut server = PythonServer::start(&python, port).await;
+    let registry = TestRegistry::start(TTL).await;
+    // Re-listing every hour: a tool that appears sooner came with the
+    // server's notifications/tools/list_changed.
+    let yaml = format!(
+        "tools:\n  - backend:\n      mcp:\n        url: http://127.0.0.1:{port}/mcp\n        prefix: py.\n        relist_interval: 1h\n    rate_limit: {{rate: 100, burst: 100}}\n  - name: wc\n    description: Counts words\n    backend: {{command: [wc, -w]}}\n"
+    );
+    let mut sidecar = SidecarProcess::start(&bin, &registry.url(), "python", &yaml).await;
+    registry.wait_for_instances("py.add", 1, PATIENCE).await;
+
+    let add = registry.descriptor("py.add").await.expect("listed");
+    assert_eq!(add.title, "Add");
+    assert!(add.idempotent, "idempotentHint carried over");
+    assert_eq!(add.rate_limit.map(|l| l.rate), Some(100.0));
+    let sum = registry
+        .invoke("py.add", r#"{"a": 2, "b": 40}"#)
+        .await
+        .expect("ran");
+    assert!(!sum.is_error, "{}", sum.result_json);
+    assert_eq!(ran(&sum), json!({"result": 42}));
+
+    let divided = registry
+        .invoke("py.divide", r#"{"a": 1, "b": 0}"#)
+        .await
+        .expect("ran");
+    assert!(divided.is_error, "{}", divided.result_json);
+    assert!(
+        divided.result_json.contains("cannot divide by zero"),
+        "{}",
+        divided.result_json
+    );
+
+    let refused = registry
+        .invoke("py.add", r#"{"a": "two", "b": 40}"#)
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let violations = refused
+        .get_details_bad_request()
+        .expect("a BadRequest")
+        .field_violations;
+    assert_eq!(violations[0].field, "/a", "{violations:?}");
+
+    // The server adds a tool and says so: the catalog follows.
+    let added = registry
+        .invoke("py.add_tool", r#"{"name": "late"}"#)
+        .await
+        .expect("ran");
+    assert!(!added.is_error, "{}", added.result_json);
+    registry.wait_for_instances("py.late", 1, PATIENCE).await;
+    let late = registry.invoke("py.late", "{}").await.expect("ran");
+    assert_eq!(ran(&late), json!({"result": "hello from late"}));
+
+    // The server goes away: its tools leave, the sidecar's own stays.
+    server.child.kill().await.expect("kill the server");
+    eventually(
+        PATIENCE,
+        "the server's tools to leave the catalog",
+        || async { registry.tool("py.add").await.is_none() },
+    )
+    .await;
+    assert!(
+        registry.tool("wc").await.is_some(),
+        "the command tool stays"
+    );
+
+    // Back on the same port: its tools come back.
+    let _server = PythonServer::start(&python, port).await;
+    registry.wait_for_instances("py.add", 1, PATIENCE).await;
+
+    sidecar.signal(Signal::SIGTERM);
+    let status = sidecar.exited(PATIENCE).await;
+    assert!(status.success(), "{status}\n{}", sidecar.log());
+}
