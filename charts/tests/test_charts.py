@@ -384,6 +384,18 @@ def test_kube_play_probes_reach_the_admin_port_on_loopback(prepared_charts, char
             "timout",
             id="toolmesh-sidecar:unknown-tool-key",
         ),
+        pytest.param(
+            EXAMPLE,
+            {"toolmesh-sidecar": {"tools": [{"description": "d", "backend": {"command": ["x"]}}]}},
+            "name",
+            id="toolmesh-sidecar:tool-without-name",
+        ),
+        pytest.param(
+            EXAMPLE,
+            {"toolmesh-sidecar": {"tools": [{"backend": {"mcp": {"command": ["x"], "relist": "5s"}}}]}},
+            "relist",
+            id="toolmesh-sidecar:unknown-mcp-key",
+        ),
     ],
 )
 def test_schema_refuses(prepared_charts, chart, values, named):
@@ -1251,6 +1263,14 @@ def test_sidecar_explicit_addresses_and_tools_rollout(prepared_charts):
     default = render(prepared_charts["inventory-tool"]).one("Deployment")["spec"]["template"]
     key = "checksum/toolmesh-sidecar"
     assert pod["metadata"]["annotations"][key] != default["metadata"]["annotations"][key]
+
+
+def test_sidecar_takes_an_mcp_server_entry(prepared_charts):
+    entry = {"backend": {"mcp": {"command": ["mcp-server-everything"], "prefix": "everything.", "deny": ["get-env"]}},
+             "tags": ["mcp"]}
+    rendered = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"tools": [entry]}})
+    tools = yaml.safe_load(rendered.one("ConfigMap")["data"]["tools.yaml"])["tools"]
+    assert tools == [entry]
 
 
 def test_sidecar_schema_knows_every_tool_key():
