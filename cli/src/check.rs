@@ -12,19 +12,39 @@ use crate::output::Output;
 pub(crate) fn check(path: &std::path::Path, output: Output) -> Result<(), Failure> {
     match SidecarConfig::load(path) {
         Ok(config) => {
-            let names: Vec<&str> = config.tools.iter().map(|t| t.name.as_str()).collect();
+            let names: Vec<&str> = config
+                .tools
+                .iter()
+                .filter_map(|t| t.name.as_deref())
+                .collect();
+            let servers: Vec<String> = config
+                .tools
+                .iter()
+                .filter_map(|t| t.backend.mcp.as_ref())
+                .map(|mcp| match (&mcp.command, &mcp.url) {
+                    (Some(command), _) => command.join(" "),
+                    (None, url) => url.clone().unwrap_or_default(),
+                })
+                .collect();
             match output {
                 Output::Json => println!(
                     "{}",
-                    json!({"ok": true, "file": path.display().to_string(), "tools": names})
+                    json!({"ok": true, "file": path.display().to_string(), "tools": names, "mcp_servers": servers})
                 ),
-                Output::Text => println!(
-                    "ok: {}: {} tool{} ({})",
-                    path.display(),
-                    names.len(),
-                    if names.len() == 1 { "" } else { "s" },
-                    names.join(", ")
-                ),
+                Output::Text => {
+                    println!(
+                        "ok: {}: {} tool{} ({})",
+                        path.display(),
+                        names.len(),
+                        if names.len() == 1 { "" } else { "s" },
+                        names.join(", ")
+                    );
+                    for server in &servers {
+                        println!(
+                            "  and the tools of the MCP server {server} (listed when the sidecar runs)"
+                        );
+                    }
+                }
             }
             Ok(())
         }

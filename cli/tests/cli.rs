@@ -387,6 +387,26 @@ async fn check_validates_a_sidecar_config_offline() {
         "{}",
         stdout(&ok)
     );
+    let mcp = dir.path().join("mcp.yaml");
+    std::fs::write(
+        &mcp,
+        "tools:\n  - backend: {mcp: {url: 'http://127.0.0.1:9/mcp'}}\n  - backend: {mcp: {command: [sh, server.sh], prefix: x.}}\n",
+    )
+    .unwrap();
+    let mcp_ok = json_of(
+        &run(vec![
+            "check".into(),
+            mcp.display().to_string(),
+            "-o".into(),
+            "json".into(),
+        ])
+        .await,
+    );
+    assert_eq!(mcp_ok["ok"], true, "{mcp_ok}");
+    assert_eq!(
+        mcp_ok["mcp_servers"],
+        serde_json::json!(["http://127.0.0.1:9/mcp", "sh server.sh"])
+    );
     let refused = run(vec!["check".into(), bad.display().to_string()]).await;
     exits(&refused, 5);
     let text = stderr(&refused);

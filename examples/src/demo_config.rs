@@ -98,7 +98,11 @@ mod tests {
         let path = demo_dir().join("sidecar.yaml");
         let config = SidecarConfig::load(&path).unwrap();
         let tools = config.build_tools(&demo_dir()).unwrap();
-        let names: Vec<_> = config.tools.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<_> = config
+            .tools
+            .iter()
+            .filter_map(|t| t.name.as_deref())
+            .collect();
         assert_eq!(names, ["word_count", "slow_report", "lookup"]);
         assert_eq!(tools.len(), 3);
     }
@@ -109,13 +113,17 @@ mod tests {
         let effective =
             effective_sidecar_config(&yaml, &demo_dir(), "http://127.0.0.1:4242").unwrap();
         let config = SidecarConfig::from_yaml_str(&effective).unwrap();
-        let lookup = config.tools.iter().find(|t| t.name == "lookup").unwrap();
+        let lookup = config
+            .tools
+            .iter()
+            .find(|t| t.name.as_deref() == Some("lookup"))
+            .unwrap();
         let url = &lookup.backend.http.as_ref().unwrap().url;
         assert_eq!(url, "http://127.0.0.1:4242/lookup");
         let word_count = config
             .tools
             .iter()
-            .find(|t| t.name == "word_count")
+            .find(|t| t.name.as_deref() == Some("word_count"))
             .unwrap();
         let program = PathBuf::from(&word_count.backend.command.as_ref().unwrap()[0]);
         assert_eq!(program, demo_dir().join("./word_count.py"));
