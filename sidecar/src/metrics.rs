@@ -9,6 +9,10 @@
 //!   `toolmesh_sidecar_heartbeats_total{result}`: the registry's answers,
 //!   `accepted` or the gRPC code name;
 //! - `toolmesh_sidecar_registered`: 1 while it holds a lease;
+//! - `toolmesh_sidecar_mcp_up{server}`, `toolmesh_sidecar_mcp_tools{server}`
+//!   and `toolmesh_sidecar_mcp_restarts_total{server}`: each MCP server
+//!   ([`crate::mcp`]): connected and listed, its tools published, the
+//!   times it was lost and tried again;
 //! - `toolmesh_sidecar_build_info{version}`: always 1.
 //!
 //! `tool` is a tool this sidecar serves (its config bounds them), or
@@ -64,6 +68,11 @@ struct ResultLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabel {
+    server: Arc<str>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -77,6 +86,9 @@ struct Families {
     announces: Family<ResultLabel, Counter>,
     heartbeats: Family<ResultLabel, Counter>,
     registered: Gauge,
+    mcp_up: Family<ServerLabel, Gauge>,
+    mcp_tools: Family<ServerLabel, Gauge>,
+    mcp_restarts: Family<ServerLabel, Counter>,
 }
 
 /// The sidecar's metrics and the registry that exposes them. Clones share
@@ -131,6 +143,24 @@ impl Metrics {
             "1 while this sidecar holds a lease from the registry",
             registered.clone(),
         );
+        let mcp_up = Family::<ServerLabel, Gauge>::default();
+        registry.register(
+            "mcp_up",
+            "1 while the MCP server is connected and its tools listed, by server (its program or URL)",
+            mcp_up.clone(),
+        );
+        let mcp_tools = Family::<ServerLabel, Gauge>::default();
+        registry.register(
+            "mcp_tools",
+            "Tools of the MCP server published now, by server",
+            mcp_tools.clone(),
+        );
+        let mcp_restarts = Family::<ServerLabel, Counter>::default();
+        registry.register(
+            "mcp_restarts",
+            "Times the MCP server was lost (exited, closed, did not answer) and tried again, by server",
+            mcp_restarts.clone(),
+        );
         let build_info = Family::<VersionLabel, Gauge>::default();
         build_info
             .get_or_create(&VersionLabel {
@@ -146,6 +176,9 @@ impl Metrics {
             announces,
             heartbeats,
             registered,
+            mcp_up,
+            mcp_tools,
+            mcp_restarts,
         }))
     }
 
@@ -194,6 +227,31 @@ impl Metrics {
             .inc();
         if answer == Err(Code::NotFound) {
             self.0.registered.set(0);
+        }
+    }
+
+    /// The MCP server `server` is listed: `tools` of its tools published.
+    pub(crate) fn mcp_listed(&self, server: &Arc<str>, tools: usize) {
+        let label = ServerLabel {
+            server: server.clone(),
+        };
+        self.0.mcp_up.get_or_create(&label).set(1);
+        self.0
+            .mcp_tools
+            .get_or_create(&label)
+            .set(i64::try_from(tools).unwrap_or(i64::MAX));
+    }
+
+    /// The MCP server `server` is gone, its tools withdrawn; `retried`: it
+    /// is tried again (not the sidecar stopping).
+    pub(crate) fn mcp_lost(&self, server: &Arc<str>, retried: bool) {
+        let label = ServerLabel {
+            server: server.clone(),
+        };
+        self.0.mcp_up.get_or_create(&label).set(0);
+        self.0.mcp_tools.get_or_create(&label).set(0);
+        if retried {
+            self.0.mcp_restarts.get_or_create(&label).inc();
         }
     }
 

@@ -199,7 +199,7 @@ pub async fn serve_with_withdraw(
         tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity (--insecure): whoever reaches this port can run the tools directly, past the registry's validation and limits");
     }
 
-    let sources = Sources::start(&opts.mcp_servers, &tools);
+    let sources = Sources::start(&opts.mcp_servers, &tools, &metrics);
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(max_streams))

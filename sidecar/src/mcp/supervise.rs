@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::McpServer;
 use super::convert::{self, Skipped};
 use super::session::{self, Handler, McpBackend, SessionError};
+use crate::metrics::Metrics;
 use crate::tool::Tool;
 use crate::toolset::ToolSet;
 
@@ -39,7 +40,8 @@ pub(crate) struct Sources {
 impl Sources {
     /// Starts one loop per server; server `i` publishes share `i` of
     /// `tools`.
-    pub(crate) fn start(servers: &[McpServer], tools: &Arc<ToolSet>) -> Self {
+    /// Each server's state is recorded in `metrics`.
+    pub(crate) fn start(servers: &[McpServer], tools: &Arc<ToolSet>, metrics: &Metrics) -> Self {
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
         for (index, server) in servers.iter().enumerate() {
@@ -47,6 +49,7 @@ impl Sources {
                 index,
                 server.clone(),
                 tools.clone(),
+                metrics.clone(),
                 stop.child_token(),
             ));
         }
@@ -78,17 +81,27 @@ enum Ended {
     Failed(SessionError),
 }
 
-async fn supervise(index: usize, server: McpServer, tools: Arc<ToolSet>, stop: CancellationToken) {
+async fn supervise(
+    index: usize,
+    server: McpServer,
+    tools: Arc<ToolSet>,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
     let label: Arc<str> = Arc::from(server.label.as_str());
     let mut delays = schedule();
     loop {
         let started = Instant::now();
-        let ended = connected(index, &server, &label, &tools, &stop).await;
+        let ended = connected(index, &server, &label, &tools, &metrics, &stop).await;
         tools.publish(index, Vec::new());
         let error = match ended {
-            Ended::Stopped => return,
+            Ended::Stopped => {
+                metrics.mcp_lost(&label, false);
+                return;
+            }
             Ended::Failed(error) => error,
         };
+        metrics.mcp_lost(&label, true);
         if started.elapsed() >= STABLE {
             delays = schedule();
         }
@@ -121,6 +134,7 @@ async fn connected(
     server: &McpServer,
     label: &Arc<str>,
     tools: &ToolSet,
+    metrics: &Metrics,
     stop: &CancellationToken,
 ) -> Ended {
     let tools_changed = Arc::new(Notify::new());
@@ -161,10 +175,12 @@ async fn connected(
             }
         };
         let published = publishable(server, label, &listed, &peer, &tools_changed);
-        let count = published.len();
+        let mut count = published.len();
         for name in tools.publish(index, published) {
+            count -= 1;
             tracing::warn!(server = %label, tool = %name, "another backend of this sidecar already serves a tool of this name; this server's is left out (set backend.mcp.prefix)");
         }
+        metrics.mcp_listed(label, count);
         tracing::info!(server = %label, listed = listed.len(), published = count, "MCP server's tools listed");
         let relist_at = Instant::now() + server.relist_interval;
         let woke = loop {

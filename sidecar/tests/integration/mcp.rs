@@ -14,6 +14,7 @@ use tonic_types::StatusExt as _;
 use toolmesh_test_support::mcp::{everything_server, python_with_sdk};
 
 use crate::common::{SidecarProcess, TestRegistry, binary, eventually, reserved_port, send};
+use crate::metrics::{admin_address, get};
 
 /// Registry lease: longer than any wait here, so a tool that leaves the
 /// catalog was withdrawn, not expired.
@@ -54,10 +55,37 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
         "tools:\n  - backend:\n      mcp:\n        command: [{everything}]\n        prefix: everything.\n        deny: [get-env, 'toggle-*', 'trigger-*', simulate-research-query]\n    tags: [mcp]\n    timeout: 20s\n",
         everything = everything.display()
     );
-    let mut sidecar = SidecarProcess::start(&bin, &registry.url(), "everything", &yaml).await;
+    let mut sidecar = SidecarProcess::spawn(
+        &bin,
+        &yaml,
+        &[
+            "--registry",
+            &registry.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--instance-id",
+            "everything",
+        ],
+        &[],
+    );
+    sidecar.bound(PATIENCE).await;
+    let admin = admin_address(&sidecar).await;
     registry
         .wait_for_instances("everything.echo", 1, PATIENCE)
         .await;
+    let server = format!("server=\"{}\"", everything.display());
+    let metrics = get(admin, "/metrics").await.1;
+    assert!(
+        metrics.contains(&format!("toolmesh_sidecar_mcp_up{{{server}}} 1")),
+        "{metrics}"
+    );
+    let published = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("toolmesh_sidecar_mcp_tools{{{server}}} ")))
+        .and_then(|count| count.parse::<u32>().ok());
+    assert!(published.is_some_and(|count| count >= 6), "{metrics}");
 
     // Listed with its schemas, title and hints; the denied tools are not.
     let structured = registry
@@ -158,6 +186,13 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     );
     let log = sidecar.log();
     assert!(log.contains("MCP server unavailable"), "{log}");
+    let metrics = get(admin, "/metrics").await.1;
+    assert!(
+        metrics.contains(&format!(
+            "toolmesh_sidecar_mcp_restarts_total{{{server}}} 1"
+        )),
+        "{metrics}"
+    );
 
     sidecar.signal(Signal::SIGTERM);
     let status = sidecar.exited(PATIENCE).await;

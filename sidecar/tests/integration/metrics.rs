@@ -35,7 +35,7 @@ const TOOLS: &str = r#"tools:
 "#;
 
 /// The address of the sidecar's `admin listening address=…` log line.
-async fn admin_address(process: &SidecarProcess) -> SocketAddr {
+pub(crate) async fn admin_address(process: &SidecarProcess) -> SocketAddr {
     let find = || {
         process.log().lines().find_map(|line| {
             line.contains("admin listening")
@@ -52,7 +52,7 @@ async fn admin_address(process: &SidecarProcess) -> SocketAddr {
 }
 
 /// `GET path` on the admin port: the status and the body.
-async fn get(admin: SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn get(admin: SocketAddr, path: &str) -> (u16, String) {
     let response = reqwest::get(format!("http://{admin}{path}")).await.unwrap();
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())
