@@ -31,6 +31,7 @@ mod convert;
 mod session;
 mod supervise;
 
+pub use session::{CALLER_META, INVOCATION_ID_META};
 pub(crate) use supervise::Sources;
 
 /// How often a server's tools are listed again by default, besides when

@@ -13,13 +13,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rmcp::ServiceExt as _;
 use rmcp::model::{
-    ClientConfig, Implementation, PaginatedRequestParams, ProtocolVersion, Tool as McpTool,
+    ClientConfig, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    RequestMetaObject, Tool as McpTool,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::McpTransport;
 use super::convert;
@@ -199,6 +201,32 @@ pub(crate) async fn ping(peer: &Peer<RoleClient>) -> Result<(), SessionError> {
         })
 }
 
+/// The `_meta` key naming the caller the registry authenticated (left out
+/// for an anonymous call).
+pub const CALLER_META: &str = "io.toolmesh/caller";
+/// The `_meta` key carrying the invocation id (left out when there is
+/// none).
+pub const INVOCATION_ID_META: &str = "io.toolmesh/invocationId";
+
+/// What a `tools/call` tells the server besides the arguments, in its
+/// `_meta`: the W3C trace context (`traceparent`, `tracestate`, as
+/// SEP-414 reserves them), the caller and the invocation id.
+fn call_meta(context: &CallContext, trace: &toolmesh_telemetry::TraceContext) -> RequestMetaObject {
+    let mut meta = serde_json::Map::new();
+    let fields = [
+        ("traceparent", trace.traceparent.as_deref()),
+        ("tracestate", trace.tracestate.as_deref()),
+        (CALLER_META, Some(context.caller.as_str())),
+        (INVOCATION_ID_META, Some(context.invocation_id.as_str())),
+    ];
+    for (key, value) in fields {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            meta.insert(key.to_owned(), serde_json::Value::String(value.to_owned()));
+        }
+    }
+    RequestMetaObject(MetaObject(meta))
+}
+
 /// Runs one of the server's tools through `tools/call`.
 pub(crate) struct McpBackend {
     /// The server's name for the tool.
@@ -215,7 +243,7 @@ impl Backend for McpBackend {
     async fn call(
         &self,
         arguments_json: &str,
-        _context: &CallContext,
+        context: &CallContext,
         deadline: Instant,
     ) -> Result<Outcome, BackendError> {
         let arguments = match serde_json::from_str(arguments_json) {
@@ -226,9 +254,18 @@ impl Backend for McpBackend {
                 ));
             }
         };
-        let params =
+        let span = toolmesh_telemetry::call_span!(
+            context.trace.is_traced(),
+            "tools/call",
+            otel.kind = "client",
+            otel.name = %format_args!("tools/call {}", self.name),
+        );
+        toolmesh_telemetry::spans::set(&span, "mcp.method.name", "tools/call");
+        let mut params =
             rmcp::model::CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
-        let answer = tokio::time::timeout_at(deadline, self.peer.call_tool(params))
+        params.meta = Some(call_meta(context, &context.trace.onward(&span)));
+        let call = self.peer.call_tool(params).instrument(span);
+        let answer = tokio::time::timeout_at(deadline, call)
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match answer {

@@ -267,6 +267,20 @@ async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed
         divided.result_json
     );
 
+    // The call's invocation id (and trace context, when traced) reach the
+    // server in `_meta`.
+    let whoami = registry.invoke("py.whoami", "{}").await.expect("ran");
+    assert!(!whoami.is_error, "{}", whoami.result_json);
+    let meta = &ran(&whoami);
+    let invocation = meta[toolmesh_sidecar::mcp::INVOCATION_ID_META]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(invocation.len(), 36, "a UUID from the registry: {meta}");
+    assert!(
+        meta.get(toolmesh_sidecar::mcp::CALLER_META).is_none(),
+        "anonymous: {meta}"
+    );
+
     let refused = registry
         .invoke("py.add", r#"{"a": "two", "b": 40}"#)
         .await

@@ -4,7 +4,7 @@ over streamable HTTP on 127.0.0.1: the peer the sidecar's interop tests wrap.
     python3 python_server.py PORT
 
 Its tools: `add` (structured output), `divide` (fails on b = 0: an isError
-result), and `add_tool`, which adds a tool at run time and tells connected
+result), `whoami` (the request's `_meta`), and `add_tool`, which adds a tool at run time and tells connected
 clients with notifications/tools/list_changed.
 """
 
@@ -29,6 +29,17 @@ def divide(a: float, b: float) -> float:
     if b == 0:
         raise ToolError("cannot divide by zero")
     return a / b
+
+
+@server.tool()
+def whoami(ctx: Context) -> dict:
+    """The request's _meta: trace context, caller, invocation id."""
+    meta = ctx.request_context.meta
+    if meta is None:
+        return {}
+    if hasattr(meta, "model_dump"):
+        return meta.model_dump(by_alias=True, exclude_none=True)
+    return dict(meta)
 
 
 @server.tool()
