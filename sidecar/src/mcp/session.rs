@@ -2,21 +2,24 @@
 //! (streamable HTTP), shake hands, list its tools page by page, and call
 //! them.
 //!
-//! The sidecar speaks the handshake revisions (it offers 2025-11-25 and
-//! takes what the server answers: 2025-06-18, 2025-03-26, 2024-11-05),
-//! which every MCP server in use today speaks.
+//! The sidecar speaks the current revision, 2026-07-28, to a server that
+//! answers its `server/discover`, and falls back to the `initialize`
+//! handshake (offering 2025-11-25, taking what the server answers:
+//! 2025-06-18, 2025-03-26, 2024-11-05) with one that does not.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::ServiceExt as _;
 use rmcp::model::{
     ClientConfig, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    RequestMetaObject, Tool as McpTool,
+    RequestMetaObject, SubscriptionFilter, Tool as McpTool,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer, RoleClient,
+    RunningService, ServiceError, Subscription,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::Notify;
@@ -122,7 +125,7 @@ pub(crate) async fn connect(
                         source,
                     })?;
                 handler
-                    .serve(child)
+                    .serve_with_lifecycle(child, lifecycle())
                     .await
                     .map_err(|e| SessionError::Handshake(e.to_string()))
             }
@@ -143,7 +146,10 @@ pub(crate) async fn connect(
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
                 handler
-                    .serve(StreamableHttpClientTransport::from_config(config))
+                    .serve_with_lifecycle(
+                        StreamableHttpClientTransport::from_config(config),
+                        lifecycle(),
+                    )
                     .await
                     .map_err(|e| SessionError::Handshake(e.to_string()))
             }
@@ -152,6 +158,27 @@ pub(crate) async fn connect(
     tokio::time::timeout(CONNECT_TIMEOUT, handshake)
         .await
         .map_err(|_| SessionError::Timeout("the start and handshake"))?
+}
+
+/// The current revision if the server speaks it, else the handshake.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    }
+}
+
+/// Opens the stream a 2026-07-28 server sends
+/// `notifications/tools/list_changed` on, within [`LIST_TIMEOUT`].
+pub(crate) async fn listen(peer: &Peer<RoleClient>) -> Result<Subscription, SessionError> {
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    tokio::time::timeout(LIST_TIMEOUT, peer.listen(filter))
+        .await
+        .map_err(|_| SessionError::Timeout("subscriptions/listen"))?
+        .map_err(|e| SessionError::Request {
+            what: "subscriptions/listen",
+            reason: e.to_string(),
+        })
 }
 
 /// Every tool the server lists, page by page, each page within

@@ -13,6 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::McpServer;
 use super::convert::{self, Skipped};
+use rmcp::service::Subscription;
+
 use super::session::{self, Handler, McpBackend, SessionError};
 use crate::metrics::Metrics;
 use crate::tool::Tool;
@@ -150,11 +152,20 @@ async fn connected(
         Err(error) => return Ended::Failed(error),
     };
     let peer = session.peer().clone();
-    let version = peer
-        .peer_info()
-        .map(|info| info.protocol_version.to_string())
-        .unwrap_or_default();
-    tracing::info!(server = %label, protocol = %version, "MCP server connected");
+    let version = peer.peer_info().map(|info| info.protocol_version.clone());
+    // A server on the current revision sends its changes on a stream of
+    // their own, and has no ping: that stream ending says it is gone.
+    let mut changes = None;
+    if let Some(version) = version.as_ref().filter(|v| !v.has_initialize()) {
+        match session::listen(&peer).await {
+            Ok(subscription) => changes = Some(subscription),
+            Err(error) => return Ended::Failed(error),
+        }
+        tracing::info!(server = %label, protocol = %version, "MCP server connected");
+    } else {
+        let version = version.map(|v| v.to_string()).unwrap_or_default();
+        tracing::info!(server = %label, protocol = %version, "MCP server connected");
+    }
     let cancel = session.cancellation_token();
     let closed = session.waiting();
     tokio::pin!(closed);
@@ -187,7 +198,11 @@ async fn connected(
             tokio::select! {
                 () = tools_changed.notified() => break Wake::Relist,
                 () = tokio::time::sleep_until(relist_at) => break Wake::Relist,
-                () = tokio::time::sleep(PING_INTERVAL) => {
+                changed = next_change(&mut changes) => match changed {
+                    Ok(()) => break Wake::Relist,
+                    Err(error) => break Wake::Failed(error),
+                },
+                () = tokio::time::sleep(PING_INTERVAL), if changes.is_none() => {
                     if let Err(error) = session::ping(&peer).await {
                         break Wake::Failed(error);
                     }
@@ -211,6 +226,25 @@ async fn connected(
     cancel.cancel();
     let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
     Ended::Stopped
+}
+
+/// The next notification on a 2026-07-28 server's change stream (never,
+/// without one); its end is the server's.
+async fn next_change(changes: &mut Option<Subscription>) -> Result<(), SessionError> {
+    let Some(subscription) = changes else {
+        return std::future::pending().await;
+    };
+    match subscription.next().await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(SessionError::Request {
+            what: "subscriptions/listen",
+            reason: format!("the stream ended ({:?})", subscription.end()),
+        }),
+        Err(error) => Err(SessionError::Request {
+            what: "subscriptions/listen",
+            reason: error.to_string(),
+        }),
+    }
 }
 
 /// The listed tools the selection keeps and the registry would take, as

@@ -186,6 +186,8 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     );
     let log = sidecar.log();
     assert!(log.contains("MCP server unavailable"), "{log}");
+    // server-everything speaks the handshake revisions only.
+    assert!(log.contains("protocol=2025-11-25"), "{log}");
     let metrics = get(admin, "/metrics").await.1;
     assert!(
         metrics.contains(&format!(
@@ -300,6 +302,10 @@ async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed
     assert!(!added.is_error, "{}", added.result_json);
     registry.wait_for_instances("py.late", 1, PATIENCE).await;
     let late = registry.invoke("py.late", "{}").await.expect("ran");
+    // The Python SDK speaks the current revision: the change came on its
+    // subscriptions/listen stream.
+    let log = sidecar.log();
+    assert!(log.contains("protocol=2026-07-28"), "{log}");
     assert_eq!(ran(&late), json!({"result": "hello from late"}));
 
     // The server goes away: its tools leave, the sidecar's own stays.

@@ -50,7 +50,13 @@ async def add_tool(name: str, ctx: Context) -> str:
         return f"hello from {name}"
 
     server.add_tool(greet, name=name, description="A tool added at run time")
-    await ctx.session.send_tool_list_changed()
+    # Clients on 2026-07-28 listen on subscriptions/listen; clients on the
+    # handshake revisions get the notification on their session.
+    await ctx.notify_tools_changed()
+    try:
+        await ctx.session.send_tool_list_changed()
+    except Exception:  # a 2026-07-28 request has no session to send on
+        pass
     return "added"
 
 
