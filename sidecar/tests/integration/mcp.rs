@@ -28,6 +28,21 @@ fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
     serde_json::from_str(&response.result_json).expect("the result is JSON")
 }
 
+/// The field the registry's `BadRequest` names first when it refuses
+/// `arguments` for `tool` (the server never sees the call).
+async fn violated(registry: &TestRegistry, tool: &str, arguments: &str) -> String {
+    let refused = registry.invoke(tool, arguments).await.expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let violations = refused
+        .get_details_bad_request()
+        .expect("a BadRequest")
+        .field_violations;
+    violations
+        .first()
+        .map(|v| v.field.clone())
+        .unwrap_or_default()
+}
+
 /// The pids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
     let tasks = format!("/proc/{pid}/task");
@@ -148,16 +163,10 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
 
     // A schema violation the registry catches before the server sees it:
     // the registry's BadRequest names the field.
-    let refused = registry
-        .invoke("everything.echo", r#"{"message": 7}"#)
-        .await
-        .expect_err("refused");
-    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
-    let violations = refused
-        .get_details_bad_request()
-        .expect("a BadRequest")
-        .field_violations;
-    assert_eq!(violations[0].field, "/message", "{violations:?}");
+    assert_eq!(
+        violated(&registry, "everything.echo", r#"{"message": 7}"#).await,
+        "/message"
+    );
 
     // Kill the server: its tools leave the catalog (the sidecar serves
     // nothing else, so it leaves the registry), then come back once it is
@@ -283,16 +292,10 @@ async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed
         "anonymous: {meta}"
     );
 
-    let refused = registry
-        .invoke("py.add", r#"{"a": "two", "b": 40}"#)
-        .await
-        .expect_err("refused");
-    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
-    let violations = refused
-        .get_details_bad_request()
-        .expect("a BadRequest")
-        .field_violations;
-    assert_eq!(violations[0].field, "/a", "{violations:?}");
+    assert_eq!(
+        violated(&registry, "py.add", r#"{"a": "two", "b": 40}"#).await,
+        "/a"
+    );
 
     // The server adds a tool and says so: the catalog follows.
     let added = registry
