@@ -80,6 +80,7 @@ impl TraceExport {
     /// A tracer provider exporting in batches; the gRPC exporter needs a
     /// tokio runtime (call inside one).
     pub(crate) fn provider(&self, service: &str) -> Result<SdkTracerProvider, TelemetryError> {
+        toolmesh_proto::tls::install_default_provider();
         let built = match self.protocol {
             Protocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()

@@ -77,5 +77,13 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Makes ring the process's default crypto provider, for the HTTP clients
+/// that find theirs process-wide (reqwest 0.13 built without a provider of
+/// its own: the OTLP HTTP exporter, the MCP client). Harmless when one is
+/// installed already.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The ALPN protocol of gRPC.
 const ALPN_H2: &[u8] = b"h2";

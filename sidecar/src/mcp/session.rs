@@ -130,8 +130,7 @@ pub(crate) async fn connect(
                     .map_err(|e| SessionError::Handshake(e.to_string()))
             }
             McpTransport::Http { url, headers } => {
-                // The HTTP client finds its TLS provider process-wide.
-                let _ = rustls::crypto::ring::default_provider().install_default();
+                toolmesh_proto::tls::install_default_provider();
                 let mut custom = HashMap::new();
                 for (name, value) in headers {
                     let header = (
