@@ -39,6 +39,8 @@
 //!   request path.
 //! - [`probe`]: `toolmesh-registry health`, a health check of a running
 //!   registry.
+//! - [`mcp`]: the MCP endpoint (`--mcp-listen`): the catalog for MCP
+//!   clients over Streamable HTTP, calls through [`invoke`].
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
@@ -59,6 +61,7 @@ pub mod export;
 pub mod idempotency;
 pub mod invoke;
 pub mod listing;
+pub mod mcp;
 pub mod metrics;
 pub mod probe;
 pub mod proxy;
