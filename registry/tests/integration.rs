@@ -31,6 +31,10 @@ mod keys;
 mod leases;
 #[path = "integration/limits.rs"]
 mod limits;
+#[path = "integration/mcp.rs"]
+mod mcp;
+#[path = "integration/mcp_python.rs"]
+mod mcp_python;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/proxy.rs"]

@@ -2,8 +2,10 @@
 //! header (`Authorization: Bearer <API key or JWT>`), checked on every
 //! HTTP request before anything MCP is read. A request without a
 //! credential the registry accepts is answered HTTP 401 with a
-//! `WWW-Authenticate` challenge (RFC 6750), and never reaches a session.
-//! The caller found travels in the request's extensions.
+//! `WWW-Authenticate` challenge (RFC 6750) and a JSON-RPC error body (code
+//! [`UNAUTHENTICATED`], `id` null: the body is not read), and never
+//! reaches a session. The caller found travels in the request's
+//! extensions.
 
 use std::sync::Arc;
 
@@ -17,6 +19,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tonic::metadata::MetadataMap;
 
 use crate::{access::Access, auth::Caller, error::RegistryError};
+
+/// The JSON-RPC error code of a 401's body (implementation-defined range).
+pub const UNAUTHENTICATED: i32 = -32001;
 
 /// The realm of the challenge.
 const REALM: &str = "toolmesh";
@@ -68,7 +73,12 @@ pub fn unauthorized(error: &RegistryError, presented: bool) -> Response {
     } else {
         format!("Bearer realm=\"{REALM}\"")
     };
-    let body = serde_json::json!({"error": "unauthenticated", "message": reason}).to_string();
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": UNAUTHENTICATED, "message": format!("unauthenticated: {reason}")},
+    })
+    .to_string();
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = StatusCode::UNAUTHORIZED;
     let headers = response.headers_mut();
@@ -178,6 +188,7 @@ mod tests {
             "Bearer realm=\"toolmesh\", error=\"invalid_token\", error_description=\"unknown API key 'x' \""
         );
         let response = unauthorized(&error, false);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
         assert_eq!(
             response.headers()[header::WWW_AUTHENTICATE],
             "Bearer realm=\"toolmesh\""

@@ -11,7 +11,7 @@ use std::{
     borrow::Cow,
     net::SocketAddr,
     sync::{
-        Arc, OnceLock,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -30,7 +30,7 @@ use rmcp::{
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, broadcast};
 use tokio_util::{
     sync::{CancellationToken, DropGuard},
     task::TaskTracker,
@@ -46,7 +46,7 @@ use super::{
 use crate::{
     access::{Access, allows},
     auth::Caller,
-    catalog::Catalog,
+    catalog::{Catalog, CatalogEvent},
     error::RegistryError,
     invoke::{Call, Invoker},
     search::ToolSearch,
@@ -213,6 +213,9 @@ pub struct McpHandler {
     shared: Arc<Shared>,
     /// The caller that opened the session, when there is one.
     owner: OnceLock<Caller>,
+    /// The catalog's changes from before a subscription is acknowledged,
+    /// so that none after the acknowledgment is missed.
+    changes: Mutex<Option<broadcast::Receiver<CatalogEvent>>>,
     /// Cancelled when the session (or request) ends.
     ended: CancellationToken,
     _end: DropGuard,
@@ -225,6 +228,7 @@ impl McpHandler {
         Self {
             shared,
             owner: OnceLock::new(),
+            changes: Mutex::new(None),
             _end: ended.clone().drop_guard(),
             ended,
         }
@@ -350,9 +354,10 @@ impl ServerHandler for McpHandler {
         };
         let (catalog, access) = (self.shared.catalog.clone(), self.shared.access.clone());
         let (peer, stopped) = (context.peer, self.stopped());
+        let changes = catalog.watch().1;
         tokio::spawn(async move {
             notify::follow(
-                &catalog,
+                changes,
                 |name| allows(access.policy().as_deref(), &caller, name),
                 stopped,
                 || {
@@ -405,7 +410,12 @@ impl ServerHandler for McpHandler {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(requested.supported_by(&self.get_info().capabilities))
+        let accepted = requested.supported_by(&self.get_info().capabilities);
+        if accepted.tools_list_changed == Some(true) {
+            *self.changes.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(self.shared.catalog.watch().1);
+        }
+        Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
@@ -430,14 +440,20 @@ impl ServerHandler for McpHandler {
                 }
             }
         };
-        if context.accepted().tools_list_changed != Some(true) {
+        let changes = self
+            .changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(changes) = changes.filter(|_| context.accepted().tools_list_changed == Some(true))
+        else {
             stopped.await;
             return Ok(());
-        }
+        };
         let sink = context.sink().clone();
         let access = &self.shared.access;
         notify::follow(
-            &self.shared.catalog,
+            changes,
             |name| allows(access.policy().as_deref(), &requester.caller, name),
             stopped,
             || {

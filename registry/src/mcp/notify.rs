@@ -7,9 +7,12 @@
 
 use std::{future::Future, time::Duration};
 
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 
-use crate::catalog::Catalog;
+use crate::catalog::CatalogEvent;
 
 /// The changes within this window after the first are told in one
 /// notification: at most one notification per window per client.
@@ -18,11 +21,12 @@ pub const COALESCE: Duration = Duration::from_millis(200);
 /// Longest a notification may wait to be taken.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Calls `send` after each change to a tool `visible` lets through,
-/// coalesced, until `stop` completes, the catalog's stream closes, or a
-/// send fails (`false`) or times out.
+/// Calls `send` after each of `changes` (the catalog's, from
+/// [`crate::catalog::Catalog::watch`]) to a tool `visible` lets through,
+/// coalesced, until `stop` completes, the stream closes, or a send fails
+/// (`false`) or times out.
 pub async fn follow<S, F>(
-    catalog: &Catalog,
+    mut changes: broadcast::Receiver<CatalogEvent>,
     visible: impl Fn(&str) -> bool,
     stop: impl Future<Output = ()>,
     mut send: S,
@@ -30,7 +34,6 @@ pub async fn follow<S, F>(
     S: FnMut() -> F,
     F: Future<Output = bool>,
 {
-    let (_, mut changes) = catalog.watch();
     tokio::pin!(stop);
     loop {
         let changed = tokio::select! {
@@ -74,7 +77,10 @@ mod tests {
 
     use toolmesh_proto::pb;
 
-    use crate::store::memory::{Limits, MemoryStore};
+    use crate::{
+        catalog::Catalog,
+        store::memory::{Limits, MemoryStore},
+    };
 
     use super::*;
 
@@ -107,7 +113,7 @@ mod tests {
             let (catalog, sent, stop) = (catalog.clone(), sent.clone(), stop.clone());
             async move {
                 follow(
-                    &catalog,
+                    catalog.watch().1,
                     |name| name != "hidden",
                     stop.cancelled_owned(),
                     || {
@@ -155,7 +161,7 @@ mod tests {
             let catalog = catalog.clone();
             async move {
                 follow(
-                    &catalog,
+                    catalog.watch().1,
                     |_| true,
                     std::future::pending(),
                     || async { false },

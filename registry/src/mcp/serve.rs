@@ -4,10 +4,11 @@
 //! set (HTTP/1.1 and HTTP/2 by ALPN).
 //!
 //! On shutdown ([`McpEndpoint::serve`]'s `drain`): new connections and new
-//! requests are refused, `subscriptions/listen` streams end gracefully and
-//! notifications stop, calls in flight may finish within the grace
-//! period, then sessions and their streams end. Connections still open
-//! when the registry cuts them off (`cut`) are closed.
+//! requests are refused, `subscriptions/listen` streams end gracefully (with
+//! their final result) and notifications stop, calls in flight may finish
+//! within the grace period, then sessions are closed, which ends their
+//! streams. Whatever is still open when the registry cuts connections off
+//! (`cut`) ends then.
 
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 
@@ -101,6 +102,7 @@ pub struct PeerAddr(pub Option<SocketAddr>);
 pub struct McpEndpoint {
     shared: Arc<Shared>,
     access: Arc<Access>,
+    sessions: Arc<BoundedSessions>,
     settings: McpSettings,
 }
 
@@ -131,21 +133,24 @@ impl McpEndpoint {
             settings.search_tool,
             limits,
         ));
+        let sessions = Arc::new(BoundedSessions::new(
+            settings.max_sessions,
+            settings.session_idle_timeout,
+        ));
         Self {
             shared,
             access,
+            sessions,
             settings,
         }
     }
 
     /// The `/mcp` route with its layers, for a listener on `local`; the
-    /// transport's sessions and streams end when `transport` is cancelled.
+    /// transport's sessions and streams end at once when `transport` is
+    /// cancelled.
     pub fn router(&self, local: SocketAddr, transport: &CancellationToken) -> Router {
         let settings = &self.settings;
-        let sessions = Arc::new(BoundedSessions::new(
-            settings.max_sessions,
-            settings.session_idle_timeout,
-        ));
+        let sessions = self.sessions.clone();
         let mut config = StreamableHttpServerConfig::default()
             .with_json_response(true)
             .with_cancellation_token(transport.child_token())
@@ -185,9 +190,9 @@ impl McpEndpoint {
         grace: Duration,
     ) -> std::io::Result<()> {
         let local = listener.local_addr()?;
-        let transport = CancellationToken::new();
+        let transport = cut.child_token();
         let router = self.router(local, &transport);
-        let shared = self.shared.clone();
+        let (shared, sessions) = (self.shared.clone(), self.sessions.clone());
         let draining = drain.clone();
         let ending = tokio::spawn(async move {
             draining.cancelled().await;
@@ -198,7 +203,7 @@ impl McpEndpoint {
             {
                 tracing::warn!("MCP calls still in flight at the end of the grace period");
             }
-            transport.cancel();
+            sessions.close_all().await;
         });
         let _ending = AbortOnDrop(ending);
         let listener = McpListener::new(listener, tls, &cut);

@@ -72,6 +72,16 @@ impl BoundedSessions {
     pub async fn is_full(&self) -> bool {
         self.open().await >= self.max
     }
+
+    /// Closes every session, which ends its streams.
+    pub async fn close_all(&self) {
+        let open: Vec<SessionId> = self.inner.sessions.read().await.keys().cloned().collect();
+        for id in open {
+            if let Err(error) = self.inner.close_session(&id).await {
+                tracing::debug!(%error, "closing an MCP session");
+            }
+        }
+    }
 }
 
 impl SessionManager for BoundedSessions {
@@ -218,6 +228,16 @@ mod tests {
                 String::from_utf8_lossy(other)
             );
         }
+    }
+
+    #[tokio::test]
+    async fn close_all_makes_room() {
+        let sessions = BoundedSessions::new(2, Duration::from_secs(60));
+        let _first = sessions.create_session().await.expect("the first");
+        let _second = sessions.create_session().await.expect("the second");
+        assert!(sessions.is_full().await);
+        sessions.close_all().await;
+        assert_eq!(sessions.open().await, 0);
     }
 
     #[tokio::test]
