@@ -711,14 +711,11 @@ async fn a_subscription_ends_gracefully_when_the_registry_stops() {
         body.push_str(&String::from_utf8_lossy(&chunk));
     }
     let stopping = tokio::spawn(registry.stop());
-    loop {
-        match tokio::time::timeout(REPLY_WITHIN, response.chunk())
-            .await
-            .expect("the end")
-        {
-            Ok(Some(chunk)) => body.push_str(&String::from_utf8_lossy(&chunk)),
-            Ok(None) | Err(_) => break,
-        }
+    while let Ok(Some(chunk)) = tokio::time::timeout(REPLY_WITHIN, response.chunk())
+        .await
+        .expect("the end")
+    {
+        body.push_str(&String::from_utf8_lossy(&chunk));
     }
     let closing = first_response(
         &body,
