@@ -101,6 +101,7 @@ pub(crate) async fn standard_sidecar(registry: &McpRegistry, rpc: &Rpc) -> Loopb
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) status: u16,
+    pub(crate) version: reqwest::Version,
     pub(crate) headers: HeaderMap,
     pub(crate) message: Option<Value>,
     pub(crate) body: String,
@@ -115,11 +116,13 @@ pub(crate) struct Rpc {
 
 impl Rpc {
     pub(crate) fn new(url: &str) -> Self {
+        Self::over(url, reqwest::Client::builder())
+    }
+
+    /// Posting to `url` with the client `builder` makes.
+    pub(crate) fn over(url: &str, builder: reqwest::ClientBuilder) -> Self {
         Self {
-            http: reqwest::Client::builder()
-                .timeout(REPLY_WITHIN)
-                .build()
-                .unwrap(),
+            http: builder.timeout(REPLY_WITHIN).build().unwrap(),
             url: url.to_owned(),
             headers: Vec::new(),
         }
@@ -148,6 +151,7 @@ impl Rpc {
         }
         let mut response = request.send().await.unwrap();
         let status = response.status().as_u16();
+        let version = response.version();
         let headers = response.headers().clone();
         let mut body = String::new();
         let deadline = tokio::time::Instant::now() + REPLY_WITHIN;
@@ -155,6 +159,7 @@ impl Rpc {
             if let Some(message) = first_response(&body, &headers) {
                 return Reply {
                     status,
+                    version,
                     headers,
                     message: Some(message),
                     body,
@@ -169,6 +174,7 @@ impl Rpc {
         let message = first_response(&body, &headers);
         Reply {
             status,
+            version,
             headers,
             message,
             body,
@@ -757,4 +763,57 @@ async fn an_exposed_or_shared_address_is_refused_at_start() {
             .contains("beyond loopback, and agents are not authenticated"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_the_registrys_certificate_over_http1_and_http2() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = toolmesh_test_support::tls::Ca::new("mcp test CA");
+    let issued = ca.issue(&["127.0.0.1", "localhost"]);
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, &issued.cert).unwrap();
+    std::fs::write(&key, &issued.key).unwrap();
+    let listener = loopback_listener().await;
+    let url = format!("https://{}/mcp", listener.local_addr().unwrap());
+    let registry = McpRegistry::start_with(
+        Config {
+            tls_cert_file: Some(cert),
+            tls_key_file: Some(key),
+            ..config()
+        },
+        listener,
+        url.clone(),
+    )
+    .await;
+    let root = reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap();
+    for http1 in [true, false] {
+        let mut builder = reqwest::Client::builder()
+            .add_root_certificate(root.clone())
+            .tls_built_in_root_certs(false);
+        if http1 {
+            builder = builder.http1_only();
+        }
+        let reply = Rpc::over(&url, builder)
+            .modern(1, "server/discover", json!({}))
+            .await;
+        assert_eq!(reply.status, 200, "http1 only: {http1}: {}", reply.body);
+        let expected = if http1 {
+            reqwest::Version::HTTP_11
+        } else {
+            reqwest::Version::HTTP_2
+        };
+        assert_eq!(reply.version, expected, "negotiated by ALPN");
+        let result = &reply.message.unwrap()["result"];
+        assert!(result["supportedVersions"].is_array(), "{result}");
+    }
+    let plaintext = reqwest::Client::new()
+        .post(url.replace("https://", "http://"))
+        .body("{}")
+        .send()
+        .await;
+    assert!(
+        plaintext.map_or(true, |r| !r.status().is_success()),
+        "no plaintext on a TLS port"
+    );
+    registry.stop().await;
 }
