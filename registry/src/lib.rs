@@ -29,6 +29,9 @@
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`listing`]: `ListTools` pages, by name, with page tokens.
+//! - [`export`]: `ExportTools`, the catalog in the LLM APIs' formats.
+//! - [`search`]: `SearchTools`, BM25 over what a model reads of a tool.
 //! - [`call_log`]: the one `info` line every call writes, and the call's
 //!   metrics.
 //! - [`metrics`]: the Prometheus metrics the admin port serves.

@@ -265,6 +265,7 @@ impl McpHandler {
         request: CallToolRequestParams,
         meta: &JsonObject,
         requester: Requester,
+        cancelled: CancellationToken,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.as_ref();
         let invoke = pb::InvokeRequest {
@@ -296,10 +297,16 @@ impl McpHandler {
             caller_timeout: Some(shared.limits.call_timeout),
             trace: requester.trace(meta),
         };
-        let outcome = shared
+        let invoked = shared
             .calls
-            .track_future(shared.invoker.invoke(invoke, call))
-            .await;
+            .track_future(shared.invoker.invoke(invoke, call));
+        // A cancelled request cancels the call, as a cancelled `Invoke` does.
+        let outcome = tokio::select! {
+            outcome = invoked => outcome,
+            () = cancelled.cancelled() => {
+                return Err(ErrorData::invalid_request("the call was cancelled", None));
+            }
+        };
         match outcome {
             Ok(response) => Ok(results::from_response(&response).into()),
             Err(error) => {
@@ -403,7 +410,8 @@ impl ServerHandler for McpHandler {
                 )
                 .map(Into::into);
         }
-        self.invoke(request, &context.meta, requester).await
+        self.invoke(request, &context.meta, requester, context.ct.clone())
+            .await
     }
 
     fn accepted_subscription_filter(
