@@ -158,11 +158,15 @@ impl Shared {
     }
 }
 
-/// Who made one HTTP request, and from where.
+/// The W3C trace context headers.
+const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// Who made one HTTP request, from where, and in which trace.
 struct Requester {
     caller: Caller,
     peer: Option<SocketAddr>,
-    headers: HeaderMap,
+    /// The request's trace context headers.
+    trace_headers: HeaderMap,
 }
 
 impl Requester {
@@ -181,10 +185,16 @@ impl Requester {
             .extensions
             .get::<ConnectInfo<PeerAddr>>()
             .and_then(|info| info.0.0);
+        let mut trace_headers = HeaderMap::new();
+        for name in TRACE_HEADERS {
+            if let Some(value) = parts.headers.get(name) {
+                trace_headers.insert(name, value.clone());
+            }
+        }
         Ok(Self {
             caller,
             peer,
-            headers: parts.headers.clone(),
+            trace_headers,
         })
     }
 
@@ -196,15 +206,16 @@ impl Requester {
                 .and_then(Value::as_str)
                 .and_then(|v| HeaderValue::from_str(v).ok())
         };
-        if let Some(traceparent) = from_meta("traceparent") {
+        if from_meta(TRACE_HEADERS[0]).is_some() {
             let mut headers = HeaderMap::new();
-            headers.insert("traceparent", traceparent);
-            if let Some(tracestate) = from_meta("tracestate") {
-                headers.insert("tracestate", tracestate);
+            for name in TRACE_HEADERS {
+                if let Some(value) = from_meta(name) {
+                    headers.insert(name, value);
+                }
             }
             return TraceContext::from_headers(&headers).decide();
         }
-        TraceContext::from_headers(&self.headers).decide()
+        TraceContext::from_headers(&self.trace_headers).decide()
     }
 }
 

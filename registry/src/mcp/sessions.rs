@@ -51,6 +51,8 @@ pub enum SessionError {
 pub struct BoundedSessions {
     inner: LocalSessionManager,
     max: usize,
+    /// Held from the count to the insertion, so the bound is exact.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl BoundedSessions {
@@ -60,7 +62,11 @@ impl BoundedSessions {
         config.keep_alive = Some(idle);
         let mut inner = LocalSessionManager::default();
         inner.session_config = config;
-        Self { inner, max }
+        Self {
+            inner,
+            max,
+            creating: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// Sessions open now.
@@ -89,6 +95,7 @@ impl SessionManager for BoundedSessions {
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let _creating = self.creating.lock().await;
         if self.is_full().await {
             tracing::warn!(
                 max = self.max,
