@@ -11,7 +11,9 @@ use std::{sync::Arc, sync::atomic::AtomicUsize, time::Duration};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+use toolmesh_proto::pb::{
+    self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
+};
 use toolmesh_registry::{Config, Registry};
 use toolmesh_test_support::{
     catalog,
@@ -412,7 +414,7 @@ async fn calls_get_the_mcp_deadline_and_outages_are_results() {
         ..config()
     })
     .await;
-    let sidecar = sidecar(
+    let _sidecar = sidecar(
         &registry.grpc,
         "s1",
         vec![sleep_tool(Duration::from_secs(30))],
@@ -438,14 +440,25 @@ async fn calls_get_the_mcp_deadline_and_outages_are_results() {
     );
     assert!(took < Duration::from_secs(8), "answered after {took:?}");
 
-    // The sidecar dies without withdrawing: its lease still lists the tool.
-    sidecar.abort();
+    // An instance that announced, then vanished: nothing listens at its
+    // endpoint any more.
+    let mut registration = RegistrationClient::connect(registry.grpc.clone())
+        .await
+        .unwrap();
+    registration
+        .announce(pb::AnnounceRequest {
+            instance_id: "ghost".into(),
+            endpoint: "http://127.0.0.1:9".into(),
+            tools: vec![pb::ToolDescriptor {
+                name: "ghost".into(),
+                description: "Nobody runs it".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap();
     let reply = rpc
-        .modern(
-            2,
-            "tools/call",
-            json!({"name": "sleep", "arguments": {"millis": 1}}),
-        )
+        .modern(2, "tools/call", json!({"name": "ghost", "arguments": {}}))
         .await;
     let result = reply.message.unwrap()["result"].clone();
     assert_eq!(result["isError"], true, "{result}");
