@@ -233,13 +233,20 @@ impl Rpc {
     }
 }
 
-/// A JSON-RPC request carrying the 2026-07-28 `_meta` envelope.
+/// A JSON-RPC request carrying the 2026-07-28 `_meta` envelope (beside
+/// what `params._meta` already holds).
 pub(crate) fn modern_request(id: u64, method: &str, mut params: Value) -> Value {
-    params["_meta"] = json!({
+    let envelope = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientInfo": {"name": "toolmesh-tests", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": {},
     });
+    if !params["_meta"].is_object() {
+        params["_meta"] = json!({});
+    }
+    if let (Some(meta), Some(envelope)) = (params["_meta"].as_object_mut(), envelope.as_object()) {
+        meta.extend(envelope.clone());
+    }
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
@@ -463,5 +470,32 @@ async fn calls_get_the_mcp_deadline_and_outages_are_results() {
     let result = reply.message.unwrap()["result"].clone();
     assert_eq!(result["isError"], true, "{result}");
     assert_eq!(result["_meta"]["toolmesh/code"], "UNAVAILABLE", "{result}");
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_in_meta_replays_the_first_answer() {
+    let registry = McpRegistry::start(config()).await;
+    let rpc = Rpc::new(&registry.mcp);
+    let _sidecar = standard_sidecar(&registry, &rpc).await;
+    let call = |key: &'static str| {
+        json!({
+            "name": "add",
+            "arguments": {"a": 1, "b": 2},
+            "_meta": {"toolmesh/idempotencyKey": key},
+        })
+    };
+    let mut runs = Vec::new();
+    for (id, key) in [(1, "order-1"), (2, "order-1"), (3, "order-2")] {
+        let reply = rpc.modern(id, "tools/call", call(key)).await;
+        let result = reply.message.unwrap()["result"].clone();
+        runs.push(
+            result["structuredContent"]["calls"]
+                .as_u64()
+                .expect("calls"),
+        );
+    }
+    assert_eq!(runs[0], runs[1], "the repeat is the first call's answer");
+    assert_eq!(runs[2], runs[0] + 1, "another key runs the tool: {runs:?}");
     registry.stop().await;
 }
