@@ -31,6 +31,54 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_ADMIN_LISTEN", value_parser = values::listen())]
     pub admin_listen: Option<ListenAddr>,
 
+    /// Address of the MCP endpoint (Streamable HTTP at `/mcp`, see
+    /// `docs/mcp-endpoint.md`): same forms as `--listen`, and neither the
+    /// `--listen` nor the `--admin-listen` address. Served in TLS with the
+    /// `--tls-*` settings. Unset: no MCP endpoint.
+    #[arg(long, env = "TOOLMESH_MCP_LISTEN", value_parser = values::listen())]
+    pub mcp_listen: Option<ListenAddr>,
+
+    /// Longest an MCP `tools/call` may take (MCP requests carry no
+    /// deadline): a call's deadline is the tool's timeout, capped by this.
+    #[arg(long, env = "TOOLMESH_MCP_CALL_TIMEOUT", default_value = "60s", value_parser = values::duration())]
+    pub mcp_call_timeout: Duration,
+
+    /// Most MCP sessions (protocol revisions before 2026-07-28) open at
+    /// once, and, separately, most `subscriptions/listen` streams
+    /// (2026-07-28); a new one beyond is refused (HTTP 503).
+    #[arg(long, env = "TOOLMESH_MCP_MAX_SESSIONS", default_value_t = 1024)]
+    pub mcp_max_sessions: usize,
+
+    /// An MCP session without a request for this long is closed (its
+    /// client starts a new one).
+    #[arg(long, env = "TOOLMESH_MCP_SESSION_IDLE_TIMEOUT", default_value = "5m", value_parser = values::duration())]
+    pub mcp_session_idle_timeout: Duration,
+
+    /// Most tools on one page of MCP `tools/list`; the rest follow by
+    /// cursor.
+    #[arg(long, env = "TOOLMESH_MCP_PAGE_SIZE", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub mcp_page_size: u32,
+
+    /// Offer MCP clients the registry's search as a tool,
+    /// `toolmesh.search_tools` (a catalog tool of that name takes its
+    /// place). `false` turns it off.
+    #[arg(long, env = "TOOLMESH_MCP_SEARCH_TOOL", action = ArgAction::Set, default_value_t = true, value_name = "true|false")]
+    pub mcp_search_tool: bool,
+
+    /// `Host` headers the MCP endpoint answers, comma-separated (`host` or
+    /// `host:port`), against DNS rebinding. Empty: `localhost`,
+    /// `127.0.0.1` and `::1` when `--mcp-listen` is on loopback, any host
+    /// otherwise (beyond loopback, callers authenticate).
+    #[arg(long, env = "TOOLMESH_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub mcp_allowed_hosts: Vec<String>,
+
+    /// Browser origins allowed to call the MCP endpoint, comma-separated
+    /// (`https://app.example.com:443`, `http://localhost:*`). A request
+    /// with any other `Origin` header is refused (HTTP 403); requests
+    /// without one (every non-browser client) pass.
+    #[arg(long, env = "TOOLMESH_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub mcp_allowed_origins: Vec<String>,
+
     /// Most distinct tool names with their own `tool` label value in the
     /// metrics; calls of later ones are counted under `(other)`.
     #[arg(long, env = "TOOLMESH_METRICS_MAX_TOOLS", default_value_t = crate::metrics::DEFAULT_MAX_TOOLS)]
@@ -317,6 +365,14 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
             admin_listen: None,
+            mcp_listen: None,
+            mcp_call_timeout: Duration::from_secs(60),
+            mcp_max_sessions: 1024,
+            mcp_session_idle_timeout: Duration::from_secs(300),
+            mcp_page_size: 100,
+            mcp_search_tool: true,
+            mcp_allowed_hosts: Vec::new(),
+            mcp_allowed_origins: Vec::new(),
             metrics_max_tools: crate::metrics::DEFAULT_MAX_TOOLS,
             lease_ttl: Duration::from_secs(10),
             default_timeout: Duration::from_secs(30),
@@ -455,6 +511,42 @@ mod tests {
         assert_eq!(parsed.max_message_bytes, default.max_message_bytes);
         assert_eq!(parsed.shutdown_grace, default.shutdown_grace);
         assert_eq!(parsed.log_calls, default.log_calls);
+        assert_eq!(parsed.mcp_listen, default.mcp_listen);
+        assert_eq!(parsed.mcp_call_timeout, default.mcp_call_timeout);
+        assert_eq!(parsed.mcp_max_sessions, default.mcp_max_sessions);
+        assert_eq!(
+            parsed.mcp_session_idle_timeout,
+            default.mcp_session_idle_timeout
+        );
+        assert_eq!(parsed.mcp_page_size, default.mcp_page_size);
+        assert_eq!(parsed.mcp_search_tool, default.mcp_search_tool);
+    }
+
+    #[test]
+    fn mcp_flags_parse() {
+        let parsed = Config::try_parse_from([
+            "r",
+            "--mcp-listen",
+            "127.0.0.1:0",
+            "--mcp-call-timeout",
+            "5s",
+            "--mcp-search-tool",
+            "false",
+            "--mcp-allowed-hosts",
+            "registry.example,registry.example:8443",
+        ])
+        .expect("valid");
+        assert_eq!(
+            parsed.mcp_listen.map(|l| l.to_string()).as_deref(),
+            Some("127.0.0.1:0")
+        );
+        assert_eq!(parsed.mcp_call_timeout, Duration::from_secs(5));
+        assert!(!parsed.mcp_search_tool);
+        assert_eq!(
+            parsed.mcp_allowed_hosts,
+            ["registry.example", "registry.example:8443"]
+        );
+        assert!(Config::try_parse_from(["r", "--mcp-page-size", "0"]).is_err());
     }
 
     #[test]

@@ -29,6 +29,9 @@
 //! - [`balance`]: picks an instance (power of two choices on calls in flight).
 //! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
 //! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`listing`]: `ListTools` pages, by name, with page tokens.
+//! - [`export`]: `ExportTools`, the catalog in the LLM APIs' formats.
+//! - [`search`]: `SearchTools`, BM25 over what a model reads of a tool.
 //! - [`call_log`]: the one `info` line every call writes, and the call's
 //!   metrics.
 //! - [`metrics`]: the Prometheus metrics the admin port serves.
@@ -39,6 +42,8 @@
 //!   request path.
 //! - [`probe`]: `toolmesh-registry health`, a health check of a running
 //!   registry.
+//! - [`mcp`]: the MCP endpoint (`--mcp-listen`): the catalog for MCP
+//!   clients over Streamable HTTP, calls through [`invoke`].
 //! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
 //! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
@@ -59,6 +64,7 @@ pub mod export;
 pub mod idempotency;
 pub mod invoke;
 pub mod listing;
+pub mod mcp;
 pub mod metrics;
 pub mod probe;
 pub mod proxy;

@@ -1,6 +1,7 @@
 //! Assembles the registry and serves it: `ToolRegistry`, `Registration`,
 //! gRPC health and server reflection on one listener, in TLS when
-//! `--tls-cert-file` is set.
+//! `--tls-cert-file` is set; and the MCP endpoint on its own
+//! (`--mcp-listen`, [`crate::mcp`]).
 
 use std::{collections::HashSet, future::Future, sync::Arc, time::Duration};
 
@@ -26,6 +27,7 @@ use crate::{
     endpoint_policy::EndpointPolicy,
     idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
     invoke::{InvokeSettings, Invoker},
+    mcp::{McpEndpoint, McpSettings},
     metrics::Metrics,
     proxy::Proxy,
     ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
@@ -110,6 +112,8 @@ pub struct Registry {
     metrics: Arc<Metrics>,
     readiness: Readiness,
     admin: Option<TcpListener>,
+    /// The MCP endpoint's listener, when bound by the embedding program.
+    mcp: Option<TcpListener>,
     /// `SearchTools`' index, kept equal to the catalog.
     search: Arc<ToolSearch>,
     _janitor: DropGuard,
@@ -239,6 +243,14 @@ impl Registry {
         self
     }
 
+    /// Also serves the MCP endpoint on `listener` (else on `--mcp-listen`,
+    /// bound by [`Self::serve`], if it is set).
+    #[must_use]
+    pub fn with_mcp(mut self, listener: TcpListener) -> Self {
+        self.mcp = Some(listener);
+        self
+    }
+
     /// A registry over the given engines, recording in `metrics`.
     pub fn new(
         store: Arc<dyn CatalogStore>,
@@ -316,6 +328,7 @@ impl Registry {
             metrics,
             readiness: Readiness::not_ready("starting"),
             admin: None,
+            mcp: None,
             search,
             _janitor: stop_janitor.drop_guard(),
         }
@@ -355,6 +368,7 @@ impl Registry {
             self.catalog.endpoints().set_own_address(own);
             check_exposure(&self.config, own)?;
         }
+        let mcp_listener = self.mcp_listener(&listener).await?;
         let (health, health_service) = tonic_health::server::health_reporter();
         let reason = if self.config.redis.is_some() {
             "the catalog is not loaded from redis yet"
@@ -364,6 +378,24 @@ impl Registry {
         let reporter = Arc::new(
             Reporter::new(health, self.readiness.clone(), self.metrics.clone(), reason).await,
         );
+        let cut = CancellationToken::new();
+        let mcp_drain = CancellationToken::new();
+        let mut mcp = McpTask(mcp_listener.map(|listener| {
+            let endpoint = McpEndpoint::new(
+                self.catalog.clone(),
+                self.access.clone(),
+                self.invoker.clone(),
+                self.search.clone(),
+                McpSettings::from_config(&self.config),
+            );
+            tokio::spawn(endpoint.serve(
+                listener,
+                self.config.tls.clone(),
+                mcp_drain.clone(),
+                cut.clone(),
+                self.config.shutdown_grace,
+            ))
+        }));
         let stop_admin = CancellationToken::new();
         let _stop_admin = stop_admin.clone().drop_guard();
         if let Some(admin) = self.admin.take() {
@@ -426,7 +458,6 @@ impl Registry {
         .max_encoding_message_size(max);
 
         let stop = CancellationToken::new();
-        let cut = CancellationToken::new();
         let server = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(self.config.max_concurrent_streams))
             // Find dead agents and sidecars on idle connections.
@@ -448,6 +479,9 @@ impl Registry {
 
         tokio::select! {
             result = &mut server => return result.map_err(ServeError::from),
+            () = mcp.ended(), if mcp.is_running() => {
+                return Err(ServeError::Transport("the MCP endpoint stopped".into()));
+            }
             () = shutdown => {}
         }
         drop(became_ready);
@@ -461,16 +495,70 @@ impl Registry {
         }
         watchers.cancel();
         stop.cancel();
-        if let Ok(result) = tokio::time::timeout(self.config.shutdown_grace, &mut server).await {
-            return result.map_err(ServeError::from);
-        }
+        mcp_drain.cancel();
+        let grace_over = tokio::time::Instant::now() + self.config.shutdown_grace;
+        let served = tokio::time::timeout_at(grace_over, &mut server)
+            .await
+            .ok()
+            .map(|result| result.map_err(ServeError::from));
+        let mcp_ended = tokio::time::timeout_at(grace_over, mcp.ended())
+            .await
+            .is_ok();
+        let served = match (served, mcp_ended) {
+            (Some(result), true) => return result,
+            (served, _) => served,
+        };
         tracing::warn!("grace period over; cutting off the calls still in flight");
         cut.cancel();
-        // Cut connections end their tasks at once; the server then returns.
-        match tokio::time::timeout(CUT_OFF_WAIT, server).await {
-            Ok(result) => result.map_err(ServeError::from),
-            Err(_) => Ok(()),
+        // Cut connections end their tasks at once; the servers then return.
+        let _ = tokio::time::timeout(CUT_OFF_WAIT, mcp.ended()).await;
+        match served {
+            Some(result) => result,
+            None => match tokio::time::timeout(CUT_OFF_WAIT, server).await {
+                Ok(result) => result.map_err(ServeError::from),
+                Err(_) => Ok(()),
+            },
         }
+    }
+
+    /// The MCP endpoint's listener: the one given ([`Self::with_mcp`]), or
+    /// `--mcp-listen` bound, which must not be the gRPC or admin address
+    /// and, beyond loopback, needs agents authenticated (or `--insecure`).
+    async fn mcp_listener(
+        &mut self,
+        grpc: &TcpListener,
+    ) -> Result<Option<TcpListener>, ServeError> {
+        let taken: Vec<std::net::SocketAddr> = [Some(grpc), self.admin.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let listener = match (self.mcp.take(), &self.config.mcp_listen) {
+            (Some(listener), _) => listener,
+            (None, None) => return Ok(None),
+            (None, Some(listen)) => {
+                let resolved = listen
+                    .resolve()
+                    .map_err(|e| ServeError::Config(format!("--mcp-listen {listen}: {e}")))?;
+                if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
+                    return Err(ServeError::Config(format!(
+                        "--mcp-listen {listen} is the --listen or --admin-listen address: give the MCP endpoint its own, e.g. 127.0.0.1:8080"
+                    )));
+                }
+                TcpListener::bind(resolved.addr).await.map_err(|e| {
+                    ServeError::Config(format!(
+                        "--mcp-listen {listen}: cannot listen on {}: {e}",
+                        resolved.addr
+                    ))
+                })?
+            }
+        };
+        let local = listener
+            .local_addr()
+            .map_err(|e| ServeError::Config(format!("--mcp-listen: {e}")))?;
+        check_mcp_exposure(&self.config, local)?;
+        tracing::info!(address = %local, path = crate::mcp::serve::PATH, tls = self.config.tls.is_some(), "MCP endpoint listening");
+        Ok(Some(listener))
     }
 }
 
@@ -499,6 +587,38 @@ pub async fn run_with_admin(
     registry.serve(listener, shutdown).await
 }
 
+/// The MCP endpoint's server task, if there is one; aborted when dropped.
+struct McpTask(Option<tokio::task::JoinHandle<std::io::Result<()>>>);
+
+impl McpTask {
+    fn is_running(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Completes once the task has ended (at once if there is none), and
+    /// logs a failure.
+    async fn ended(&mut self) {
+        let Some(task) = &mut self.0 else {
+            return;
+        };
+        let result = task.await;
+        self.0 = None;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "MCP endpoint failed"),
+            Err(error) => tracing::error!(%error, "MCP endpoint task failed"),
+        }
+    }
+}
+
+impl Drop for McpTask {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// Aborts a task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -522,6 +642,22 @@ fn check_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), Ser
     }
     Err(ServeError::Config(format!(
         "--listen {addr} is beyond loopback, and {open} would be open to whoever reaches it; configure them (docs/security.md) or pass --insecure"
+    )))
+}
+
+/// Refuses an MCP endpoint beyond loopback with agents unauthenticated,
+/// unless `--insecure`; then warns.
+fn check_mcp_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    let agents_open = config.api_keys_file.is_none() && config.jwt_keys_file.is_none();
+    if addr.ip().is_loopback() || !agents_open {
+        return Ok(());
+    }
+    if config.insecure {
+        tracing::warn!(%addr, "MCP endpoint beyond loopback with agents unauthenticated (--insecure): whoever reaches this port can call every tool");
+        return Ok(());
+    }
+    Err(ServeError::Config(format!(
+        "--mcp-listen {addr} is beyond loopback, and agents are not authenticated (no --api-keys-file or --jwt-keys-file): configure them (docs/auth.md) or pass --insecure"
     )))
 }
 

@@ -31,6 +31,14 @@ mod keys;
 mod leases;
 #[path = "integration/limits.rs"]
 mod limits;
+#[path = "integration/mcp.rs"]
+mod mcp;
+#[path = "integration/mcp_access.rs"]
+mod mcp_access;
+#[path = "integration/mcp_python.rs"]
+mod mcp_python;
+#[path = "integration/mcp_serving.rs"]
+mod mcp_serving;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/proxy.rs"]

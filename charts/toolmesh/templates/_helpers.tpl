@@ -210,6 +210,12 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- if and .Values.admin.enabled (eq (int .Values.admin.port) (int .Values.config.port)) }}
 {{- fail (printf "toolmesh: admin.port and config.port are both %d: the admin HTTP server (metrics, /livez, /readyz) needs a port of its own. Change admin.port (9090 by default)" (int .Values.admin.port)) }}
 {{- end }}
+{{- if and .Values.mcp.enabled (eq (int .Values.mcp.port) (int .Values.config.port)) }}
+{{- fail (printf "toolmesh: mcp.port and config.port are both %d: the MCP endpoint needs a port of its own. Change mcp.port (8080 by default)" (int .Values.mcp.port)) }}
+{{- end }}
+{{- if and .Values.mcp.enabled .Values.admin.enabled (eq (int .Values.mcp.port) (int .Values.admin.port)) }}
+{{- fail (printf "toolmesh: mcp.port and admin.port are both %d: the MCP endpoint needs a port of its own. Change mcp.port (8080 by default)" (int .Values.mcp.port)) }}
+{{- end }}
 {{- $adminHost := default .Values.config.listenHost .Values.admin.listenHost }}
 {{- if and .Values.admin.enabled (include "toolmesh.isLoopback" $adminHost) (not .Values.hostNetwork) }}
 {{- fail (printf "toolmesh: the admin port binds %s, a loopback address of the pod, which the kubelet's probes cannot reach (they can with hostNetwork=true, where the pod's loopback is the node's). Set admin.listenHost=0.0.0.0 (it serves no secret), or hostNetwork=true" $adminHost) }}
@@ -232,6 +238,11 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- define "toolmesh.isLoopback" -}}
 {{- $host := . | trimPrefix "[" | trimSuffix "]" }}
 {{- if or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}true{{- end }}
+{{- end }}
+
+{{/* The address the MCP endpoint binds (`--mcp-listen`): mcp.listenHost, else config.listenHost, and mcp.port. */}}
+{{- define "toolmesh.mcpListen" -}}
+{{- printf "%s:%d" (default .Values.config.listenHost .Values.mcp.listenHost) (int .Values.mcp.port) }}
 {{- end }}
 
 {{/* The address the admin server binds (`--admin-listen`): admin.listenHost, else config.listenHost, and admin.port. */}}

@@ -1,0 +1,197 @@
+//! Who calls the MCP endpoint: the same credentials as gRPC, in the same
+//! header (`Authorization: Bearer <API key or JWT>`), checked on every
+//! HTTP request before anything MCP is read. A request without a
+//! credential the registry accepts is answered HTTP 401 with a
+//! `WWW-Authenticate` challenge (RFC 6750) and a JSON-RPC error body (code
+//! [`UNAUTHENTICATED`], `id` null: the body is not read), and never
+//! reaches a session. The caller found travels in the request's
+//! extensions.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    middleware::Next,
+    response::Response,
+};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use tonic::metadata::MetadataMap;
+
+use crate::{access::Access, auth::Caller, error::RegistryError};
+
+/// The JSON-RPC error code of a 401's body (implementation-defined range).
+pub const UNAUTHENTICATED: i32 = -32001;
+
+/// The realm of the challenge.
+const REALM: &str = "toolmesh";
+
+/// Most bytes of the reason in `error_description`.
+const DESCRIPTION_MAX: usize = 200;
+
+/// The caller `headers` prove under `access`.
+pub fn caller(access: &Access, headers: &HeaderMap) -> Result<Caller, RegistryError> {
+    let mut metadata = HeaderMap::new();
+    for value in headers.get_all(header::AUTHORIZATION) {
+        metadata.append(header::AUTHORIZATION, value.clone());
+    }
+    access.caller(&MetadataMap::from_headers(metadata))
+}
+
+/// Axum middleware: puts the caller in the request's extensions, or
+/// answers 401.
+pub async fn authenticate(
+    State(access): State<Arc<Access>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match caller(&access, request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(error) => {
+            let presented = request.headers().contains_key(header::AUTHORIZATION);
+            tracing::debug!(%error, "MCP request refused");
+            unauthorized(&error, presented)
+        }
+    }
+}
+
+/// HTTP 401 with the challenge: a bare one when no credential was
+/// presented, `error="invalid_token"` and the reason otherwise.
+pub fn unauthorized(error: &RegistryError, presented: bool) -> Response {
+    let reason = match error {
+        RegistryError::Unauthenticated { reason } => reason.as_str(),
+        _ => "unauthenticated",
+    };
+    let challenge = if presented {
+        format!(
+            "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{}\"",
+            quotable(reason)
+        )
+    } else {
+        format!("Bearer realm=\"{REALM}\"")
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": UNAUTHENTICATED, "message": format!("unauthenticated: {reason}")},
+    })
+    .to_string();
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        headers.insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// `text` as an RFC 6750 quoted-string may carry it: visible ASCII and
+/// spaces, no `"` or `\`, bounded.
+fn quotable(text: &str) -> String {
+    text.chars()
+        .take(DESCRIPTION_MAX)
+        .map(|c| match c {
+            '"' | '\\' => '\'',
+            c if c == ' ' || c.is_ascii_graphic() => c,
+            _ => ' ',
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn headers(authorization: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in authorization {
+            headers.append(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+        }
+        headers.insert(header::COOKIE, HeaderValue::from_static("ignored=1"));
+        headers
+    }
+
+    fn access_with_key(key: &str, caller: &str) -> (Access, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keys.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "keys:\n  - caller: {caller}\n    sha256: {}\n",
+                crate::auth::api_keys::hash_key(key)
+            ),
+        )
+        .unwrap();
+        let config = crate::Config {
+            api_keys_file: Some(file),
+            ..crate::Config::default()
+        };
+        (Access::from_config(&config).unwrap(), dir)
+    }
+
+    #[test]
+    fn anonymous_when_agents_are_not_authenticated() {
+        let access = Access::default();
+        assert_eq!(caller(&access, &headers(&[])).unwrap().id, "");
+        assert_eq!(
+            caller(&access, &headers(&["Bearer whatever"])).unwrap().id,
+            ""
+        );
+    }
+
+    #[tokio::test]
+    async fn the_bearer_header_names_the_caller() {
+        let (access, _dir) = access_with_key("k-123", "billing-agent");
+        assert_eq!(
+            caller(&access, &headers(&["Bearer k-123"])).unwrap().id,
+            "billing-agent"
+        );
+        assert_eq!(
+            caller(&access, &headers(&["bearer   k-123"])).unwrap().id,
+            "billing-agent"
+        );
+        for refused in [
+            &[][..],
+            &["Bearer wrong"][..],
+            &["Basic azp4"][..],
+            &["Bearer k-123", "Bearer k-123"][..],
+        ] {
+            let error = caller(&access, &headers(refused)).unwrap_err();
+            assert!(
+                matches!(error, RegistryError::Unauthenticated { .. }),
+                "{refused:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_challenge_says_why_without_breaking_the_header() {
+        let error = RegistryError::Unauthenticated {
+            reason: "unknown API key \"x\"\n".into(),
+        };
+        let response = unauthorized(&error, true);
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let challenge = response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap();
+        assert_eq!(
+            challenge,
+            "Bearer realm=\"toolmesh\", error=\"invalid_token\", error_description=\"unknown API key 'x' \""
+        );
+        let response = unauthorized(&error, false);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(
+            response.headers()[header::WWW_AUTHENTICATE],
+            "Bearer realm=\"toolmesh\""
+        );
+    }
+}
