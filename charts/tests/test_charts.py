@@ -502,6 +502,7 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
             "jwt": {"existingSecret": "jwks", "issuer": "https://issuer.example", "audience": "toolmesh"},
             "policy": {"existingConfigMap": "policy"},
         },
+        "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"]},
     }
     container = render_open(prepared_charts, everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"

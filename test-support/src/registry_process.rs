@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 13] = [
+const CLEARED_ENV: [&str; 21] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
@@ -26,6 +26,14 @@ const CLEARED_ENV: [&str; 13] = [
     "OTEL_SERVICE_NAME",
     "TOOLMESH_ADMIN_LISTEN",
     "TOOLMESH_METRICS_MAX_TOOLS",
+    "TOOLMESH_MCP_LISTEN",
+    "TOOLMESH_MCP_CALL_TIMEOUT",
+    "TOOLMESH_MCP_MAX_SESSIONS",
+    "TOOLMESH_MCP_SESSION_IDLE_TIMEOUT",
+    "TOOLMESH_MCP_PAGE_SIZE",
+    "TOOLMESH_MCP_SEARCH_TOOL",
+    "TOOLMESH_MCP_ALLOWED_HOSTS",
+    "TOOLMESH_MCP_ALLOWED_ORIGINS",
 ];
 
 /// A `toolmesh-registry` process with stdout and stderr in `registry.log`
