@@ -1,9 +1,11 @@
-//! A gRPC load generator over raw HTTP/2: `connections` connections,
-//! `streams` calls in flight on each, every call the same pre-encoded
-//! request, for a fixed time after a warm-up. Every answer must be HTTP 200
-//! with `grpc-status: 0` (in the trailers, or alone in the headers); any
-//! other counts as an error. Prints one JSON line.
+//! A gRPC (or MCP) load generator over raw HTTP/2: `connections`
+//! connections, `streams` calls in flight on each, every call the same
+//! pre-encoded request, for a fixed time after a warm-up. Every gRPC answer
+//! must be HTTP 200 with `grpc-status: 0` (in the trailers, or alone in the
+//! headers); every MCP answer HTTP 200 with a JSON-RPC result that is not
+//! `isError`; any other counts as an error. Prints one JSON line.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut as _, Bytes, BytesMut};
@@ -16,9 +18,10 @@ pub(crate) struct Args {
     /// The server: `http://HOST:PORT`.
     #[arg(long)]
     target: String,
-    /// `execute` (a sidecar's `ToolRuntime.Execute`) or `invoke` (the
-    /// registry's `ToolRegistry.Invoke`).
-    #[arg(long, value_parser = ["execute", "invoke"])]
+    /// `execute` (a sidecar's `ToolRuntime.Execute`), `invoke` (the
+    /// registry's `ToolRegistry.Invoke`) or `mcp` (`tools/call` at 2026-07-28
+    /// on the registry's `/mcp`, over HTTP/2 without TLS).
+    #[arg(long, value_parser = ["execute", "invoke", "mcp"])]
     method: String,
     /// The tool called.
     #[arg(long, default_value = "echo")]
@@ -26,6 +29,9 @@ pub(crate) struct Args {
     /// Bytes of `arguments_json` per call.
     #[arg(long, default_value_t = 100)]
     payload: usize,
+    /// The argument the payload is the text of (`{"<field>": "xxx…"}`).
+    #[arg(long, default_value = "text")]
+    field: String,
     /// Connections (h2load's `-c`).
     #[arg(short = 'c', long, default_value_t = 1)]
     connections: usize,
@@ -43,18 +49,47 @@ pub(crate) struct Args {
     label: String,
 }
 
-/// `{"text":"xxx…"}` of exactly `bytes` bytes (at least the braces).
-fn arguments(bytes: usize) -> String {
-    let overhead = r#"{"text":""}"#.len();
+/// `{"<field>":"xxx…"}` of exactly `bytes` bytes (at least the braces).
+fn arguments(field: &str, bytes: usize) -> String {
+    let overhead = format!(r#"{{"{field}":""}}"#).len();
     format!(
-        r#"{{"text":"{}"}}"#,
+        r#"{{"{field}":"{}"}}"#,
         "x".repeat(bytes.saturating_sub(overhead))
     )
 }
 
-/// The request message, in its gRPC frame (no compression, length prefix).
-fn frame(method: &str, tool: &str, payload: usize) -> Bytes {
-    let arguments_json = arguments(payload);
+/// A `tools/call` at 2026-07-28: the arguments in the per-request
+/// envelope.
+fn mcp_request(tool: &str, arguments_json: &str) -> Bytes {
+    let arguments: serde_json::Value =
+        serde_json::from_str(arguments_json).unwrap_or_else(|_| serde_json::json!({}));
+    let request = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MCP_REVISION,
+                "io.modelcontextprotocol/clientInfo": {"name": "toolmesh-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    });
+    Bytes::from(request.to_string())
+}
+
+/// The MCP revision `--method mcp` speaks.
+const MCP_REVISION: &str = "2026-07-28";
+
+/// The request message, in its gRPC frame (no compression, length
+/// prefix); for `mcp`, the JSON-RPC request.
+fn frame(method: &str, tool: &str, field: &str, payload: usize) -> Bytes {
+    let arguments_json = arguments(field, payload);
+    if method == "mcp" {
+        return mcp_request(tool, &arguments_json);
+    }
     let message = if method == "execute" {
         pb::ExecuteRequest {
             tool: tool.into(),
@@ -79,10 +114,10 @@ fn frame(method: &str, tool: &str, payload: usize) -> Bytes {
 }
 
 fn path(method: &str) -> &'static str {
-    if method == "execute" {
-        "/toolmesh.v1.ToolRuntime/Execute"
-    } else {
-        "/toolmesh.v1.ToolRegistry/Invoke"
+    match method {
+        "execute" => "/toolmesh.v1.ToolRuntime/Execute",
+        "mcp" => "/mcp",
+        _ => "/toolmesh.v1.ToolRegistry/Invoke",
     }
 }
 
@@ -101,7 +136,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         .trim_end_matches('/')
         .to_owned();
     let uri: http::Uri = format!("http://{authority}{}", path(&args.method)).parse()?;
-    let body = frame(&args.method, &args.tool, args.payload);
+    let body = frame(&args.method, &args.tool, &args.field, args.payload);
+    let mcp = (args.method == "mcp").then(|| Arc::<str>::from(args.tool.as_str()));
     let started = Instant::now();
     let measure_from = started + Duration::from_secs_f64(args.warmup);
     let stop_at = measure_from + Duration::from_secs_f64(args.seconds);
@@ -118,12 +154,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             let _ = connection.await;
         });
         for _ in 0..args.streams {
-            let (client, uri, body) = (client.clone(), uri.clone(), body.clone());
+            let (client, uri, body, mcp) = (client.clone(), uri.clone(), body.clone(), mcp.clone());
             tasks.push(tokio::spawn(async move {
                 let mut tally = Tally::default();
                 while Instant::now() < stop_at {
                     let sent = Instant::now();
-                    let outcome = call(client.clone(), &uri, body.clone()).await;
+                    let outcome = match &mcp {
+                        Some(tool) => call_mcp(client.clone(), &uri, tool, body.clone()).await,
+                        None => call(client.clone(), &uri, body.clone()).await,
+                    };
                     if sent < measure_from && outcome.is_ok() {
                         continue;
                     }
@@ -168,6 +207,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         latencies.iter().map(|d| micros(*d)).sum::<f64>() / count as f64
     };
     #[allow(clippy::cast_precision_loss)]
+    let first_error_shown = first_error.clone();
     let line = serde_json::json!({
         "label": args.label,
         "method": args.method,
@@ -177,7 +217,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "streams": args.streams,
         "calls": count,
         "errors": errors,
-        "first_error": first_error,
+        "first_error": first_error_shown,
         "calls_per_s": count as f64 / args.seconds,
         "p50_us": at(0.50),
         "p99_us": at(0.99),
@@ -185,7 +225,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     });
     println!("{line}");
     if errors > 0 {
-        anyhow::bail!("{errors} calls did not end with grpc-status 0");
+        anyhow::bail!("{errors} calls did not succeed: {first_error:?}");
     }
     Ok(())
 }
@@ -229,6 +269,53 @@ async fn call(
     grpc_ok(status)
 }
 
+/// One MCP `tools/call`; `Err` unless it is HTTP 200 with a JSON-RPC
+/// result that is not `isError` (as JSON, or as the data of a server-sent
+/// event).
+async fn call_mcp(
+    client: h2::client::SendRequest<Bytes>,
+    uri: &http::Uri,
+    tool: &str,
+    body: Bytes,
+) -> Result<(), String> {
+    let request = http::Request::post(uri.clone())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MCP_REVISION)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(())
+        .map_err(|e| e.to_string())?;
+    let mut client = client.ready().await.map_err(|e| e.to_string())?;
+    let (response, mut send) = client
+        .send_request(request, false)
+        .map_err(|e| e.to_string())?;
+    send.send_data(body, true).map_err(|e| e.to_string())?;
+    let response = response.await.map_err(|e| e.to_string())?;
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8_lossy(&text);
+    if status != http::StatusCode::OK {
+        return Err(format!("HTTP {status}: {text}"));
+    }
+    let json = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data:"))
+        .unwrap_or(&text);
+    let answer: serde_json::Value =
+        serde_json::from_str(json.trim()).map_err(|e| format!("{e}: {text}"))?;
+    match &answer["result"] {
+        serde_json::Value::Object(result) if result.get("isError") != Some(&true.into()) => Ok(()),
+        _ => Err(format!("not a successful result: {answer}")),
+    }
+}
+
 fn grpc_ok(status: &http::HeaderValue) -> Result<(), String> {
     if status.as_bytes() == b"0" {
         Ok(())
@@ -247,7 +334,7 @@ mod tests {
     #[test]
     fn arguments_have_the_size_asked_for() {
         for size in [100, 16 * 1024] {
-            let json = arguments(size);
+            let json = arguments("text", size);
             assert_eq!(json.len(), size);
             serde_json::from_str::<serde_json::Value>(&json).expect("JSON");
         }
@@ -255,7 +342,7 @@ mod tests {
 
     #[test]
     fn frames_carry_the_message_length() {
-        let frame = frame("invoke", "echo", 100);
+        let frame = frame("invoke", "echo", "text", 100);
         let length = u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize;
         assert_eq!((frame[0], length), (0, frame.len() - 5));
         pb::InvokeRequest::decode(&frame[5..]).expect("an InvokeRequest");

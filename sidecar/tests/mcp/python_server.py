@@ -3,7 +3,7 @@ over streamable HTTP on 127.0.0.1: the peer the sidecar's interop tests wrap.
 
     python3 python_server.py PORT
 
-Its tools: `add` (structured output), `divide` (fails on b = 0: an isError
+Its tools: `add` (structured output), `echo`, `divide` (fails on b = 0: an isError
 result), `whoami` (the request's `_meta`), and `add_tool`, which adds a tool at run time and tells connected
 clients with notifications/tools/list_changed.
 """
@@ -21,6 +21,12 @@ server = MCPServer("toolmesh-interop", log_level="WARNING")
 def add(a: int, b: int) -> int:
     """Adds two integers."""
     return a + b
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Returns the text it is given (the MCP benchmark's tool)."""
+    return text
 
 
 @server.tool()
