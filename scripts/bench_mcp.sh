@@ -36,22 +36,8 @@ fi
 cargo build --release --locked -p toolmesh-bench -p toolmesh-registry -p toolmesh-sidecar --bins
 bin="${CARGO_TARGET_DIR:-$PWD/target}/release"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-    sleep 0.5
-    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-start() { # name, command...
-    local name=$1
-    shift
-    "$@" >"$work/$name.log" 2>&1 &
-    pids+=($!)
-}
+# shellcheck source=scripts/lib/background.sh
+source scripts/lib/background.sh
 
 registry=127.0.0.1:$((base + 1))
 mcp=127.0.0.1:$((base + 2))

@@ -19,15 +19,8 @@ base=${BENCH_PORT_BASE:-57000}
 cargo build --release --locked -p toolmesh-bench -p toolmesh-registry --bins
 bin="${CARGO_TARGET_DIR:-$PWD/target}/release"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-    sleep 0.5
-    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/background.sh
+source scripts/lib/background.sh
 
 modes=(embedded)
 if [ -n "${REDIS:-}" ]; then

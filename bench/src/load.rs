@@ -230,6 +230,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sends `request` with `body` once the connection takes another stream,
+/// and waits for the answer's headers.
+async fn send(
+    client: h2::client::SendRequest<Bytes>,
+    request: http::Request<()>,
+    body: Bytes,
+) -> Result<http::Response<h2::RecvStream>, String> {
+    let mut client = client.ready().await.map_err(|e| e.to_string())?;
+    let (response, mut stream) = client
+        .send_request(request, false)
+        .map_err(|e| e.to_string())?;
+    stream.send_data(body, true).map_err(|e| e.to_string())?;
+    response.await.map_err(|e| e.to_string())
+}
+
 /// One call: the request, then the answer's headers, body and trailers;
 /// `Err` with what was wrong unless it is HTTP 200 and `grpc-status: 0`.
 async fn call(
@@ -242,12 +257,7 @@ async fn call(
         .header("te", "trailers")
         .body(())
         .map_err(|e| e.to_string())?;
-    let mut client = client.ready().await.map_err(|e| e.to_string())?;
-    let (response, mut send) = client
-        .send_request(request, false)
-        .map_err(|e| e.to_string())?;
-    send.send_data(body, true).map_err(|e| e.to_string())?;
-    let response = response.await.map_err(|e| e.to_string())?;
+    let response = send(client, request, body).await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("HTTP {}", response.status()));
     }
@@ -286,12 +296,7 @@ async fn call_mcp(
         .header("mcp-name", tool)
         .body(())
         .map_err(|e| e.to_string())?;
-    let mut client = client.ready().await.map_err(|e| e.to_string())?;
-    let (response, mut send) = client
-        .send_request(request, false)
-        .map_err(|e| e.to_string())?;
-    send.send_data(body, true).map_err(|e| e.to_string())?;
-    let response = response.await.map_err(|e| e.to_string())?;
+    let response = send(client, request, body).await?;
     let status = response.status();
     let mut body = response.into_body();
     let mut text = Vec::new();
