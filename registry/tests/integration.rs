@@ -35,6 +35,8 @@ mod limits;
 mod mcp;
 #[path = "integration/mcp_access.rs"]
 mod mcp_access;
+#[path = "integration/mcp_both_ways.rs"]
+mod mcp_both_ways;
 #[path = "integration/mcp_python.rs"]
 mod mcp_python;
 #[path = "integration/mcp_serving.rs"]
