@@ -39,6 +39,8 @@ mod mcp_access;
 mod mcp_both_ways;
 #[path = "integration/mcp_python.rs"]
 mod mcp_python;
+#[path = "integration/mcp_redis.rs"]
+mod mcp_redis;
 #[path = "integration/mcp_serving.rs"]
 mod mcp_serving;
 #[path = "integration/metrics.rs"]
