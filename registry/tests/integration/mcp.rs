@@ -15,9 +15,10 @@ use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
 use toolmesh_registry::{Config, Registry};
+use toolmesh_sidecar::server::ServeOptions;
 use toolmesh_test_support::{
     catalog,
-    server::{LoopbackServer, loopback_listener, sidecar},
+    server::{LoopbackServer, loopback_listener, sidecar, sidecar_with},
     tools::{add_tool, adder, sleep_tool},
     wait::eventually,
 };
@@ -96,7 +97,24 @@ pub(crate) async fn standard_sidecar(registry: &McpRegistry, rpc: &Rpc) -> Loopb
         add_tool(calls.clone()),
         adder("limited", calls).rate_limit(0.01, 2).build(),
     ];
-    let sidecar = sidecar(&registry.grpc, "s1", tools).await;
+    // Ready once its announce returned, when the registry has taken every
+    // tool of it (its reads take them one by one).
+    let ready = toolmesh_telemetry::admin::Readiness::not_ready("not announced");
+    let sidecar = sidecar_with(
+        loopback_listener().await,
+        tools,
+        ServeOptions {
+            registry: registry.grpc.clone(),
+            instance_id: Some("s1".to_owned()),
+            readiness: Some(ready.clone()),
+            ..ServeOptions::default()
+        },
+    );
+    eventually(Duration::from_secs(20), "the sidecar to announce", || {
+        let ready = ready.clone();
+        async move { ready.is_ready() }
+    })
+    .await;
     rpc.wait_listed("add", true).await;
     sidecar
 }

@@ -37,6 +37,7 @@ async fn replicas_share_the_catalog_and_the_limits_through_mcp() {
     // Announced to the first replica, listed by the second's endpoint.
     let _sidecar = standard_sidecar(&first, &rpc_first).await;
     rpc_second.wait_listed("limited", true).await;
+    rpc_first.wait_listed("limited", true).await;
 
     // `limited` takes a burst of 2 then one call per 100 s, across both.
     for (id, rpc) in [(1, &rpc_first), (2, &rpc_second)] {

@@ -23,6 +23,25 @@ const TTL: Duration = Duration::from_secs(30);
 /// machine (Node and Python start in seconds).
 const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The server-everything tools the test calls.
+const EVERYTHING_TOOLS: [&str; 4] = [
+    "everything.echo",
+    "everything.get-structured-content",
+    "everything.get-sum",
+    "everything.gzip-file-as-resource",
+];
+/// The Python server's tools the test calls.
+const PYTHON_TOOLS: [&str; 4] = ["py.add", "py.add_tool", "py.divide", "py.whoami"];
+
+/// Waits until each of `tools` has a live instance: the registry's reads
+/// take an announce's tools one by one, so one tool listed does not mean
+/// all are.
+async fn wait_for_all(registry: &TestRegistry, tools: &[&str]) {
+    for tool in tools {
+        registry.wait_for_instances(tool, 1, PATIENCE).await;
+    }
+}
+
 /// The result of a call that ran, as JSON.
 fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
     serde_json::from_str(&response.result_json).expect("the result is JSON")
@@ -87,9 +106,7 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     );
     sidecar.bound(PATIENCE).await;
     let admin = admin_address(&sidecar).await;
-    registry
-        .wait_for_instances("everything.echo", 1, PATIENCE)
-        .await;
+    wait_for_all(&registry, &EVERYTHING_TOOLS).await;
     let server = format!("server=\"{}\"", everything.display());
     let metrics = get(admin, "/metrics").await.1;
     assert!(
@@ -180,9 +197,7 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
         || async { registry.tool("everything.echo").await.is_none() },
     )
     .await;
-    registry
-        .wait_for_instances("everything.echo", 1, PATIENCE)
-        .await;
+    wait_for_all(&registry, &EVERYTHING_TOOLS).await;
     let echo = registry
         .invoke("everything.echo", r#"{"message": "back"}"#)
         .await
@@ -254,7 +269,7 @@ async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed
         "tools:\n  - backend:\n      mcp:\n        url: http://127.0.0.1:{port}/mcp\n        prefix: py.\n        relist_interval: 1h\n    rate_limit: {{rate: 100, burst: 100}}\n  - name: wc\n    description: Counts words\n    backend: {{command: [wc, -w]}}\n"
     );
     let mut sidecar = SidecarProcess::start(&bin, &registry.url(), "python", &yaml).await;
-    registry.wait_for_instances("py.add", 1, PATIENCE).await;
+    wait_for_all(&registry, &PYTHON_TOOLS).await;
 
     let add = registry.descriptor("py.add").await.expect("listed");
     assert_eq!(add.title, "Add");
@@ -326,7 +341,7 @@ async fn a_python_sdk_server_over_streamable_http_is_listed_invoked_and_followed
 
     // Back on the same port: its tools come back.
     let _server = PythonServer::start(&python, port).await;
-    registry.wait_for_instances("py.add", 1, PATIENCE).await;
+    wait_for_all(&registry, &PYTHON_TOOLS).await;
 
     sidecar.signal(Signal::SIGTERM);
     let status = sidecar.exited(PATIENCE).await;
