@@ -35,6 +35,9 @@ use crate::tool::{Backend, BackendError, Outcome};
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest one `tools/list` page may take.
 pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an idle connection to an HTTP server is kept for the next
+/// call (rmcp's own client keeps none: a TCP connection per call).
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most pages of one listing: a server whose cursor never ends is broken.
 const MAX_PAGES: usize = 100;
 /// Most tools one server may list.
@@ -144,9 +147,14 @@ pub(crate) async fn connect(
                 }
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(custom);
+                let client = reqwest_mcp::Client::builder()
+                    .redirect(reqwest_mcp::redirect::Policy::none())
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                    .build()
+                    .map_err(|e| SessionError::Handshake(format!("HTTP client: {e}")))?;
                 handler
                     .serve_with_lifecycle(
-                        StreamableHttpClientTransport::from_config(config),
+                        StreamableHttpClientTransport::with_client(client, config),
                         lifecycle(),
                     )
                     .await
