@@ -42,35 +42,48 @@ pub(crate) const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Exponential backoff with "equal jitter": the n-th delay is uniform in
 /// `[d/2, d)` where `d = min(start * 2^n, cap)` (`backon`'s jitter adds up
-/// to one more delay, so its delays start and end at half).
+/// to one more delay, so its delays start and end at half). It never runs
+/// out: past the cap every delay is about the cap.
 #[derive(Debug)]
 pub(crate) struct Backoff {
+    start: Duration,
+    cap: Duration,
     delays: backon::ExponentialBackoff,
 }
 
 impl Backoff {
+    /// The announcer's: from [`BACKOFF_START`] to [`BACKOFF_CAP`].
     pub(crate) fn new() -> Self {
+        Self::between(BACKOFF_START, BACKOFF_CAP)
+    }
+
+    /// Delays from `start` to `cap`.
+    pub(crate) fn between(start: Duration, cap: Duration) -> Self {
         Self {
-            delays: Self::schedule(),
+            start,
+            cap,
+            delays: Self::schedule(start, cap),
         }
     }
 
-    fn schedule() -> backon::ExponentialBackoff {
+    fn schedule(start: Duration, cap: Duration) -> backon::ExponentialBackoff {
         use backon::BackoffBuilder as _;
         backon::ExponentialBuilder::new()
-            .with_min_delay(BACKOFF_START / 2)
-            .with_max_delay(BACKOFF_CAP / 2)
+            .with_min_delay(start / 2)
+            .with_max_delay(cap / 2)
             .with_jitter()
             .without_max_times()
             .build()
     }
 
+    /// Starts over from the shortest delay.
     pub(crate) fn reset(&mut self) {
-        self.delays = Self::schedule();
+        self.delays = Self::schedule(self.start, self.cap);
     }
 
+    /// The next delay.
     pub(crate) fn next_delay(&mut self) -> Duration {
-        self.delays.next().unwrap_or(BACKOFF_CAP)
+        self.delays.next().unwrap_or(self.cap)
     }
 }
 

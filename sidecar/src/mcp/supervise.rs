@@ -16,6 +16,7 @@ use super::convert::{self, Skipped};
 use rmcp::service::Subscription;
 
 use super::session::{self, Handler, McpBackend, SessionError};
+use crate::announcer::Backoff;
 use crate::metrics::Metrics;
 use crate::tool::Tool;
 use crate::toolset::ToolSet;
@@ -70,11 +71,10 @@ impl Sources {
     }
 }
 
-/// Why a connected server's loop woke.
+/// Why a connected server's loop woke, when nothing failed.
 enum Wake {
     Relist,
     Stop,
-    Failed(SessionError),
 }
 
 /// How a connection ended.
@@ -91,7 +91,8 @@ async fn supervise(
     stop: CancellationToken,
 ) {
     let label: Arc<str> = Arc::from(server.label.as_str());
-    let mut delays = schedule();
+    // Retried for as long as the sidecar runs, at most once per cap.
+    let mut delays = Backoff::between(RESTART_START, RESTART_CAP);
     loop {
         let started = Instant::now();
         let ended = connected(index, &server, &label, &tools, &metrics, &stop).await;
@@ -105,28 +106,15 @@ async fn supervise(
         };
         metrics.mcp_lost(&label, true);
         if started.elapsed() >= STABLE {
-            delays = schedule();
+            delays.reset();
         }
-        let delay = delays.next().unwrap_or(RESTART_CAP);
+        let delay = delays.next_delay();
         tracing::warn!(server = %label, %error, ?delay, "MCP server unavailable; its tools are withdrawn until it is back");
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = stop.cancelled() => return,
         }
     }
-}
-
-/// Exponential backoff with jitter from [`RESTART_START`] to
-/// [`RESTART_CAP`], never ending: a server is retried for as long as the
-/// sidecar runs, at most once per cap.
-fn schedule() -> backon::ExponentialBackoff {
-    use backon::BackoffBuilder as _;
-    backon::ExponentialBuilder::new()
-        .with_min_delay(RESTART_START / 2)
-        .with_max_delay(RESTART_CAP / 2)
-        .with_jitter()
-        .without_max_times()
-        .build()
 }
 
 /// One connection: lists and publishes until the server goes away or the
@@ -152,38 +140,33 @@ async fn connected(
         Err(error) => return Ended::Failed(error),
     };
     let peer = session.peer().clone();
-    let version = peer.peer_info().map(|info| info.protocol_version.clone());
+    let Some(version) = peer.peer_info().map(|info| info.protocol_version.clone()) else {
+        return Ended::Failed(SessionError::Handshake("no server info".to_owned()));
+    };
+    tracing::info!(server = %label, protocol = %version, "MCP server connected");
     // A server on the current revision sends its changes on a stream of
     // their own, and has no ping: that stream ending says it is gone.
     let mut changes = None;
-    if let Some(version) = version.as_ref().filter(|v| !v.has_initialize()) {
+    if !version.has_initialize() {
         match session::listen(&peer).await {
             Ok(subscription) => changes = Some(subscription),
             Err(error) => return Ended::Failed(error),
         }
-        tracing::info!(server = %label, protocol = %version, "MCP server connected");
-    } else {
-        let version = version.map(|v| v.to_string()).unwrap_or_default();
-        tracing::info!(server = %label, protocol = %version, "MCP server connected");
     }
     let cancel = session.cancellation_token();
     let closed = session.waiting();
     tokio::pin!(closed);
-    loop {
+    // `Ok` when the sidecar stops, `Err` when the server is lost; a closed
+    // connection returns at once, there being nothing left to close.
+    let ended = loop {
         let listed = tokio::select! {
             listed = session::list(&peer) => listed,
-            reason = &mut closed => {
-                return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
-            }
-            () = stop.cancelled() => break,
+            reason = &mut closed => return Ended::Failed(gone(&reason)),
+            () = stop.cancelled() => break Ok(()),
         };
         let listed = match listed {
             Ok(listed) => listed,
-            Err(error) => {
-                cancel.cancel();
-                let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
-                return Ended::Failed(error);
-            }
+            Err(error) => break Err(error),
         };
         let published = publishable(server, label, &listed, &peer, &tools_changed);
         let mut count = published.len();
@@ -196,36 +179,38 @@ async fn connected(
         let relist_at = Instant::now() + server.relist_interval;
         let woke = loop {
             tokio::select! {
-                () = tools_changed.notified() => break Wake::Relist,
-                () = tokio::time::sleep_until(relist_at) => break Wake::Relist,
-                changed = next_change(&mut changes) => match changed {
-                    Ok(()) => break Wake::Relist,
-                    Err(error) => break Wake::Failed(error),
-                },
+                () = tools_changed.notified() => break Ok(Wake::Relist),
+                () = tokio::time::sleep_until(relist_at) => break Ok(Wake::Relist),
+                changed = next_change(&mut changes) => break changed.map(|()| Wake::Relist),
                 () = tokio::time::sleep(PING_INTERVAL), if changes.is_none() => {
                     if let Err(error) = session::ping(&peer).await {
-                        break Wake::Failed(error);
+                        break Err(error);
                     }
                 }
-                reason = &mut closed => {
-                    return Ended::Failed(SessionError::Request { what: "the connection", reason: format!("closed ({reason:?})") });
-                }
-                () = stop.cancelled() => break Wake::Stop,
+                reason = &mut closed => return Ended::Failed(gone(&reason)),
+                () = stop.cancelled() => break Ok(Wake::Stop),
             }
         };
         match woke {
-            Wake::Relist => {}
-            Wake::Stop => break,
-            Wake::Failed(error) => {
-                cancel.cancel();
-                let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
-                return Ended::Failed(error);
-            }
+            Ok(Wake::Relist) => {}
+            Ok(Wake::Stop) => break Ok(()),
+            Err(error) => break Err(error),
         }
-    }
+    };
     cancel.cancel();
     let _ = tokio::time::timeout(STOP_TIMEOUT, &mut closed).await;
-    Ended::Stopped
+    match ended {
+        Ok(()) => Ended::Stopped,
+        Err(error) => Ended::Failed(error),
+    }
+}
+
+/// The error of a connection that closed, for `reason`.
+fn gone(reason: &impl std::fmt::Debug) -> SessionError {
+    SessionError::Request {
+        what: "the connection",
+        reason: format!("closed ({reason:?})"),
+    }
 }
 
 /// The next notification on a 2026-07-28 server's change stream (never,
