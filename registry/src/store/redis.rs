@@ -13,7 +13,9 @@
 //! remembered, then written back (re-creating leases Redis lost) when it
 //! returns. Until this replica has written back, it neither resyncs nor
 //! reloads: a Redis that came back empty would empty its view and its
-//! record of the leases to write back. Leases are swept by whichever
+//! record of the leases to write back. The write-back runs at the next
+//! maintenance tick, or sooner, before the first announce, withdraw or
+//! heartbeat that finds Redis answering. Leases are swept by whichever
 //! replica gets there first, but not until one TTL after Redis returns, so
 //! every replica has written back.
 
@@ -135,6 +137,9 @@ pub struct RedisStore {
     scripts: Scripts,
     view: CatalogView,
     local: Mutex<Local>,
+    /// Held while writing back after an outage, so callers that find Redis
+    /// back at the same moment recover once between them.
+    recovery: tokio::sync::Mutex<()>,
     replicas: Arc<AtomicUsize>,
 }
 
@@ -152,6 +157,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             view: CatalogView::default(),
             local: Mutex::new(Local::default()),
+            recovery: tokio::sync::Mutex::new(()),
             replicas: Arc::new(AtomicUsize::new(1)),
         });
         tokio::spawn(background::subscribe(Arc::downgrade(&store)));
@@ -173,6 +179,48 @@ impl RedisStore {
     /// what Redis holds now may lack leases only this replica knows.
     fn awaiting_write_back(&self) -> bool {
         self.local().awaiting_write_back
+    }
+
+    /// After an outage, once Redis answers: writes back every lease this
+    /// replica knows, then resyncs. Every write goes through here first, or
+    /// what it reloads from a Redis that came back empty would narrow the
+    /// view (an announce) or refuse a lease about to be written back (a
+    /// heartbeat). Nothing to do if it is done already.
+    async fn recover(&self) -> Result<(), RedisError> {
+        let _recovering = self.recovery.lock().await;
+        if !self.awaiting_write_back() {
+            return Ok(());
+        }
+        // Redis must answer first: with no lease to write back, writing back
+        // touches nothing and would pass for a recovery while it is away.
+        self.presence().await?;
+        self.local().recovered_at = Some(Instant::now());
+        tracing::info!("redis is back; writing back leases and resyncing");
+        self.write_back(true).await?;
+        self.local().awaiting_write_back = false;
+        if let Err(error) = self.resync().await {
+            tracing::debug!(%error, "resync after the write-back failed; the periodic one heals it");
+        }
+        Ok(())
+    }
+
+    /// A heartbeat while Redis is away: the sidecar's lease is kept alive
+    /// here and written back when Redis returns.
+    fn keep_locally(
+        &self,
+        lease_id: &str,
+        owner: &str,
+        error: &RedisError,
+    ) -> Result<Duration, RegistryError> {
+        let mut local = self.local();
+        if local.leases.get(lease_id).is_some_and(|l| l.owner != owner) {
+            return Err(super::lease_held_by_another());
+        }
+        if local.pending.len() < self.settings.limits.max_instances {
+            local.pending.insert(lease_id.to_owned(), owner.to_owned());
+        }
+        tracing::debug!(lease = %lease_tag(lease_id), %error, "heartbeat kept locally while redis is away");
+        Ok(self.settings.ttl)
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -510,6 +558,7 @@ fn tool_state(descriptor: Option<&[u8]>, instances: HashMap<String, String>) -> 
 #[async_trait::async_trait]
 impl CatalogStore for RedisStore {
     async fn announce(&self, mut a: Announcement) -> Result<Lease, RegistryError> {
+        self.recover().await.map_err(unavailable)?;
         let lease_id = uuid::Uuid::new_v4().to_string();
         // A conflict whose only difference is formatting is no conflict:
         // adopt the live descriptor and try again (bounded by the tool count).
@@ -564,40 +613,32 @@ impl CatalogStore for RedisStore {
                 .arg(owner);
             i
         };
-        match self
-            .pool
-            .run(RedisOp::Heartbeat, async |conn| {
+        let run = || {
+            self.pool.run(RedisOp::Heartbeat, async |conn| {
                 invocation.invoke_async::<i64>(conn).await
             })
-            .await
-        {
+        };
+        let mut answer = run().await;
+        // Redis answers but lacks the lease, and this replica has not
+        // written back since an outage: the lease may be one Redis lost.
+        if matches!(answer, Ok(0)) && self.awaiting_write_back() {
+            answer = match self.recover().await {
+                Ok(()) => run().await,
+                Err(error) => Err(error),
+            };
+        }
+        match answer {
             Ok(1) => Ok(self.settings.ttl),
             Ok(-1) => Err(super::lease_held_by_another()),
             Ok(_) => Err(RegistryError::LeaseNotFound {
                 lease: lease_id.to_owned(),
             }),
-            Err(error) => {
-                if self
-                    .local()
-                    .leases
-                    .get(lease_id)
-                    .is_some_and(|l| l.owner != owner)
-                {
-                    return Err(super::lease_held_by_another());
-                }
-                // Redis is away: keep the sidecar's lease alive here and
-                // write it back when Redis returns.
-                let mut local = self.local();
-                if local.pending.len() < self.settings.limits.max_instances {
-                    local.pending.insert(lease_id.to_owned(), owner.to_owned());
-                }
-                tracing::debug!(lease = %lease_tag(lease_id), %error, "heartbeat kept locally while redis is away");
-                Ok(self.settings.ttl)
-            }
+            Err(error) => self.keep_locally(lease_id, owner, &error),
         }
     }
 
     async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
+        self.recover().await.map_err(unavailable)?;
         let invocation = {
             let mut i = self.scripts.withdraw.prepare_invoke();
             i.key(self.key("tools"))

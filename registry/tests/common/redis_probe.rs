@@ -90,6 +90,8 @@ pub struct Seen {
     pub at: Instant,
     pub kind: Kind,
     pub tool: String,
+    /// The tool's live instance count the event reported.
+    pub instances: u32,
 }
 
 /// Records every event one replica's `WatchTools` stream delivers after its
@@ -125,23 +127,31 @@ impl Watcher {
             let seen = seen.clone();
             async move {
                 loop {
-                    let (kind, tool, last) = match stream.message().await {
+                    let (kind, tool, instances, last) = match stream.message().await {
                         Ok(Some(event)) => {
-                            let name = event
-                                .tool
-                                .as_ref()
+                            let tool = event.tool.as_ref();
+                            let name = tool
                                 .and_then(|t| t.descriptor.as_ref())
                                 .map(|d| d.name.clone())
                                 .unwrap_or_default();
-                            (event.kind(), name, false)
+                            let instances = tool.map_or(0, |t| t.instances);
+                            (event.kind(), name, instances, false)
                         }
-                        Ok(None) => (Kind::Unspecified, "stream ended".into(), true),
-                        Err(status) => {
-                            (Kind::Unspecified, format!("stream failed: {status}"), true)
-                        }
+                        Ok(None) => (Kind::Unspecified, "stream ended".into(), 0, true),
+                        Err(status) => (
+                            Kind::Unspecified,
+                            format!("stream failed: {status}"),
+                            0,
+                            true,
+                        ),
                     };
                     let at = Instant::now();
-                    seen.lock().unwrap().push(Seen { at, kind, tool });
+                    seen.lock().unwrap().push(Seen {
+                        at,
+                        kind,
+                        tool,
+                        instances,
+                    });
                     if last {
                         return;
                     }

@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use toolmesh_proto::pb::tool_event::Kind;
+use tonic::transport::Channel;
+use toolmesh_proto::pb::{self, registration_client::RegistrationClient, tool_event::Kind};
+use toolmesh_registry::Config;
 
 use crate::{
     common::{
@@ -278,4 +280,133 @@ async fn a_refused_subscription_is_retried_with_backoff() {
         (2..=20).contains(&refused),
         "{refused} refused subscriptions"
     );
+}
+
+/// A replica with a 10 s TTL (it looks at Redis once a second), serving
+/// `add` from sidecar `a` and from instance `x`, announced here; Redis has
+/// just been killed and the replica has seen it go.
+struct Returning {
+    redis: RedisServer,
+    config: Config,
+    registry: TestRegistry,
+    _a: TestSidecar,
+    registration: RegistrationClient<Channel>,
+    descriptor: pb::ToolDescriptor,
+    /// `x`'s lease.
+    lease: String,
+}
+
+impl Returning {
+    async fn start(prefix: &str) -> Option<Self> {
+        let redis = RedisServer::start()?;
+        let config = replica_config(&redis.url(), prefix, Duration::from_secs(10));
+        let registry = TestRegistry::start(config.clone()).await;
+        let a = TestSidecar::start(&registry.url(), "a", vec![add_tool(Arc::default())]).await;
+        wait_for_instances(&registry, "add", 1).await;
+        let descriptor = toolmesh_test_support::catalog::tool(&mut registry.client().await, "add")
+            .await
+            .and_then(|t| t.descriptor)
+            .expect("add's descriptor");
+        let mut returning = Self {
+            redis,
+            config,
+            registration: registry.registration().await,
+            registry,
+            _a: a,
+            descriptor,
+            lease: String::new(),
+        };
+        returning.lease = returning
+            .registration
+            .announce(returning.announce("x"))
+            .await
+            .expect("announce x")
+            .into_inner()
+            .lease_id;
+        wait_for_instances(&returning.registry, "add", 2).await;
+        returning.redis.kill();
+        // Two ticks: the replica has seen Redis go.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        Some(returning)
+    }
+
+    fn announce(&self, instance: &str) -> pb::AnnounceRequest {
+        pb::AnnounceRequest {
+            instance_id: instance.into(),
+            endpoint: "http://127.0.0.1:9".into(),
+            tools: vec![self.descriptor.clone()],
+        }
+    }
+
+    async fn heartbeat(&mut self) -> Result<(), tonic::Status> {
+        let request = pb::HeartbeatRequest {
+            lease_id: self.lease.clone(),
+        };
+        self.registration.heartbeat(request).await.map(drop)
+    }
+
+    /// What Redis itself holds: a replica started now sees `count`
+    /// instances of `add`.
+    async fn redis_shows(&self, count: u32) {
+        let fresh = TestRegistry::start(self.config.clone()).await;
+        wait_for_instances(&fresh, "add", count).await;
+    }
+}
+
+/// An announce the moment Redis comes back empty, before the replica has
+/// written its leases back, does not narrow the replica's view to the
+/// little Redis holds so far (its watchers would see instances leave and
+/// come back). The announce comes within milliseconds of Redis letting
+/// calls through, well inside the replica's tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announce_as_redis_returns_empty_keeps_the_view() {
+    let Some(mut world) = Returning::start("return-announce").await else {
+        return;
+    };
+    world.heartbeat().await.expect("kept while Redis is away");
+    world.redis.restart();
+    // The breaker lets a call through half a second after the last failure:
+    // the first announce to get through is that call, or comes just after.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match world.registration.announce(world.announce("y")).await {
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(
+                    Instant::now() < deadline,
+                    "redis never came back: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            answer => {
+                answer.expect("announce y");
+                break;
+            }
+        }
+    }
+    let shown = instances(&mut world.registry.client().await, "add").await;
+    assert_eq!(shown, 3, "a, x and y: nothing left the view");
+    world.redis_shows(3).await;
+}
+
+/// Heartbeats around Redis's return are all answered: while it is away
+/// they are kept here; once it answers, a lease it lost is written back
+/// before the heartbeat is refused as unknown (the sidecar would announce
+/// again for nothing). The replica's tick would write it back too, but the
+/// first heartbeat Redis answers comes before that tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_as_redis_returns_empty_are_kept() {
+    let Some(mut world) = Returning::start("return-heartbeat").await else {
+        return;
+    };
+    world.redis.restart();
+    // Past the breaker's half second and the next tick.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        world
+            .heartbeat()
+            .await
+            .expect("a lease the replica is about to write back is kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    world.redis_shows(2).await;
 }

@@ -364,6 +364,7 @@ async fn redis_outage_is_survived_and_the_catalog_converges() {
     for replica in &replicas {
         watchers.push(Watcher::start(replica).await);
     }
+    let watching = Instant::now();
     let client = replicas[0].client().await;
     stays(ttl * 2, "add keeps both instances on replica 1", || {
         let mut client = client.clone();
@@ -371,7 +372,19 @@ async fn redis_outage_is_survived_and_the_catalog_converges() {
     })
     .await;
     for (i, watcher) in watchers.iter().enumerate() {
-        let seen = watcher.seen();
+        let seen: Vec<String> = watcher
+            .seen()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:?} {} ({} instances) {:?} into the window",
+                    s.kind,
+                    s.tool,
+                    s.instances,
+                    s.at.saturating_duration_since(watching)
+                )
+            })
+            .collect();
         assert!(seen.is_empty(), "replica {}: {seen:?}", i + 1);
     }
 }

@@ -104,14 +104,10 @@ pub(super) async fn maintain(store: Weak<RedisStore>) {
             }
         }
         if store.awaiting_write_back() {
-            store.local().recovered_at = Some(Instant::now());
-            tracing::info!("redis is back; writing back leases and resyncing");
-            if let Err(error) = store.write_back(true).await {
+            if let Err(error) = store.recover().await {
                 tracing::warn!(%error, "write-back after the outage failed; retrying");
                 continue;
             }
-            store.local().awaiting_write_back = false;
-            let _ = store.resync().await;
             last_resync = Instant::now();
         }
         if !store.local().pending.is_empty() {
