@@ -16,6 +16,12 @@ step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
 
 step "system packages"
+# A cold run under .ci/run writes about 8 GB (target/, the image's layers,
+# temporary files): say so up front rather than fail on a full disk halfway.
+free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+if [ "${free_gb:-0}" -lt 10 ]; then
+    printf 'warning: %s GB free on this disk; a cold run writes about 8 GB\n' "$free_gb" >&2
+fi
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
     # Debian's redis-server (and redis-tools for redis-cli); tests start
     # their own servers on loopback ports, never the system service.
