@@ -29,6 +29,7 @@ use toolmesh_proto::pb;
 
 mod convert;
 mod session;
+mod stderr;
 mod supervise;
 
 pub use session::{CALLER_META, INVOCATION_ID_META};
@@ -61,7 +62,8 @@ pub struct McpServer {
 #[derive(Debug, Clone)]
 pub enum McpTransport {
     /// Start `program` with `args` (and `env` added, in `cwd`), and speak
-    /// over its stdin and stdout; its stderr is the sidecar's.
+    /// over its stdin and stdout; each line of its stderr is logged as the
+    /// sidecar's own event, naming the server.
     Stdio {
         /// The program, resolved as the command backend resolves one.
         program: PathBuf,

@@ -105,6 +105,7 @@ pub(crate) enum SessionError {
 /// [`CONNECT_TIMEOUT`].
 pub(crate) async fn connect(
     transport: &McpTransport,
+    label: &Arc<str>,
     handler: Handler,
 ) -> Result<Session, SessionError> {
     let handshake = async {
@@ -120,13 +121,16 @@ pub(crate) async fn connect(
                 if let Some(cwd) = cwd {
                     command.current_dir(cwd);
                 }
-                let (child, _) = TokioChildProcess::builder(command)
-                    .stderr(std::process::Stdio::inherit())
+                let (child, stderr) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::piped())
                     .spawn()
                     .map_err(|source| SessionError::Spawn {
                         program: program.display().to_string(),
                         source,
                     })?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(super::stderr::forward(stderr, label.clone()));
+                }
                 handler
                     .serve_with_lifecycle(child, lifecycle())
                     .await

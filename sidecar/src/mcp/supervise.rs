@@ -132,7 +132,7 @@ async fn connected(
         tools_changed: tools_changed.clone(),
     };
     let session = tokio::select! {
-        session = session::connect(&server.transport, handler) => session,
+        session = session::connect(&server.transport, label, handler) => session,
         () = stop.cancelled() => return Ended::Stopped,
     };
     let session = match session {

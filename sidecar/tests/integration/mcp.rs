@@ -13,7 +13,9 @@ use tonic::Code;
 use tonic_types::StatusExt as _;
 use toolmesh_test_support::mcp::{everything_server, python_with_sdk};
 
-use crate::common::{SidecarProcess, TestRegistry, binary, eventually, reserved_port, send};
+use crate::common::{
+    SidecarProcess, TestRegistry, binary, eventually, reserved_port, send, wait_until,
+};
 use crate::metrics::{admin_address, get};
 
 /// Registry lease: longer than any wait here, so a tool that leaves the
@@ -32,6 +34,28 @@ const EVERYTHING_TOOLS: [&str; 4] = [
 ];
 /// The Python server's tools the test calls.
 const PYTHON_TOOLS: [&str; 4] = ["py.add", "py.add_tool", "py.divide", "py.whoami"];
+
+/// The sidecar binary serving `yaml` on a loopback port, announcing to
+/// `registry` as `instance`, with `extra` flags.
+fn spawn(
+    bin: &Path,
+    yaml: &str,
+    registry: &TestRegistry,
+    instance: &str,
+    extra: &[&str],
+) -> SidecarProcess {
+    let url = registry.url();
+    let mut args = vec![
+        "--registry",
+        &url,
+        "--listen",
+        "127.0.0.1:0",
+        "--instance-id",
+        instance,
+    ];
+    args.extend_from_slice(extra);
+    SidecarProcess::spawn(bin, yaml, &args, &[])
+}
 
 /// Waits until each of `tools` has a live instance: the registry's reads
 /// take an announce's tools one by one, so one tool listed does not mean
@@ -89,20 +113,12 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
         "tools:\n  - backend:\n      mcp:\n        command: [{everything}]\n        prefix: everything.\n        deny: [get-env, 'toggle-*', 'trigger-*', simulate-research-query]\n    tags: [mcp]\n    timeout: 20s\n",
         everything = everything.display()
     );
-    let mut sidecar = SidecarProcess::spawn(
+    let mut sidecar = spawn(
         &bin,
         &yaml,
-        &[
-            "--registry",
-            &registry.url(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--instance-id",
-            "everything",
-        ],
-        &[],
+        &registry,
+        "everything",
+        &["--admin-listen", "127.0.0.1:0"],
     );
     sidecar.bound(PATIENCE).await;
     let admin = admin_address(&sidecar).await;
@@ -252,6 +268,51 @@ impl PythonServer {
         })
         .await;
         Self { child }
+    }
+}
+
+/// A stdio server's stderr is logged as the sidecar's own events: under
+/// `--log-format json` every line the sidecar writes is still one JSON
+/// object, and server-everything's greeting on its stderr is one of them,
+/// naming the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_servers_stderr_is_logged_as_the_sidecars_own_events() {
+    let (Some(bin), Some(everything)) = (binary("toolmesh-sidecar"), everything_server()) else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let yaml = format!(
+        "tools:\n  - backend:\n      mcp:\n        command: [{}]\n",
+        everything.display()
+    );
+    let sidecar = spawn(&bin, &yaml, &registry, "stderr", &["--log-format", "json"]);
+    let label = everything.display().to_string();
+    let from_server = |log: &str| -> Vec<Value> {
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|event| {
+                event["target"] == "toolmesh_sidecar::mcp::stderr" && event["server"] == *label
+            })
+            .collect()
+    };
+    wait_until(PATIENCE, "server-everything's stderr in the log", || {
+        !from_server(&sidecar.log()).is_empty()
+    })
+    .await;
+    let log = sidecar.log();
+    let greeting = &from_server(&log)[0];
+    assert_eq!(greeting["level"], "INFO", "{greeting}");
+    assert!(
+        greeting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("STDIO")),
+        "{greeting}"
+    );
+    for line in log.lines() {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "a line that is not JSON: {line}"
+        );
     }
 }
 
