@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
@@ -102,6 +103,10 @@ pub(crate) struct Announcer {
     request: pb::AnnounceRequest,
     tools: watch::Receiver<Arc<Tools>>,
     lease: Option<Lease>,
+    /// An announce on the wire, on a task of its own: a stop that comes
+    /// meanwhile must not drop the lease it grants, or the registry would
+    /// keep serving the tools from a lease no one holds until its TTL.
+    in_flight: Option<JoinHandle<Result<pb::AnnounceResponse, tonic::Status>>>,
     backoff: Backoff,
     readiness: Readiness,
     metrics: Metrics,
@@ -124,6 +129,13 @@ where
             "registry did not answer in time",
         )),
     }
+}
+
+/// The answer of a call run on a task of its own.
+fn joined<T>(
+    joined: Result<Result<T, tonic::Status>, tokio::task::JoinError>,
+) -> Result<T, tonic::Status> {
+    joined.unwrap_or_else(|error| Err(tonic::Status::internal(format!("the call's task: {error}"))))
 }
 
 /// What went wrong: the status message, and for a connection that
@@ -174,6 +186,7 @@ impl Announcer {
             request,
             tools,
             lease: None,
+            in_flight: None,
             backoff: Backoff::new(),
             readiness,
             metrics,
@@ -243,14 +256,14 @@ impl Announcer {
     /// One announce attempt; on a failure that may heal, waits out the
     /// backoff delay; on a final refusal, returns it.
     async fn announce(&mut self) -> Result<(), AnnounceRefused> {
-        let message = self.request.clone();
+        let call = request(self.request.clone(), RPC_TIMEOUT_CAP, self.token.as_ref());
+        let mut client = self.client.clone();
+        let in_flight = self.in_flight.insert(tokio::spawn(async move {
+            with_deadline(RPC_TIMEOUT_CAP, client.announce(call)).await
+        }));
+        let answer = joined(in_flight.await);
+        self.in_flight = None;
         let instance = &self.request.instance_id;
-        let answer = with_deadline(
-            RPC_TIMEOUT_CAP,
-            self.client
-                .announce(request(message, RPC_TIMEOUT_CAP, self.token.as_ref())),
-        )
-        .await;
         self.metrics
             .announce_answered(answer.as_ref().map(|_| ()).map_err(tonic::Status::code));
         match answer {
@@ -319,15 +332,26 @@ impl Announcer {
     }
 
     /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`], saying so to
-    /// health first.
+    /// health first; a lease an announce on the wire grants (its answer
+    /// waited for, within [`RPC_TIMEOUT_CAP`]) included.
     async fn withdraw(&mut self) {
         self.readiness.withdrawing();
+        if let Some(in_flight) = self.in_flight.take()
+            && let Ok(response) = joined(in_flight.await)
+        {
+            tracing::info!(lease = %secret_tag(&response.lease_id), "the announce on the wire when told to stop was granted");
+            self.lease = Some(Lease {
+                id: response.lease_id,
+                ttl: ttl_of(response.ttl),
+            });
+        }
         self.release().await;
     }
 
     /// Ends the lease, if any, within [`WITHDRAW_TIMEOUT`].
     async fn release(&mut self) {
-        let Some(lease) = self.lease.take() else {
+        // Cleared once answered: a release cut short is done again at stop.
+        let Some(lease) = self.lease.clone() else {
             tracing::info!(instance = %self.request.instance_id, "no lease to withdraw");
             return;
         };
@@ -340,6 +364,7 @@ impl Announcer {
                 .withdraw(request(message, WITHDRAW_TIMEOUT, self.token.as_ref())),
         )
         .await;
+        self.lease = None;
         self.metrics.lease_released();
         match answer {
             Ok(_) => tracing::info!(lease = %secret_tag(&lease.id), "withdrawn from the registry"),

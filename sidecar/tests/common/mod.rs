@@ -153,6 +153,8 @@ struct State {
 pub struct FakeRegistry {
     state: Arc<Mutex<State>>,
     ttl: Duration,
+    /// Held by a test to keep announces unanswered (their leases granted).
+    answers: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl FakeRegistry {
@@ -160,7 +162,14 @@ impl FakeRegistry {
         Self {
             state: Arc::default(),
             ttl,
+            answers: Arc::default(),
         }
+    }
+
+    /// Until the guard is dropped, every announce is granted (its lease
+    /// recorded and live) but not answered.
+    pub async fn hold_answers(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.answers.clone().lock_owned().await
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -233,19 +242,23 @@ impl Registration for FakeRegistry {
         &self,
         request: tonic::Request<pb::AnnounceRequest>,
     ) -> Result<tonic::Response<pb::AnnounceResponse>, tonic::Status> {
-        let mut state = self.state.lock().unwrap();
-        if let Some(status) = state.failures.pop_front() {
-            state.failed += 1;
-            return Err(status);
-        }
-        state.next += 1;
-        let lease = format!("lease-{}", state.next);
-        state.live.push(lease.clone());
-        state.calls.push(Call::Announce {
-            at: Instant::now(),
-            request: request.into_inner(),
-            lease: lease.clone(),
-        });
+        let lease = {
+            let mut state = self.state.lock().unwrap();
+            if let Some(status) = state.failures.pop_front() {
+                state.failed += 1;
+                return Err(status);
+            }
+            state.next += 1;
+            let lease = format!("lease-{}", state.next);
+            state.live.push(lease.clone());
+            state.calls.push(Call::Announce {
+                at: Instant::now(),
+                request: request.into_inner(),
+                lease: lease.clone(),
+            });
+            lease
+        };
+        drop(self.answers.lock().await);
         Ok(tonic::Response::new(pb::AnnounceResponse {
             lease_id: lease,
             ttl: ttl(self.ttl),

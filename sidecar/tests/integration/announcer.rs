@@ -149,6 +149,30 @@ async fn a_restarted_registry_gets_the_tool_back_without_a_sidecar_restart() {
     assert_eq!(registry.tool("noop").await, None);
 }
 
+/// A stop that comes while an announce is on the wire waits for its
+/// answer and withdraws the lease it grants: dropping the call would leave
+/// the registry serving the tools from a lease no one holds, until its
+/// TTL. Fake: the real registry answers too fast to stop a sidecar between
+/// granting a lease and answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_the_announce_withdraws_the_lease_it_grants() {
+    let (registry, server) = fake_registry(TTL).await;
+    let held = registry.hold_answers().await;
+    let sidecar = sidecar(&server.url(), "hasty", vec![noop()]).await;
+    wait_until(PATIENCE, "the announce", || registry.announces().len() == 1).await;
+
+    let stopping = tokio::spawn(sidecar.stop());
+    // The stop is under way before the answer comes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !stopping.is_finished(),
+        "it waits for the announce's answer"
+    );
+    drop(held);
+    stopping.await.expect("the sidecar stops");
+    assert_eq!(registry.withdrawals(), ["lease-1"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_registry_ttl_is_adopted() {
     // About the TTL, so shorter than 5 s: a sidecar keeping its own 10 s
