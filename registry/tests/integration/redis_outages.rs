@@ -282,6 +282,16 @@ async fn a_refused_subscription_is_retried_with_backoff() {
     );
 }
 
+/// An announce of `instance` serving `descriptor`, at an address nothing
+/// listens on (these tests call no tool).
+fn announce(descriptor: &pb::ToolDescriptor, instance: &str) -> pb::AnnounceRequest {
+    pb::AnnounceRequest {
+        instance_id: instance.into(),
+        endpoint: "http://127.0.0.1:9".into(),
+        tools: vec![descriptor.clone()],
+    }
+}
+
 /// A replica with a 10 s TTL (it looks at Redis once a second), serving
 /// `add` from sidecar `a` and from instance `x`, announced here; Redis has
 /// just been killed and the replica has seen it go.
@@ -307,23 +317,23 @@ impl Returning {
             .await
             .and_then(|t| t.descriptor)
             .expect("add's descriptor");
-        let mut returning = Self {
-            redis,
-            config,
-            registration: registry.registration().await,
-            registry,
-            _a: a,
-            descriptor,
-            lease: String::new(),
-        };
-        returning.lease = returning
-            .registration
-            .announce(returning.announce("x"))
+        let mut registration = registry.registration().await;
+        let lease = registration
+            .announce(announce(&descriptor, "x"))
             .await
             .expect("announce x")
             .into_inner()
             .lease_id;
-        wait_for_instances(&returning.registry, "add", 2).await;
+        wait_for_instances(&registry, "add", 2).await;
+        let mut returning = Self {
+            redis,
+            config,
+            registry,
+            _a: a,
+            registration,
+            descriptor,
+            lease,
+        };
         returning.redis.kill();
         // Two ticks: the replica has seen Redis go.
         tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -331,11 +341,7 @@ impl Returning {
     }
 
     fn announce(&self, instance: &str) -> pb::AnnounceRequest {
-        pb::AnnounceRequest {
-            instance_id: instance.into(),
-            endpoint: "http://127.0.0.1:9".into(),
-            tools: vec![self.descriptor.clone()],
-        }
+        announce(&self.descriptor, instance)
     }
 
     async fn heartbeat(&mut self) -> Result<(), tonic::Status> {

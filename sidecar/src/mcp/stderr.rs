@@ -29,19 +29,7 @@ pub(crate) async fn forward(stderr: impl AsyncRead + Unpin, label: Arc<str>) {
 /// long a line is. A read error ends it like the end of the stream.
 async fn read_lines(reader: impl AsyncRead + Unpin, mut emit: impl FnMut(&str, usize)) {
     let mut reader = BufReader::new(reader);
-    let mut line = Vec::with_capacity(256);
-    let mut dropped = 0;
-    let mut flush = |line: &mut Vec<u8>, dropped: &mut usize| {
-        if line.last() == Some(&b'\r') && *dropped == 0 {
-            line.pop();
-        }
-        if !line.is_empty() || *dropped > 0 {
-            let text = String::from_utf8_lossy(line);
-            emit(&shown::clip(&text, text.len()), *dropped);
-        }
-        line.clear();
-        *dropped = 0;
-    };
+    let mut line = Line::default();
     loop {
         let buf = match reader.fill_buf().await {
             Ok(buf) if !buf.is_empty() => buf,
@@ -49,17 +37,49 @@ async fn read_lines(reader: impl AsyncRead + Unpin, mut emit: impl FnMut(&str, u
         };
         let end = buf.iter().position(|&b| b == b'\n');
         let chunk = &buf[..end.unwrap_or(buf.len())];
-        let room = MAX_LINE - line.len();
-        let kept = chunk.len().min(room);
-        line.extend_from_slice(&chunk[..kept]);
-        dropped += chunk.len() - kept;
+        line.push(chunk);
         let used = chunk.len() + usize::from(end.is_some());
         reader.consume(used);
-        if end.is_some() {
-            flush(&mut line, &mut dropped);
+        if end.is_some()
+            && let Some((text, dropped)) = line.take()
+        {
+            emit(&text, dropped);
         }
     }
-    flush(&mut line, &mut dropped);
+    if let Some((text, dropped)) = line.take() {
+        emit(&text, dropped);
+    }
+}
+
+/// The line being read: its first [`MAX_LINE`] bytes, and how many more.
+#[derive(Default)]
+struct Line {
+    bytes: Vec<u8>,
+    dropped: usize,
+}
+
+impl Line {
+    fn push(&mut self, chunk: &[u8]) {
+        let kept = chunk.len().min(MAX_LINE - self.bytes.len());
+        self.bytes.extend_from_slice(&chunk[..kept]);
+        self.dropped += chunk.len() - kept;
+    }
+
+    /// The line as shown (no `\r` before its `\n`, control characters
+    /// escaped) and the bytes cut from it, unless it is empty; starts the
+    /// next.
+    fn take(&mut self) -> Option<(String, usize)> {
+        if self.bytes.last() == Some(&b'\r') && self.dropped == 0 {
+            self.bytes.pop();
+        }
+        let dropped = std::mem::take(&mut self.dropped);
+        let shown = (!self.bytes.is_empty() || dropped > 0).then(|| {
+            let text = String::from_utf8_lossy(&self.bytes);
+            (shown::clip(&text, text.len()), dropped)
+        });
+        self.bytes.clear();
+        shown
+    }
 }
 
 #[cfg(test)]
