@@ -19,7 +19,7 @@ use serde_yaml_ng::Value;
 use toolmesh_sidecar::config::SidecarConfig;
 
 /// The inventory origin `demo/sidecar.yaml` is written for.
-pub const DEMO_INVENTORY_ORIGIN: &str = "http://127.0.0.1:8080";
+pub const DEMO_INVENTORY_ORIGIN: &str = "http://127.0.0.1:8090";
 
 /// `yaml` (read from a file in `config_dir`) with runtime addresses and
 /// absolute paths; see the module docs. `config_dir` must be absolute.

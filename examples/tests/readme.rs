@@ -3,14 +3,15 @@
 //! commands (the `console` block) run through `sh -c` with the real grpcurl,
 //! and their outputs compared with the ones the README shows.
 //!
-//! It runs twice: from the repository root (with `target/release/` read as
-//! the directory the binaries were built in), and from another folder laid
-//! out like a repository (`target/release/` and `examples/` linked there),
-//! where every command runs exactly as written. `cargo build --release` is
-//! not run: the binaries under test are built already.
+//! It runs twice: from the repository root (with `target/debug/` read as
+//! the directory the binaries were built in, which differs under
+//! `CARGO_TARGET_DIR`), and from another folder laid out like a repository
+//! (`target/debug/` and `examples/` linked there), where every command runs
+//! exactly as written. The section's `cargo build` is not run: the suite
+//! built the same binaries already.
 //!
-//! The servers use the README's ports (50051 and 50061), so this test is
-//! alone in its binary.
+//! The servers use the README's ports ([`PORTS`]), so this test is alone in
+//! its binary, and it fails naming a port that another process holds.
 #![allow(clippy::unwrap_used)]
 
 use std::{
@@ -24,6 +25,13 @@ use tokio::process::{Child, Command};
 use toolmesh_test_support::{catalog, process, suite};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+/// The ports the section's servers listen on, as the section names them:
+/// the registry, the inventory service, the sidecar.
+const PORTS: [u16; 3] = [50051, 8090, 50061];
+
+/// The binaries the section starts, all in one build's directory.
+const BINARIES: [&str; 3] = ["toolmesh-registry", "inventory-service", "toolmesh-sidecar"];
 
 /// One grpcurl call from the README and the output it shows.
 #[derive(Debug)]
@@ -142,9 +150,24 @@ impl Server {
     }
 }
 
+/// Panics naming each of [`PORTS`] that another process listens on.
+fn assert_ports_free() {
+    let taken: Vec<String> = PORTS
+        .iter()
+        .filter(|port| std::net::TcpListener::bind(("127.0.0.1", **port)).is_err())
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    assert!(
+        taken.is_empty(),
+        "the README's servers listen on {PORTS:?}, and another process holds {}: stop it and run again",
+        taken.join(", ")
+    );
+}
+
 /// Runs the section's commands in `cwd`, `rewrite` applied to the server
 /// lines, and checks every grpcurl output against the README's.
 async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> String) {
+    assert_ports_free();
     let logs = tempfile::tempdir().unwrap();
     let mut servers = Vec::new();
     for (n, line) in servers_of(section).iter().enumerate() {
@@ -154,6 +177,7 @@ async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> Str
     for tool in ["lookup", "slow_report", "word_count"] {
         catalog::wait_for_instances(&client, tool, 1, Duration::from_secs(20)).await;
     }
+    wait_for_inventory().await;
     for call in calls(section) {
         let output = Command::new("sh")
             .arg("-c")
@@ -170,9 +194,10 @@ async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> Str
         assert_eq!(
             normalized(&shown),
             normalized(&call.expected),
-            "`{}` in {} printed something else than the README shows",
+            "`{}` in {} printed something else than the README shows; the servers' logs:\n{}",
             call.command,
-            cwd.display()
+            cwd.display(),
+            servers.iter().map(Server::log).collect::<Vec<_>>().join("\n")
         );
     }
     while let Some(server) = servers.pop() {
@@ -182,8 +207,29 @@ async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> Str
 
 fn servers_of(section: &str) -> Vec<String> {
     let lines = servers(section);
-    assert_eq!(lines.len(), 2, "a registry and a sidecar: {lines:?}");
+    assert_eq!(
+        lines.len(),
+        3,
+        "a registry, the inventory service and a sidecar: {lines:?}"
+    );
     lines
+}
+
+/// Waits until the inventory service accepts connections: the sidecar
+/// announces `lookup` whether or not its backend is up yet.
+async fn wait_for_inventory() {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", PORTS[1]))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no inventory service on 127.0.0.1:{} after 20 s",
+            PORTS[1]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn eventually_connected()
@@ -220,30 +266,32 @@ async fn the_readme_runs_as_written_from_the_root_and_from_another_folder() {
     let Some(_) = suite::require("grpcurl", on_path("grpcurl")) else {
         return;
     };
-    let (Some(registry), Some(sidecar)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some(binaries) = BINARIES
+        .iter()
+        .map(|name| process::binary(name))
+        .collect::<Option<Vec<PathBuf>>>()
+    else {
         return;
     };
     let repo = std::fs::canonicalize(REPO).unwrap();
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     let section = section(&readme);
-    assert_eq!(calls(section).len(), 4, "{section}");
+    assert_eq!(calls(section).len(), 5, "{section}");
 
     // From the repository root.
-    let bin_dir = registry.parent().unwrap().to_owned();
+    let bin_dir = process::bin_dir();
     run_as_written(section, &repo, |line| {
-        line.replacen("target/release/", &format!("{}/", bin_dir.display()), 1)
+        line.replacen("target/debug/", &format!("{}/", bin_dir.display()), 1)
     })
     .await;
 
     // From another folder, every command exactly as written.
     let elsewhere = tempfile::tempdir().unwrap();
-    let release = elsewhere.path().join("target/release");
-    std::fs::create_dir_all(&release).unwrap();
-    std::os::unix::fs::symlink(&registry, release.join("toolmesh-registry")).unwrap();
-    std::os::unix::fs::symlink(&sidecar, release.join("toolmesh-sidecar")).unwrap();
+    let debug = elsewhere.path().join("target/debug");
+    std::fs::create_dir_all(&debug).unwrap();
+    for (name, binary) in BINARIES.iter().zip(&binaries) {
+        std::os::unix::fs::symlink(binary, debug.join(name)).unwrap();
+    }
     std::os::unix::fs::symlink(repo.join("examples"), elsewhere.path().join("examples")).unwrap();
     run_as_written(section, elsewhere.path(), str::to_owned).await;
 }
@@ -255,10 +303,17 @@ fn the_section_parses_into_servers_and_calls() {
     assert_eq!(
         servers(section),
         [
-            "target/release/toolmesh-registry",
-            "target/release/toolmesh-sidecar --config examples/demo/sidecar.yaml"
+            "target/debug/toolmesh-registry",
+            "target/debug/inventory-service",
+            "target/debug/toolmesh-sidecar --config examples/demo/sidecar.yaml"
         ]
     );
+    for port in PORTS {
+        assert!(
+            section.contains(&format!("`127.0.0.1:{port}`")),
+            "the section says where each server listens: {port}"
+        );
+    }
     let calls = calls(section);
     assert!(
         calls
