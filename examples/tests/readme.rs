@@ -197,7 +197,11 @@ async fn run_as_written(section: &str, cwd: &Path, rewrite: impl Fn(&str) -> Str
             "`{}` in {} printed something else than the README shows; the servers' logs:\n{}",
             call.command,
             cwd.display(),
-            servers.iter().map(Server::log).collect::<Vec<_>>().join("\n")
+            servers
+                .iter()
+                .map(Server::log)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     while let Some(server) = servers.pop() {

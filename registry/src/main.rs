@@ -138,22 +138,20 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let _telemetry = toolmesh_telemetry::init(&config.log, "toolmesh-registry")?;
-    let listener = bind("--listen", &config.listen).await?;
-    let admin = match &config.admin_listen {
-        Some(admin) => {
-            let same = admin.resolve()?.addr;
-            if same.port() != 0 && same == listener.local_addr()? {
-                anyhow::bail!(
-                    "--admin-listen {admin} is the --listen address: give the admin port its own, e.g. 127.0.0.1:9090"
-                );
-            }
-            let admin = bind("--admin-listen", admin).await?;
-            tracing::info!(address = %admin.local_addr()?, "admin listening");
-            Some(admin)
+    // Config first, ports second: Registry::serve says "listening" once
+    // every port (the MCP endpoint's too) is bound and allowed.
+    let (listen, admin_listen) = (config.listen.clone(), config.admin_listen.clone());
+    let mut registry = toolmesh_registry::Registry::from_config(config)?;
+    let listener = bind("--listen", &listen).await?;
+    if let Some(admin) = &admin_listen {
+        let same = admin.resolve()?.addr;
+        if same.port() != 0 && same == listener.local_addr()? {
+            anyhow::bail!(
+                "--admin-listen {admin} is the --listen address: give the admin port its own, e.g. 127.0.0.1:9090"
+            );
         }
-        None => None,
-    };
-    tracing::info!(address = %listener.local_addr()?, lease_ttl = ?config.lease_ttl, "toolmesh registry listening");
+        registry = registry.with_admin(bind("--admin-listen", admin).await?);
+    }
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let shutdown = async move {
@@ -162,7 +160,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    toolmesh_registry::run_with_admin(listener, admin, config, shutdown).await?;
+    registry.serve(listener, shutdown).await?;
     tracing::info!("toolmesh registry stopped");
     Ok(())
 }

@@ -369,6 +369,12 @@ impl Registry {
             check_exposure(&self.config, own)?;
         }
         let mcp_listener = self.mcp_listener(&listener).await?;
+        if let Some(admin) = self.admin.as_ref().and_then(|a| a.local_addr().ok()) {
+            tracing::info!(address = %admin, "admin listening");
+        }
+        if let Ok(own) = listener.local_addr() {
+            tracing::info!(address = %own, lease_ttl = ?self.config.lease_ttl, "toolmesh registry listening");
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         let reason = if self.config.redis.is_some() {
             "the catalog is not loaded from redis yet"

@@ -362,7 +362,6 @@ async fn run(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    tracing::info!(addr = %listener.local_addr()?, tools = tools.len(), "bound");
     let metrics = Metrics::new();
     let readiness = Readiness::not_ready("starting");
     let admin = match admin_addr {
@@ -373,6 +372,8 @@ async fn run(
         ),
         None => None,
     };
+    // Every port is bound before either says so.
+    tracing::info!(addr = %listener.local_addr()?, tools = tools.len(), "bound");
     let opts = ServeOptions {
         registry,
         advertise,

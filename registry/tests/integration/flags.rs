@@ -162,6 +162,53 @@ async fn start_up_failures_print_one_line() {
     );
 }
 
+/// A port taken, or a config that does not load, ends the start before
+/// any "listening" line: every port is bound, and the config loaded,
+/// before the registry says where it listens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_said_to_listen_before_every_port_is_bound() {
+    let Some(binary) = binary("toolmesh-registry") else {
+        return;
+    };
+    let taken = loopback_listener().await;
+    let addr = taken.local_addr().expect("addr").to_string();
+    let cases: [(&[&str], String); 3] = [
+        (
+            &["--listen", "127.0.0.1:0", "--admin-listen", &addr],
+            format!(
+                "error: cannot listen on {addr}: Address already in use (os error 98); another process listens there: stop it or choose another port with --admin-listen"
+            ),
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--mcp-listen", &addr],
+            format!(
+                "error: config: --mcp-listen {addr}: cannot listen on {addr}: Address already in use (os error 98)"
+            ),
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--tls-cert-file", "/nonexistent/cert.pem", "--tls-key-file", "/nonexistent/key.pem"],
+            "error: config: --tls-cert-file / --tls-key-file / --tls-client-ca-file: /nonexistent/cert.pem: No such file or directory (os error 2)".to_owned(),
+        ),
+    ];
+    for (args, error) in cases {
+        let run = run_to_exit(&binary, args, &[]).await;
+        assert_eq!(
+            run.status.code(),
+            Some(1),
+            "{args:?}: {}{}",
+            run.stdout,
+            run.stderr
+        );
+        assert_eq!(run.stderr.trim_end(), error, "{args:?}");
+        assert!(
+            !run.stdout.contains("listening") && !run.stderr.contains("listening"),
+            "{args:?}: a listening line before the error:\n{}{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listen_host_name_resolves_and_is_logged() {
     let Some(binary) = binary("toolmesh-registry") else {

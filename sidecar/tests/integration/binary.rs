@@ -208,6 +208,42 @@ async fn beyond_loopback_it_needs_a_way_to_keep_callers_out_or_insecure() {
     .await;
 }
 
+/// A sidecar whose admin port is taken says so and exits before it logs
+/// any port as bound: a "bound" line is never followed by a bind error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_admin_port_fails_before_any_port_is_reported_bound() {
+    let Some(bin) = binary("toolmesh-sidecar") else {
+        return;
+    };
+    let (_registry, server) = fake_registry(TTL).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = taken.local_addr().unwrap().to_string();
+    let yaml = format!("tools:\n{}", echo_tool("echo", "Echo"));
+    let args = [
+        "--registry",
+        &server.url(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        &admin,
+    ];
+    let mut refused = SidecarProcess::spawn(&bin, &yaml, &args, &[]);
+    assert!(!refused.exited(PATIENCE).await.success());
+    let log = refused.log();
+    assert!(
+        log.contains(&format!(
+            "error: cannot listen on {admin} (--admin-listen): Address already in use"
+        )),
+        "{log}"
+    );
+    for said in [" bound ", "listening", "serving"] {
+        assert!(
+            !log.contains(said),
+            "{said:?} before the bind error:\n{log}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_sidecar_exits_with_the_conflict_named_and_the_live_one_stays() {
     let Some(bin) = binary("toolmesh-sidecar") else {
