@@ -7,7 +7,11 @@
 //! ```text
 //! INFO toolmesh_registry::call_log: call tool="add" outcome=ok latency_ms=1.42 instance="s1" attempts=1
 //! INFO toolmesh_registry::call_log: call tool="add" outcome=INVALID_ARGUMENT latency_ms=0.08 attempts=0
+//! INFO toolmesh_registry::call_log: call tool="add" outcome=ok latency_ms=1.63 instance="s1" attempts=1 trace_id="4bf92f3577b34da6a3ce929d0e0e4736"
 //! ```
+//!
+//! The line is written outside the call's spans, so it names the call's
+//! trace once, in its own `trace_id`, and no span.
 //!
 //! The same call's [`crate::audit`] record is written at the same moment,
 //! when the audit log is on, and its [`crate::metrics`] recorded (the
@@ -205,7 +209,8 @@ impl Drop for CallLog {
         // any deadline.
         #[allow(clippy::cast_precision_loss)]
         let latency_ms = micros as f64 / 1000.0;
-        // No parent span: the line carries the tool itself, once.
+        // No parent span: the line carries the tool and the trace itself,
+        // once each.
         tracing::info!(
             parent: None,
             tool = clip(&self.tool, QUOTED_MAX).as_str(),

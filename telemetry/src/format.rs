@@ -33,6 +33,13 @@ pub fn current_ids() -> Option<(String, String)> {
         .then(|| (ids.trace_id().to_string(), ids.span_id().to_string()))
 }
 
+/// The ids [`current_ids`] gives, for a line written in the current span:
+/// none for an event written outside every span (`parent: None`), such as
+/// the registry's call line, which names its trace in a field of its own.
+fn ids_of(event: &Event<'_>) -> Option<(String, String)> {
+    if event.is_root() { None } else { current_ids() }
+}
+
 /// One JSON object per line: `timestamp`, `level`, the event's fields
 /// (`message` among them) at the top level, `target`, the enclosing
 /// `spans` (outermost first, each with its `name` and fields), and
@@ -84,7 +91,7 @@ where
                 line.insert("spans".into(), Value::Array(spans));
             }
         }
-        if let Some((trace_id, span_id)) = current_ids() {
+        if let Some((trace_id, span_id)) = ids_of(event) {
             line.insert("trace_id".into(), Value::String(trace_id));
             line.insert("span_id".into(), Value::String(span_id));
         }
@@ -147,7 +154,7 @@ where
         let ids = if writer.has_ansi_escapes() {
             None
         } else {
-            current_ids()
+            ids_of(event)
         };
         let Some((trace_id, span_id)) = ids else {
             return self.0.format_event(ctx, writer, event);

@@ -228,6 +228,51 @@ async fn every_call_logs_one_json_line_at_info() {
     }
 }
 
+/// With traces exported, a call's text line names its trace once: the
+/// line's own `trace_id`, not that and the formatter's ` trace_id=…
+/// span_id=…` of the span around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traced_call_line_names_its_trace_once() {
+    let Some(binary) = binary("toolmesh-registry") else {
+        return;
+    };
+    let collector = toolmesh_test_support::otlp::Collector::start().await;
+    let endpoint = collector.http_endpoint();
+    let (process, addr) = RegistryProcess::start(
+        &binary,
+        &["--listen", "127.0.0.1:0", "--log-format", "text"],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+    )
+    .await;
+    let (_sidecar, mut client) = sidecar(addr).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut request = tonic::Request::new(invoke("add", r#"{"a": 2, "b": 40}"#));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace}-00f067aa0ba902b7-01")
+            .parse()
+            .expect("ascii"),
+    );
+    client.invoke(request).await.expect("add");
+    wait_for_calls(&process, 1).await;
+    let log = process.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains(" toolmesh_registry::call_log: call "))
+        .unwrap_or_else(|| panic!("no call line:\n{log}"));
+    assert_eq!(line.matches("trace_id=").count(), 1, "{line}");
+    assert!(line.ends_with(&format!(" trace_id=\"{trace}\"")), "{line}");
+    assert!(!line.contains("span_id="), "{line}");
+    let announced = log
+        .lines()
+        .find(|line| line.contains(" announced "))
+        .unwrap_or_else(|| panic!("no announce line:\n{log}"));
+    assert!(
+        announced.contains(" trace_id=") && announced.contains(" span_id="),
+        "a line inside a span names its trace and its span: {announced}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_lines_turn_off_with_a_flag() {
     let Some(binary) = binary("toolmesh-registry") else {
