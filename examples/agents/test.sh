@@ -26,7 +26,7 @@ python_suite() {
   cd "$HERE/python" &&
     "$PYTHON" -m pip install --quiet -r requirements.txt &&
     PYTHON="$PYTHON" ./generate.sh &&
-    "$PYTHON" -m pytest -q -p no:cacheprovider test_agent.py
+    "$PYTHON" -m pytest -q -p no:cacheprovider test_agent.py test_docs.py
 }
 
 typescript_suite() {

@@ -14,6 +14,11 @@
 //! its binary, and it fails naming a port that another process holds.
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/markdown.rs"]
+mod markdown;
+#[path = "common/mesh.rs"]
+mod mesh;
+
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
@@ -22,7 +27,7 @@ use std::{
 
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
-use toolmesh_test_support::{catalog, process, suite};
+use toolmesh_test_support::{catalog, process};
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
@@ -50,25 +55,11 @@ fn section(readme: &str) -> &str {
     &rest[..end]
 }
 
-/// The contents of every fenced block of `language` in `text`.
-fn blocks<'a>(text: &'a str, language: &str) -> Vec<&'a str> {
-    let fence = format!("```{language}\n");
-    let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(&fence) {
-        let body = &rest[start + fence.len()..];
-        let end = body.find("```").expect("a closed code block");
-        found.push(&body[..end]);
-        rest = &body[end..];
-    }
-    found
-}
-
 /// The long-running commands: every line of the `sh` blocks but the build.
 fn servers(section: &str) -> Vec<String> {
-    blocks(section, "sh")
-        .into_iter()
-        .flat_map(str::lines)
+    markdown::bodies(section, "sh")
+        .iter()
+        .flat_map(|body| body.lines())
         .map(str::trim)
         .filter(|line| !line.is_empty() && !line.starts_with("cargo build"))
         .map(str::to_owned)
@@ -77,7 +68,7 @@ fn servers(section: &str) -> Vec<String> {
 
 /// The `$ ` commands of the `console` block, each with the lines after it.
 fn calls(section: &str) -> Vec<Call> {
-    let block = blocks(section, "console")
+    let block = markdown::bodies(section, "console")
         .into_iter()
         .next()
         .expect("a console block");
@@ -255,19 +246,9 @@ async fn eventually_connected()
     }
 }
 
-/// `program` on PATH, for `suite::require`.
-fn on_path(program: &str) -> Result<PathBuf, String> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("{program} is not on PATH; scripts/test.sh installs it"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_runs_as_written_from_the_root_and_from_another_folder() {
-    let Some(_) = suite::require("grpcurl", on_path("grpcurl")) else {
+    let Some(_) = mesh::on_path("grpcurl", "scripts/test.sh installs it") else {
         return;
     };
     let Some(binaries) = BINARIES

@@ -307,13 +307,19 @@ impl NodeServer {
 
 /// The `node` on `PATH`, or `None` after saying the test needs it.
 pub fn node() -> Option<PathBuf> {
+    on_path("node", "install Node 20 or later")
+}
+
+/// `program` on `PATH`, or `None` after saying the test needs it and
+/// `how` to get it.
+pub fn on_path(program: &str, how: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
-            .map(|dir| dir.join("node"))
-            .find(|node| node.is_file())
+            .map(|dir| dir.join(program))
+            .find(|found| found.is_file())
     });
     toolmesh_test_support::suite::require(
-        "node",
-        found.ok_or_else(|| "not on PATH; install Node 20 or later".to_owned()),
+        program,
+        found.ok_or_else(|| format!("not on PATH; {how}")),
     )
 }
