@@ -12,9 +12,9 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 
-echo "==> cargo build --workspace --bins (about 4 min the first time on 2 cores, seconds after)" >&2
+echo "==> cargo build --workspace --bins (4 to 8 min the first time on 2 cores, seconds after)" >&2
 cargo build --workspace --bins
 
 target_dir="${CARGO_TARGET_DIR:-target}"
-echo "==> $target_dir/debug/toolmesh-demo $*" >&2
+echo "==> $target_dir/debug/toolmesh-demo${*:+ $*}" >&2
 exec "$target_dir/debug/toolmesh-demo" "$@"

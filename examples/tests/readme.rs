@@ -47,9 +47,14 @@ struct Call {
 
 /// The section's text, from its heading to the next `## ` heading.
 fn section(readme: &str) -> &str {
+    section_named(readme, "Running it yourself")
+}
+
+/// The text of the README's section `heading`, to the next `## ` heading.
+fn section_named<'a>(readme: &'a str, heading: &str) -> &'a str {
     let start = readme
-        .find("\n## Running it yourself\n")
-        .expect("README has a \"Running it yourself\" section");
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("README has a {heading:?} section"));
     let rest = &readme[start + 1..];
     let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
     &rest[..end]
@@ -279,6 +284,74 @@ async fn the_readme_runs_as_written_from_the_root_and_from_another_folder() {
     }
     std::os::unix::fs::symlink(repo.join("examples"), elsewhere.path().join("examples")).unwrap();
     run_as_written(section, elsewhere.path(), str::to_owned).await;
+}
+
+/// One build for the demo, this section and the guides: `demo.sh` runs
+/// the section's `cargo build` as it is, in sight (not `--quiet`), and
+/// every binary path the newcomer's pages give is a debug build's.
+#[test]
+fn the_demo_and_the_pages_use_one_debug_build() {
+    let repo = Path::new(REPO);
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let build = build_line(section(&readme));
+    let demo = std::fs::read_to_string(repo.join("examples/demo.sh")).unwrap();
+    let demo_builds: Vec<&str> = demo
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("cargo build"))
+        .collect();
+    assert_eq!(
+        demo_builds,
+        [build.as_str()],
+        "demo.sh builds as the README does"
+    );
+    assert_eq!(build, "cargo build --workspace --bins");
+    let mut pages = vec![
+        (
+            "README.md, The two commands".to_owned(),
+            section_named(&readme, "The two commands").to_owned(),
+        ),
+        (
+            "README.md, Running it yourself".to_owned(),
+            section(&readme).to_owned(),
+        ),
+    ];
+    for page in [
+        "examples/README.md",
+        "examples/tools/README.md",
+        "examples/agents/README.md",
+        "docs/tools-in-any-language.md",
+    ] {
+        pages.push((
+            page.to_owned(),
+            std::fs::read_to_string(repo.join(page)).unwrap(),
+        ));
+    }
+    for (page, text) in pages {
+        for profile in ["target/release/", "--release"] {
+            assert!(
+                !text.contains(profile),
+                "{page} names {profile}: the newcomer's pages use the debug build"
+            );
+        }
+        assert!(
+            text.contains("target/debug/") || text.contains("in debug"),
+            "{page} says which build it uses"
+        );
+    }
+}
+
+/// The section's one `cargo build` line.
+fn build_line(section: &str) -> String {
+    let builds: Vec<String> = markdown::bodies(section, "sh")
+        .iter()
+        .flat_map(|body| body.lines())
+        .map(str::trim)
+        .filter(|line| line.starts_with("cargo build"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(builds.len(), 1, "one build: {builds:?}");
+    builds.into_iter().next().unwrap()
 }
 
 #[test]
