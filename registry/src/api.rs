@@ -318,6 +318,9 @@ pub struct RegistrationApi {
     access: Arc<Access>,
     audit: AuditLog,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The catalog's bound on tool names (`--max-tools`), which
+    /// registrants without a `max_tools` of their own share.
+    max_tools: usize,
 }
 
 impl RegistrationApi {
@@ -329,7 +332,16 @@ impl RegistrationApi {
             access,
             audit: AuditLog::disabled(),
             metrics: Arc::default(),
+            max_tools: crate::store::memory::Limits::default().max_tools,
         }
+    }
+
+    /// Shares `max_tools` tool names (`--max-tools`) between registrants
+    /// that give no `max_tools` of their own.
+    #[must_use]
+    pub fn sharing(mut self, max_tools: usize) -> Self {
+        self.max_tools = max_tools;
+        self
     }
 
     /// Writes a record of every registration change to `audit`.
@@ -532,7 +544,10 @@ impl RegistrationApi {
                 for tool in tools {
                     registrant.may_announce(tool)?;
                 }
-                registrant.owner().clone()
+                match self.access.registrants() {
+                    Some(all) => all.owner(registrant, self.max_tools),
+                    None => registrant.owner().clone(),
+                }
             }
             None => Owner::default(),
         };

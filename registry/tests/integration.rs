@@ -11,8 +11,8 @@ mod call_log;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
-#[path = "integration/execute_token.rs"]
-mod execute_token;
+#[path = "integration/execute_grants.rs"]
+mod execute_grants;
 #[path = "integration/faults.rs"]
 mod faults;
 #[path = "integration/flags.rs"]
@@ -333,6 +333,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         instance_id: id.into(),
         endpoint: "http://127.0.0.1:9".into(),
         tools: vec![d],
+        execute_key: Vec::new(),
     };
     registration
         .announce(announce("a", descriptor("1", r#"{"type":"object"}"#)))

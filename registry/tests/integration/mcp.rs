@@ -479,6 +479,7 @@ async fn calls_get_the_mcp_deadline_and_outages_are_results() {
                 description: "Nobody runs it".into(),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         })
         .await
         .unwrap();
