@@ -28,6 +28,7 @@ use tracing::Instrument as _;
 
 use super::McpTransport;
 use super::convert;
+use super::environment::environment;
 use crate::context::CallContext;
 use crate::tool::{Backend, BackendError, Outcome};
 
@@ -114,10 +115,15 @@ pub(crate) async fn connect(
                 program,
                 args,
                 env,
+                pass,
                 cwd,
             } => {
                 let mut command = tokio::process::Command::new(program);
-                command.args(args).envs(env).kill_on_drop(true);
+                command
+                    .args(args)
+                    .env_clear()
+                    .envs(environment(std::env::vars_os(), pass, env))
+                    .kill_on_drop(true);
                 if let Some(cwd) = cwd {
                     command.current_dir(cwd);
                 }

@@ -36,13 +36,15 @@ const EVERYTHING_TOOLS: [&str; 4] = [
 const PYTHON_TOOLS: [&str; 4] = ["py.add", "py.add_tool", "py.divide", "py.whoami"];
 
 /// The sidecar binary serving `yaml` on a loopback port, announcing to
-/// `registry` as `instance`, with `extra` flags.
-fn spawn(
+/// `registry` as `instance`, with `extra` flags and `envs` added to its
+/// environment.
+pub(crate) fn spawn(
     bin: &Path,
     yaml: &str,
     registry: &TestRegistry,
     instance: &str,
     extra: &[&str],
+    envs: &[(&str, &str)],
 ) -> SidecarProcess {
     let url = registry.url();
     let mut args = vec![
@@ -54,7 +56,7 @@ fn spawn(
         instance,
     ];
     args.extend_from_slice(extra);
-    SidecarProcess::spawn(bin, yaml, &args, &[])
+    SidecarProcess::spawn(bin, yaml, &args, envs)
 }
 
 /// Waits until each of `tools` has a live instance: the registry's reads
@@ -119,6 +121,7 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
         &registry,
         "everything",
         &["--admin-listen", "127.0.0.1:0"],
+        &[],
     );
     sidecar.bound(PATIENCE).await;
     let admin = admin_address(&sidecar).await;
@@ -245,6 +248,63 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     .await;
 }
 
+/// A stdio server's environment is not the sidecar's: server-everything's
+/// `get-env`, called through the registry, shows the minimal set, the
+/// variable its entry passes through and the one it sets, and never a
+/// secret of the sidecar's (nor the sidecar's own `RUST_LOG`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_sees_only_the_environment_its_entry_names() {
+    let (Some(bin), Some(everything)) = (binary("toolmesh-sidecar"), everything_server()) else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let yaml = format!(
+        "tools:\n  - backend:\n      mcp:\n        command: [{}]\n        allow: [get-env]\n        env_pass: [TOOLMESH_TEST_PASSED, TOOLMESH_TEST_UNSET]\n        env: {{TOOLMESH_TEST_SET: from-the-entry}}\n",
+        everything.display()
+    );
+    let _sidecar = spawn(
+        &bin,
+        &yaml,
+        &registry,
+        "environment",
+        &[],
+        &[
+            ("TOOLMESH_TEST_SECRET", "hunter2"),
+            ("TOOLMESH_TEST_PASSED", "passed-through"),
+        ],
+    );
+    wait_for_all(&registry, &["get-env"]).await;
+    let answer = registry.invoke("get-env", "{}").await.expect("ran");
+    assert!(!answer.is_error, "{}", answer.result_json);
+    assert!(
+        !answer.result_json.contains("hunter2"),
+        "{}",
+        answer.result_json
+    );
+    // The tool's text is the environment as JSON.
+    let env: serde_json::Map<String, Value> = match ran(&answer) {
+        Value::String(text) => serde_json::from_str(&text).expect("the environment as JSON"),
+        Value::Object(env) => env,
+        other => panic!("not an environment: {other}"),
+    };
+    assert_eq!(env["TOOLMESH_TEST_PASSED"], "passed-through", "{env:?}");
+    assert_eq!(env["TOOLMESH_TEST_SET"], "from-the-entry", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    let named = ["TOOLMESH_TEST_PASSED", "TOOLMESH_TEST_SET"];
+    let unexpected: Vec<&String> = env
+        .keys()
+        .filter(|name| {
+            !toolmesh_sidecar::mcp::INHERITED.contains(&name.as_str())
+                && !name.starts_with(toolmesh_sidecar::mcp::LOCALE_PREFIX)
+                && !named.contains(&name.as_str())
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "variables the entry does not name: {unexpected:?}"
+    );
+}
+
 /// The Python SDK server on `port`, killed when dropped.
 struct PythonServer {
     child: tokio::process::Child,
@@ -285,7 +345,14 @@ async fn a_stdio_servers_stderr_is_logged_as_the_sidecars_own_events() {
         "tools:\n  - backend:\n      mcp:\n        command: [{}]\n",
         everything.display()
     );
-    let sidecar = spawn(&bin, &yaml, &registry, "stderr", &["--log-format", "json"]);
+    let sidecar = spawn(
+        &bin,
+        &yaml,
+        &registry,
+        "stderr",
+        &["--log-format", "json"],
+        &[],
+    );
     let label = everything.display().to_string();
     let from_server = |log: &str| -> Vec<Value> {
         log.lines()
