@@ -11,7 +11,8 @@
 //! A server that exits, or stops answering, has its tools withdrawn at once
 //! (the announcer re-announces without them, or leaves the registry when
 //! nothing is left) and is started or reached again with backoff; its tools
-//! come back once it lists them.
+//! come back once it lists them. What tells (a ping, a change stream, or
+//! only listing again) follows what the server speaks and advertises.
 //!
 //! # Layout
 //! - `convert`: an MCP tool as a descriptor; a `tools/call` result as an
@@ -20,6 +21,7 @@
 //! - `session`: one connection to a server: start or reach it, list, call.
 //! - `supervise`: the loop that keeps a server's tools published, and
 //!   [`Sources`], every server's loop.
+//! - `watch`: how that loop hears of changes and of the server's end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,9 +35,10 @@ mod environment;
 mod session;
 mod stderr;
 mod supervise;
+mod watch;
 
-pub use environment::{INHERITED, LOCALE_PREFIX};
 pub(crate) use environment::is_variable_name;
+pub use environment::{INHERITED, LOCALE_PREFIX};
 pub use session::{CALLER_META, INVOCATION_ID_META};
 pub(crate) use supervise::Sources;
 

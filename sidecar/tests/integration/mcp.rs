@@ -20,7 +20,7 @@ use crate::metrics::{admin_address, get};
 
 /// Registry lease: longer than any wait here, so a tool that leaves the
 /// catalog was withdrawn, not expired.
-const TTL: Duration = Duration::from_secs(30);
+pub(crate) const TTL: Duration = Duration::from_secs(30);
 /// How long a server may take to start and list its tools on a busy
 /// machine (Node and Python start in seconds).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -62,20 +62,31 @@ pub(crate) fn spawn(
 /// Waits until each of `tools` has a live instance: the registry's reads
 /// take an announce's tools one by one, so one tool listed does not mean
 /// all are.
-async fn wait_for_all(registry: &TestRegistry, tools: &[&str]) {
+pub(crate) async fn wait_for_all(registry: &TestRegistry, tools: &[&str]) {
     for tool in tools {
         registry.wait_for_instances(tool, 1, PATIENCE).await;
     }
 }
 
 /// The result of a call that ran, as JSON.
-fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
+pub(crate) fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
     serde_json::from_str(&response.result_json).expect("the result is JSON")
+}
+
+/// The result of calling `tool` with `arguments`, which ran and failed
+/// (the tool's own error, not the registry's refusal).
+pub(crate) async fn tool_error(registry: &TestRegistry, tool: &str, arguments: &Value) -> String {
+    let answer = registry
+        .invoke(tool, &arguments.to_string())
+        .await
+        .expect("ran");
+    assert!(answer.is_error, "{}", answer.result_json);
+    answer.result_json
 }
 
 /// The field the registry's `BadRequest` names first when it refuses
 /// `arguments` for `tool` (the server never sees the call).
-async fn violated(registry: &TestRegistry, tool: &str, arguments: &str) -> String {
+pub(crate) async fn violated(registry: &TestRegistry, tool: &str, arguments: &str) -> String {
     let refused = registry.invoke(tool, arguments).await.expect_err("refused");
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     let violations = refused
@@ -103,6 +114,32 @@ fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
+}
+
+/// Kills `sidecar`'s one MCP server process and waits until its `tools`
+/// have left the catalog and come back; returns the pid of the server
+/// started again.
+pub(crate) async fn killed_and_restarted(
+    sidecar: &SidecarProcess,
+    registry: &TestRegistry,
+    tools: &[&str],
+) -> u32 {
+    let servers = children(sidecar.pid);
+    assert_eq!(servers.len(), 1, "one MCP server process: {servers:?}");
+    send(servers[0], Signal::SIGKILL);
+    eventually(
+        TTL / 2,
+        "the killed server's tools to leave the catalog",
+        || async { registry.tool(tools[0]).await.is_none() },
+    )
+    .await;
+    wait_for_all(registry, tools).await;
+    let restarted = children(sidecar.pid);
+    assert!(
+        restarted.len() == 1 && restarted != servers,
+        "a new server process: {restarted:?}, was {servers:?}"
+    );
+    restarted[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,20 +219,13 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
 
     // The server's isError: it cannot fetch from a closed loopback port.
     let closed = reserved_port();
-    let failed = registry
-        .invoke(
-            "everything.gzip-file-as-resource",
-            &json!({"name": "x.gz", "data": format!("http://127.0.0.1:{closed}/x"), "outputType": "resource"})
-                .to_string(),
-        )
-        .await
-        .expect("ran");
-    assert!(failed.is_error, "{}", failed.result_json);
-    assert!(
-        failed.result_json.contains("fetch failed"),
-        "{}",
-        failed.result_json
-    );
+    let failed = tool_error(
+        &registry,
+        "everything.gzip-file-as-resource",
+        &json!({"name": "x.gz", "data": format!("http://127.0.0.1:{closed}/x"), "outputType": "resource"}),
+    )
+    .await;
+    assert!(failed.contains("fetch failed"), "{failed}");
 
     // A schema violation the registry catches before the server sees it:
     // the registry's BadRequest names the field.
@@ -207,26 +237,12 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     // Kill the server: its tools leave the catalog (the sidecar serves
     // nothing else, so it leaves the registry), then come back once it is
     // restarted.
-    let servers = children(sidecar.pid);
-    assert_eq!(servers.len(), 1, "one MCP server process: {servers:?}");
-    send(servers[0], Signal::SIGKILL);
-    eventually(
-        TTL / 2,
-        "the killed server's tools to leave the catalog",
-        || async { registry.tool("everything.echo").await.is_none() },
-    )
-    .await;
-    wait_for_all(&registry, &EVERYTHING_TOOLS).await;
+    let restarted = killed_and_restarted(&sidecar, &registry, &EVERYTHING_TOOLS).await;
     let echo = registry
         .invoke("everything.echo", r#"{"message": "back"}"#)
         .await
         .expect("ran");
     assert_eq!(ran(&echo), json!("Echo: back"));
-    let restarted = children(sidecar.pid);
-    assert!(
-        restarted.len() == 1 && restarted != servers,
-        "a new server process: {restarted:?}, was {servers:?}"
-    );
     let log = sidecar.log();
     assert!(log.contains("MCP server unavailable"), "{log}");
     // server-everything speaks the handshake revisions only.
@@ -243,7 +259,7 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     let status = sidecar.exited(PATIENCE).await;
     assert!(status.success(), "{status}\n{}", sidecar.log());
     eventually(PATIENCE, "the server to stop with the sidecar", || async {
-        restarted.iter().all(|pid| crate::common::is_dead(*pid))
+        crate::common::is_dead(restarted)
     })
     .await;
 }
