@@ -203,9 +203,15 @@ pub struct McpConfig {
     /// restarted with backoff when it exits (exclusive with `url`).
     #[serde(default)]
     pub command: Option<Vec<String>>,
-    /// Extra environment variables for `command`.
+    /// Variables set in `command`'s environment. The server does not
+    /// inherit the sidecar's environment: it gets only these, those named
+    /// in `env_pass`, and [`crate::mcp::INHERITED`] and `LC_*`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables `command` gets from the sidecar's environment, by name
+    /// (left out when the sidecar does not have them), e.g. `[GITHUB_TOKEN]`.
+    #[serde(default)]
+    pub env_pass: Vec<String>,
     /// Working directory for `command`, relative to the config file's
     /// directory (default: that directory).
     #[serde(default)]
@@ -230,7 +236,7 @@ pub struct McpConfig {
     #[serde(default)]
     pub deny: Vec<String>,
     /// How often to list the server's tools again, besides when it says
-    /// they changed (`notifications/tools/list_changed`); default 5m.
+    /// they changed (`notifications/tools/list_changed`); default 30s.
     #[serde(default, deserialize_with = "duration::optional")]
     pub relist_interval: Option<Duration>,
 }
@@ -409,6 +415,7 @@ impl ToolConfig {
                     },
                     args: args.to_vec(),
                     env: mcp.env.clone(),
+                    pass: mcp.env_pass.clone(),
                     cwd: Some(resolve(
                         base_dir,
                         mcp.cwd.as_deref().unwrap_or(Path::new("")),

@@ -271,7 +271,11 @@ async fn run(
     matches: &ArgMatches,
     withdraw: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let _telemetry = toolmesh_telemetry::init(&cli.log, "toolmesh-sidecar")?;
+    let log = toolmesh_telemetry::LogArgs {
+        filter: toolmesh_sidecar::mcp::log_filter(&cli.log.filter),
+        ..cli.log.clone()
+    };
+    let _telemetry = toolmesh_telemetry::init(&log, "toolmesh-sidecar")?;
 
     // Config first, ports second.
     let Some(config_file) = cli.config else {

@@ -11,14 +11,17 @@
 //! A server that exits, or stops answering, has its tools withdrawn at once
 //! (the announcer re-announces without them, or leaves the registry when
 //! nothing is left) and is started or reached again with backoff; its tools
-//! come back once it lists them.
+//! come back once it lists them. What tells (a ping, a change stream, or
+//! only listing again) follows what the server speaks and advertises.
 //!
 //! # Layout
 //! - `convert`: an MCP tool as a descriptor; a `tools/call` result as an
 //!   [`Outcome`](crate::Outcome).
+//! - `environment`: what a stdio server sees of the environment.
 //! - `session`: one connection to a server: start or reach it, list, call.
 //! - `supervise`: the loop that keeps a server's tools published, and
 //!   [`Sources`], every server's loop.
+//! - `watch`: how that loop hears of changes and of the server's end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,16 +31,62 @@ use toolmesh_proto::pattern::Pattern;
 use toolmesh_proto::pb;
 
 mod convert;
+mod environment;
 mod session;
 mod stderr;
 mod supervise;
+mod watch;
 
+pub(crate) use environment::is_variable_name;
+pub use environment::{INHERITED, LOCALE_PREFIX};
 pub use session::{CALLER_META, INVOCATION_ID_META};
 pub(crate) use supervise::Sources;
 
 /// How often a server's tools are listed again by default, besides when
 /// it says they changed.
 pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The sidecar's log filter for the one the user gave (`--log`,
+/// `RUST_LOG`): rmcp's own events at WARN and above when the filter is
+/// plain levels (`info`, `toolmesh_sidecar=debug,info`), its default level
+/// `info`, `debug` or `trace`, and no directive names rmcp; any other
+/// filter is kept as it is. At INFO rmcp writes a server's whole handshake
+/// answer on one line (2,331 bytes for server-everything, whose
+/// instructions it holds) and every notification it receives, unbounded;
+/// "MCP server connected" says what an operator needs, bounded and
+/// escaped.
+pub fn log_filter(filter: &str) -> String {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let level = |text: &str| LEVELS.iter().any(|l| text.eq_ignore_ascii_case(l));
+    let target = |text: &str| {
+        !text.is_empty()
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut default = None;
+    for directive in filter.split(',').map(str::trim) {
+        match directive.split_once('=') {
+            Some((name, value)) if target(name) && level(value) => {
+                if name.starts_with("rmcp") {
+                    return filter.to_owned();
+                }
+            }
+            None if level(directive) => default = Some(directive),
+            _ => return filter.to_owned(),
+        }
+    }
+    match default {
+        Some(level)
+            if ["info", "debug", "trace"]
+                .iter()
+                .any(|l| level.eq_ignore_ascii_case(l)) =>
+        {
+            format!("{filter},rmcp=warn")
+        }
+        _ => filter.to_owned(),
+    }
+}
 
 /// One MCP server whose tools this sidecar serves.
 #[derive(Debug, Clone)]
@@ -61,16 +110,21 @@ pub struct McpServer {
 /// How the sidecar reaches an MCP server.
 #[derive(Debug, Clone)]
 pub enum McpTransport {
-    /// Start `program` with `args` (and `env` added, in `cwd`), and speak
-    /// over its stdin and stdout; each line of its stderr is logged as the
-    /// sidecar's own event, naming the server.
+    /// Start `program` with `args` in `cwd`, and speak over its stdin and
+    /// stdout; each line of its stderr is logged as the sidecar's own
+    /// event, naming the server. Its environment is not the sidecar's:
+    /// only the variables [`INHERITED`] (and `LC_*`), those named in `pass`
+    /// and those `env` sets.
     Stdio {
         /// The program, resolved as the command backend resolves one.
         program: PathBuf,
         /// Its arguments.
         args: Vec<String>,
-        /// Variables added to the sidecar's environment.
+        /// Variables set in its environment (over any passed).
         env: BTreeMap<String, String>,
+        /// Variables passed through from the sidecar's environment, by
+        /// name, besides [`INHERITED`].
+        pass: Vec<String>,
         /// Its working directory.
         cwd: Option<PathBuf>,
     },
@@ -106,6 +160,26 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rmcp_is_quieted_only_where_the_user_asked_for_chatter_and_not_for_rmcp() {
+        assert_eq!(log_filter("info"), "info,rmcp=warn");
+        assert_eq!(
+            log_filter("toolmesh_sidecar=debug,DEBUG"),
+            "toolmesh_sidecar=debug,DEBUG,rmcp=warn"
+        );
+        for kept in [
+            "rmcp=debug,info",
+            "warn",
+            "off",
+            "error,toolmesh_sidecar=info",
+            "",
+            "info,=[",
+            "info,[serve_inner]=trace",
+        ] {
+            assert_eq!(log_filter(kept), kept);
+        }
+    }
 
     #[test]
     fn deny_wins_over_allow_and_the_prefix_goes_first() {
