@@ -15,7 +15,7 @@ use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 use axum::{
     Router,
     extract::connect_info::Connected as AxumConnected,
-    middleware::from_fn_with_state,
+    middleware::{from_fn, from_fn_with_state},
     serve::{IncomingStream, Listener},
 };
 use futures::{Stream, StreamExt as _};
@@ -174,6 +174,7 @@ impl McpEndpoint {
         );
         Router::new()
             .route_service(PATH, service)
+            .layer(from_fn(sessions::no_content_when_ended))
             .layer(from_fn_with_state(
                 (sessions, settings.max_body_bytes),
                 sessions::refuse_when_full,

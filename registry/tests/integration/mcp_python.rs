@@ -100,12 +100,21 @@ impl PythonClient {
     }
 
     /// Waits for the client to exit, and says whether it succeeded.
-    async fn succeeded(mut self) -> bool {
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+    async fn succeeded(self) -> bool {
+        self.finish().await.0
+    }
+
+    /// Waits for the client to exit: whether it succeeded, and what it
+    /// wrote to stderr (the SDK's warnings).
+    async fn finish(self) -> (bool, String) {
+        let output = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
             .await
             .expect("the client exits")
-            .expect("its status")
-            .success()
+            .expect("its status");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 }
 
@@ -227,7 +236,11 @@ async fn interop_at(revision: &str) {
     assert!(!names(&left).contains(&"late"), "{left}");
 
     client.step("done").await;
-    assert!(client.succeeded().await);
+    let (succeeded, stderr) = client.finish().await;
+    assert!(succeeded, "{stderr}");
+    // A handshake revision's session ends with a DELETE the SDK checks.
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
+    assert!(stderr.trim().is_empty(), "no SDK warning: {stderr}");
     registry.stop().await;
 }
 

@@ -176,6 +176,13 @@ async def main() -> int:
     parser.add_argument("--scenario", default="interop", choices=["interop", "connect"])
     args = parser.parse_args()
 
+    # The SDK's warnings on stderr, where the test looks for them (the
+    # transport's logger gets a handler below, so Python's last resort
+    # would not print them).
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(warnings)
+
     opened = GetStreamOpened()
     transport_log = logging.getLogger("mcp.client.streamable_http")
     transport_log.setLevel(logging.DEBUG)
