@@ -37,6 +37,10 @@ mod mcp;
 mod mcp_access;
 #[path = "integration/mcp_both_ways.rs"]
 mod mcp_both_ways;
+#[path = "integration/mcp_content.rs"]
+mod mcp_content;
+#[path = "integration/mcp_docs.rs"]
+mod mcp_docs;
 #[path = "integration/mcp_python.rs"]
 mod mcp_python;
 #[path = "integration/mcp_redis.rs"]

@@ -39,7 +39,7 @@ use toolmesh_proto::pb;
 use toolmesh_telemetry::TraceContext;
 
 use super::{
-    listing, notify, results,
+    content, listing, notify, results,
     search::{self, SearchTool},
     serve::PeerAddr,
 };
@@ -319,7 +319,7 @@ impl McpHandler {
             }
         };
         match outcome {
-            Ok(response) => Ok(results::from_response(&response).into()),
+            Ok(response) => Ok(content::from_response(&response).into()),
             Err(error) => {
                 tracing::debug!(%error, "MCP call refused");
                 results::from_error(name, &error).map(Into::into)
