@@ -6,7 +6,7 @@ use serde_json::json;
 use toolmesh_sidecar::config::SidecarConfig;
 
 use crate::failure::{Exit, Failure};
-use crate::output::Output;
+use crate::output::{Output, print};
 
 /// Checks the file at `path`.
 pub(crate) fn check(path: &std::path::Path, output: Output) -> Result<(), Failure> {
@@ -27,22 +27,21 @@ pub(crate) fn check(path: &std::path::Path, output: Output) -> Result<(), Failur
                 })
                 .collect();
             match output {
-                Output::Json => println!(
-                    "{}",
-                    json!({"ok": true, "file": path.display().to_string(), "tools": names, "mcp_servers": servers})
-                ),
+                Output::Json => print(
+                    json!({"ok": true, "file": path.display().to_string(), "tools": names, "mcp_servers": servers}),
+                )?,
                 Output::Text => {
-                    println!(
+                    print(format_args!(
                         "ok: {}: {} tool{} ({})",
                         path.display(),
                         names.len(),
                         if names.len() == 1 { "" } else { "s" },
                         names.join(", ")
-                    );
+                    ))?;
                     for server in &servers {
-                        println!(
+                        print(format_args!(
                             "  and the tools of the MCP server {server} (listed when the sidecar runs)"
-                        );
+                        ))?;
                     }
                 }
             }

@@ -213,7 +213,7 @@ impl Registry {
             config.redis_outage,
             store.replica_count(),
         );
-        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
+        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = %config.redis_outage, "catalog and rate limits in redis");
         Ok(
             Self::new(store, Arc::new(limiter), idempotency, config, metrics)
                 .with_access(access, audit),

@@ -61,6 +61,8 @@ mod redis_outages;
 mod redis_replicas;
 #[path = "integration/redis_round_trips.rs"]
 mod redis_round_trips;
+#[path = "integration/redis_unreachable.rs"]
+mod redis_unreachable;
 #[path = "integration/registrants.rs"]
 mod registrants;
 #[path = "integration/search.rs"]

@@ -206,7 +206,7 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
             tracing::warn!("{warning}");
         }
         TRACING.store(true, Ordering::Relaxed);
-        tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
+        tracing::info!(endpoint = %export.endpoint, protocol = %export.protocol, "exporting traces over OTLP");
     }
     Ok(Telemetry { provider })
 }
