@@ -1058,6 +1058,7 @@ def test_refuses_an_open_registry_when_generation_is_off(prepared_charts):
     assert ("agents (set auth.apiKeys or auth.jwt) and registration (set registrants) unauthenticated, "
             "and credentials.generate is off") in message
     assert "leave credentials.generate on" in message and "insecure=true" in message
+    assert message in (REPO / "docs" / "kubernetes.md").read_text(), "docs/kubernetes.md quotes another message"
     # Half the authentication is not enough: the message names the other half.
     with pytest.raises(helm.HelmRenderError, match=r"with registration \(set registrants\) unauthenticated"):
         render_registry(prepared_charts, merged(off, {"auth": AUTH["auth"]}))
@@ -1434,6 +1435,8 @@ def test_sidecar_token_from_another_namespace_or_none(prepared_charts):
         assert f"toolmesh-sidecar.registry ({address}) names no registry Service of this release's namespace (tools)" in message
         for way in ("registrationToken.existingSecret", "registrationToken.registrySecret", "registrationToken.enabled=false"):
             assert way in message, way
+        if address == "toolmesh.toolmesh.svc:50051":
+            assert message in (REPO / "docs" / "kubernetes.md").read_text(), "docs/kubernetes.md quotes another message"
     # A copy of the token, in a Secret of this namespace.
     copy = {"existingSecret": "inventory-registration-token", "existingSecretKey": "t"}
     assert token_volume({"registrationToken": copy})["secretName"] == "inventory-registration-token"
