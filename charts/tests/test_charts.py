@@ -1042,7 +1042,7 @@ def test_generated_credentials_settings_and_notes(prepared_charts):
     notes = " ".join(rendered.notes.split())
     read = "kubectl -n tools get secret tm-toolmesh-credentials -o jsonpath="
     assert f"KEY=$({read}'{{.data.agent-api-key}}' | base64 -d)" in notes
-    assert f"-H \"authorization: Bearer $KEY\"" in notes
+    assert "-H \"authorization: Bearer $KEY\"" in notes
     assert f"{read}'{{.data.registration-token}}' | base64 -d > registration-token" in notes
     assert 'caller "ops-agent"' in notes and 'registrant "tools": tools inventory.*, lookup, at most 7 instances' in notes
     assert "kept by `helm uninstall`" not in notes
@@ -1130,6 +1130,7 @@ def test_insecure_sets_the_flag_and_warns(prepared_charts):
     notes = " ".join(rendered.notes.split())
     assert "WARNING: insecure=true. Agents are not authenticated" in notes
     assert "Registration is open" in notes
+    assert "tool charts register without a token (toolmesh-sidecar.registrationToken.enabled=false)" in notes
     # insecure asks for what is not configured to be open: nothing generated.
     assert not rendered.of_kind("Secret")
     assert not {"TOOLMESH_API_KEYS_FILE", "TOOLMESH_REGISTRANTS_FILE"} & set(env_of(registry_pod(rendered)["containers"][0]))

@@ -43,10 +43,10 @@ See examples/charts/inventory-tool for a whole chart.
 The registry chart's Secret of generated credentials the registration token
 is read from (key `registration-token`): registrationToken.registrySecret,
 else `<service>-credentials` when `registry` names a Service of this
-release's namespace (`<service>`, `<service>.<namespace>`,
-`<service>.<namespace>.svc[...]`, and the port),
-as the registry chart names it (`<fullname>-credentials`, its Service being
-`<fullname>`); else nothing.
+release's namespace (`<service>`, `<service>.<namespace>` or
+`<service>.<namespace>.svc[...]`, then the port), as the registry chart
+names it (`<fullname>-credentials`, its Service being `<fullname>`, both
+truncated alike); else nothing.
 */}}
 {{- define "toolmesh-sidecar.registrySecret" -}}
 {{- $v := index .Values "toolmesh-sidecar" }}
