@@ -318,9 +318,11 @@ impl Invoker {
                 .map(|v| serde_json::json!({"field": v.pointer, "description": v.message}))
                 .collect::<Vec<_>>(),
         });
+        // The blocks would carry what is withheld.
         InvokeResponse {
             result_json: error.to_string(),
             is_error: true,
+            content_json: String::new(),
             ..response
         }
     }
@@ -437,6 +439,7 @@ fn stored(result: &Result<InvokeResponse, RegistryError>) -> StoredOutcome {
             is_error: response.is_error,
             instance_id: response.instance_id.clone(),
             attempts: response.attempts,
+            content_json: response.content_json.clone(),
         },
         Err(error) => {
             let status = error.to_status();
@@ -456,11 +459,13 @@ fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
             is_error,
             instance_id,
             attempts,
+            content_json,
         } => Ok(InvokeResponse {
             result_json,
             is_error,
             instance_id,
             attempts,
+            content_json,
         }),
         StoredOutcome::Status { code, message } => Err(RegistryError::Replayed {
             code: tonic::Code::from_i32(code),

@@ -339,6 +339,7 @@ impl Attempts {
                     is_error: response.is_error,
                     instance_id: instance.id.clone(),
                     attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                    content_json: response.content_json,
                 })
             }
             Err(ProxyError::Timeout) => Verdict::Fail {

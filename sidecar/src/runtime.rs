@@ -134,6 +134,7 @@ impl Runtime {
         let Outcome {
             result_json,
             is_error,
+            content_json,
         } = normalize(outcome, tool.max_output_bytes());
         if is_error {
             spans::failed(&span, "tool_error");
@@ -141,6 +142,7 @@ impl Runtime {
         Ok(pb::ExecuteResponse {
             result_json,
             is_error,
+            content_json,
         })
     }
 }
@@ -166,11 +168,13 @@ pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Du
     }
 }
 
-/// Makes `outcome.result_json` valid JSON within `max_bytes`: JSON output is
-/// kept (trimmed), other text becomes a JSON string, and output over the cap
-/// becomes an error result saying so.
+/// Makes `outcome.result_json` valid JSON within `max_bytes` (its content
+/// blocks, if any, counted too): JSON output is kept (trimmed), other text
+/// becomes a JSON string, and output over the cap becomes an error result
+/// saying so.
 pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
-    if outcome.result_json.len() > max_bytes {
+    let blocks = outcome.content_json.len();
+    if outcome.result_json.len().saturating_add(blocks) > max_bytes {
         return Outcome::error_message(&format!(
             "the tool's output exceeds the limit of {max_bytes} bytes"
         ));
@@ -181,7 +185,7 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     } else {
         json_string(&outcome.result_json)
     };
-    if result_json.len() > max_bytes {
+    if result_json.len().saturating_add(blocks) > max_bytes {
         return Outcome::error_message(&format!(
             "the tool's output exceeds the limit of {max_bytes} bytes once encoded as JSON"
         ));
@@ -189,6 +193,7 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     Outcome {
         result_json,
         is_error: outcome.is_error,
+        content_json: outcome.content_json,
     }
 }
 

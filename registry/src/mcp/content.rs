@@ -1,48 +1,44 @@
 //! What a tool's answer is to an MCP client: the content blocks its MCP
 //! server sent when the answer carries them, else the result as text.
 //!
-//! `InvokeResponse.result_json` is JSON text in one of these forms, tried
-//! in this order (`docs/mcp-endpoint.md`, "What a call answers"):
+//! Tried in this order (`docs/mcp-endpoint.md`, "A tool's content"):
 //!
-//! 1. The envelope [`ENVELOPE_KEY`]: an object with that one key, holding
-//!    `content` (MCP content blocks, as the server sent them) and
-//!    optionally `structuredContent`. The blocks pass as they are: text,
-//!    image and audio (with `mimeType` and `data`), resource links,
-//!    embedded resources, their annotations.
-//! 2. An array of MCP content blocks, one of them at least not text: what
-//!    a sidecar sends for an MCP server's answer with images, audio or
-//!    resources.
-//! 3. A JSON string: its text, unquoted (a wrapped MCP server's text, a
-//!    command's plain output, a tool's error message).
+//! 1. `InvokeResponse.content_json`: the blocks an MCP server sent, passed
+//!    as they are (text, image and audio with `mimeType` and `data`,
+//!    resource links, embedded resources, annotations), with
+//!    `result_json` as `structuredContent` when it is an object and the
+//!    call succeeded (a sidecar puts the server's structured content
+//!    there).
+//! 2. `result_json` an array of MCP content blocks, one of them at least
+//!    not text: what a sidecar that does not fill `content_json` sends for
+//!    an answer with images, audio or resources.
+//! 3. `result_json` a JSON string: its text, unquoted (a wrapped MCP
+//!    server's text, a command's plain output, a tool's error message).
 //! 4. Any other JSON: its text, and `structuredContent` too when it is an
 //!    object and the call succeeded.
 //!
 //! `isError` is the response's `is_error`.
 
 use rmcp::model::{CallToolResult, ContentBlock};
-use serde::Deserialize;
 use serde_json::Value;
 use toolmesh_proto::pb::InvokeResponse;
-
-/// The one key of a result that carries an MCP server's answer whole.
-pub const ENVELOPE_KEY: &str = "toolmesh/mcpResult";
 
 /// The MCP answer to a call the tool answered.
 pub fn from_response(response: &InvokeResponse) -> CallToolResult {
     let text = &response.result_json;
     let Ok(value) = serde_json::from_str::<Value>(text) else {
+        if let Some(blocks) = server_blocks(&response.content_json) {
+            return answer(blocks, None, response.is_error);
+        }
         return answer(
             vec![ContentBlock::text(text.clone())],
             None,
             response.is_error,
         );
     };
-    if let Some(carried) = envelope(&value, text) {
-        return answer(
-            carried.content,
-            carried.structured_content,
-            response.is_error,
-        );
+    if let Some(blocks) = server_blocks(&response.content_json) {
+        let structured = (!response.is_error && value.is_object()).then_some(value);
+        return answer(blocks, structured, response.is_error);
     }
     if let Some(blocks) = mixed_blocks(&value, text) {
         return answer(blocks, None, response.is_error);
@@ -70,32 +66,13 @@ fn answer(content: Vec<ContentBlock>, structured: Option<Value>, is_error: bool)
     result
 }
 
-/// What the envelope carries.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Carried {
-    content: Vec<ContentBlock>,
-    #[serde(default)]
-    structured_content: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Envelope {
-    #[serde(rename = "toolmesh/mcpResult")]
-    carried: Carried,
-}
-
-/// What `value` (parsed from `text`) carries, if it is the envelope; a
-/// malformed one is an ordinary object.
-fn envelope(value: &Value, text: &str) -> Option<Carried> {
-    let object = value.as_object()?;
-    if object.len() != 1 || !object.contains_key(ENVELOPE_KEY) {
+/// The blocks of `content_json`, if a sidecar sent them (a malformed
+/// array is none: the result then speaks for itself).
+fn server_blocks(content_json: &str) -> Option<Vec<ContentBlock>> {
+    if content_json.is_empty() {
         return None;
     }
-    serde_json::from_str::<Envelope>(text)
-        .ok()
-        .map(|envelope| envelope.carried)
+    serde_json::from_str(content_json).ok()
 }
 
 /// The blocks of `value` (parsed from `text`), if it is an array of MCP
@@ -185,8 +162,18 @@ mod tests {
         assert!(result.get("structuredContent").is_none());
     }
 
+    fn answered_with_blocks(result_json: &str, content_json: &str, is_error: bool) -> Value {
+        serde_json::to_value(from_response(&InvokeResponse {
+            result_json: result_json.into(),
+            is_error,
+            content_json: content_json.into(),
+            ..Default::default()
+        }))
+        .unwrap()
+    }
+
     #[test]
-    fn the_envelope_carries_every_kind_of_block_as_sent() {
+    fn a_servers_blocks_pass_as_sent() {
         let content = json!([
             {"type": "text", "text": "{\"looks\":\"like JSON\"}"},
             {"type": "text", "text": "second", "annotations": {"audience": ["user"], "priority": 0.5}},
@@ -194,34 +181,40 @@ mod tests {
             {"type": "resource_link", "uri": "demo://resource/1", "name": "Text Resource 1", "mimeType": "text/plain"},
             {"type": "resource", "resource": {"uri": "demo://resource/2", "mimeType": "text/plain", "text": "inside"}},
         ]);
-        let envelope = json!({ENVELOPE_KEY: {"content": content}});
-        let result = answered(&envelope.to_string(), false);
+        let result = answered_with_blocks(r#""joined text""#, &content.to_string(), false);
         assert_eq!(result["content"], content);
         assert!(result.get("structuredContent").is_none());
 
-        let failed = json!({ENVELOPE_KEY: {
-            "content": [{"type": "text", "text": "no such city"}],
-            "structuredContent": {"city": "Atlantis"},
-        }});
-        let result = answered(&failed.to_string(), true);
-        assert_eq!(result["isError"], true);
-        assert_eq!(result["content"][0]["text"], "no such city");
-        assert_eq!(result["structuredContent"], json!({"city": "Atlantis"}));
+        let structured = answered_with_blocks(
+            r#"{"temperature":22.5}"#,
+            &json!([{"type": "text", "text": "22.5 degrees"}, {"type": "text", "text": "sunny"}])
+                .to_string(),
+            false,
+        );
+        assert_eq!(structured["content"][1]["text"], "sunny");
+        assert_eq!(
+            structured["structuredContent"],
+            json!({"temperature": 22.5})
+        );
+
+        let failed = answered_with_blocks(
+            r#"{"city":"Atlantis"}"#,
+            &json!([{"type": "text", "text": "no such city"}, {"type": "text", "text": "try again"}]).to_string(),
+            true,
+        );
+        assert_eq!(failed["isError"], true);
+        assert_eq!(failed["content"][0]["text"], "no such city");
+        assert!(failed.get("structuredContent").is_none());
     }
 
     #[test]
-    fn anything_short_of_the_envelope_is_an_ordinary_object() {
-        for object in [
-            json!({ENVELOPE_KEY: {"content": "not blocks"}}),
-            json!({ENVELOPE_KEY: {"content": [{"type": "text"}]}}),
-            json!({ENVELOPE_KEY: {"content": []}, "other": 1}),
-        ] {
-            let text = object.to_string();
-            let result = answered(&text, false);
-            assert_eq!(result["content"][0]["text"], text.as_str());
-            assert_eq!(result["structuredContent"], object);
-        }
+    fn malformed_blocks_leave_the_result_to_speak() {
         let broken = json!([{"type": "image", "data": "AA=="}]).to_string();
+        let result = answered_with_blocks(r#""fallback""#, &broken, false);
+        assert_eq!(
+            result["content"],
+            json!([{"type": "text", "text": "fallback"}])
+        );
         assert_eq!(
             answered(&broken, false)["content"][0]["text"],
             broken.as_str()

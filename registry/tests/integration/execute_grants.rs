@@ -77,6 +77,7 @@ impl ToolRuntime for Tap {
             return Ok(Response::new(pb::ExecuteResponse {
                 result_json: r#""tapped""#.into(),
                 is_error: false,
+                content_json: String::new(),
             }));
         };
         let mut client = ToolRuntimeClient::connect(upstream.clone())

@@ -155,6 +155,7 @@ async fn serve(
             let message = grpc_message(&ExecuteResponse {
                 result_json,
                 is_error: false,
+                content_json: String::new(),
             });
             let _ = stream.send_data(message, false);
             let _ = stream.send_trailers(grpc_ok());
