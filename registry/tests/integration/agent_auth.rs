@@ -365,6 +365,14 @@ async fn only_valid_credentials_get_in_and_the_caller_reaches_the_tool() {
             )),
             "issuer",
         ),
+        (
+            "a JWT whose iss is a list holding ours",
+            Some(sign(
+                issuer,
+                &serde_json::json!({"sub": "jwt-agent", "exp": later, "aud": AUDIENCE, "iss": ["https://evil.test", ISSUER]}),
+            )),
+            "`iss` must be one string",
+        ),
         ("alg: none", Some(unsigned(&good)), "alg"),
         ("a JWT signed by another key", Some(sign(&other, &good)), ""),
         (
