@@ -103,13 +103,12 @@ impl ToolRegistryApi {
             &request.get_ref().tool,
         ) {
             // As if the tool did not exist: a caller learns nothing of the
-            // tools it may not call.
-            let error = RegistryError::ToolNotFound {
+            // tools it may not call. The operator's records say what it was.
+            self.invoker.denied(request.get_ref(), &caller.id, peer);
+            return Err(RegistryError::ToolNotFound {
                 tool: request.get_ref().tool.clone(),
-            };
-            self.invoker
-                .refused(request.get_ref(), &caller.id, peer, &error);
-            return Err(error.into());
+            }
+            .into());
         }
         let call = Call {
             caller: &caller.id,
