@@ -111,6 +111,19 @@ impl Invoker {
         self.audit.get().unwrap_or(&DISABLED)
     }
 
+    /// Logs, meters and audits a call the policy refused as
+    /// `PERMISSION_DENIED`, what it was: only the agent is answered
+    /// `NOT_FOUND` (the caller's answer is not this record's).
+    pub fn denied(&self, request: &InvokeRequest, caller: &str, peer: Option<SocketAddr>) {
+        let reason = "the call policy gives the caller no rule for this tool".into();
+        self.refused(
+            request,
+            caller,
+            peer,
+            &RegistryError::PermissionDenied { reason },
+        );
+    }
+
     /// Logs (and audits) a call refused before it reached the invoke path:
     /// its caller could not be authenticated, or may not call the tool.
     pub fn refused(

@@ -23,6 +23,7 @@
 //! - `rules`: the rules serde cannot express.
 //! - `machine`: programs and folders on this machine.
 //! - `locate`: the line and column of a key, for problems found after parsing.
+//! - `keywords`: schema keys that are probably misspelt keywords, warned of.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
 mod allowed;
 mod duration;
 mod key;
+mod keywords;
 mod locate;
 mod machine;
 mod parse;
@@ -386,6 +388,40 @@ impl SidecarConfig {
             .iter()
             .filter_map(|tool| Some(tool.mcp_server(tool.backend.mcp.as_ref()?, &base_dir)))
             .collect())
+    }
+
+    /// What is legal but probably not meant: a key of a tool's schema one
+    /// typo away from a JSON Schema keyword (`propertes`), which a
+    /// validator ignores. Each names the file at `path`
+    /// (this config's), and its line and column when the file reads.
+    pub fn warnings(&self, path: &Path) -> Vec<Problem> {
+        let yaml = std::fs::read_to_string(path).unwrap_or_default();
+        let mut found = Vec::new();
+        for (index, tool) in self.tools.iter().enumerate() {
+            let at = KeyPath::root().key("tools").index(index);
+            for (key, schema) in [
+                ("input_schema", &tool.input_schema),
+                ("output_schema", &tool.output_schema),
+            ] {
+                if let Some(schema) = schema {
+                    found.extend(keywords::typos(schema, &at.key(key)));
+                }
+            }
+            for (position, argument) in tool.arguments.iter().flatten().enumerate() {
+                if let Some(items) = &argument.items {
+                    let at = at.key("arguments").index(position).key("items");
+                    found.extend(keywords::typos(items, &at));
+                }
+            }
+        }
+        found
+            .into_iter()
+            .map(|problem| {
+                let mut problem = problem.located_in(&yaml);
+                problem.file = Some(path.to_owned());
+                problem
+            })
+            .collect()
     }
 }
 

@@ -282,6 +282,9 @@ async fn run(
         anyhow::bail!("--config is required");
     };
     let config = SidecarConfig::load(&config_file)?;
+    for warning in config.warnings(&config_file) {
+        tracing::warn!(%warning, "config");
+    }
     let config_dir = config_file.parent().unwrap_or(Path::new(""));
     let tools = config.build_tools(config_dir)?;
     let mcp_servers = config.mcp_servers(config_dir)?;

@@ -47,7 +47,6 @@ use crate::{
     access::{Access, allows},
     auth::Caller,
     catalog::{Catalog, CatalogEvent},
-    error::RegistryError,
     invoke::{Call, Invoker},
     search::ToolSearch,
 };
@@ -294,12 +293,9 @@ impl McpHandler {
         let shared = &self.shared;
         if !allows(shared.access.policy().as_deref(), &requester.caller, name) {
             // As if the tool did not exist, as for `Invoke`.
-            let error = RegistryError::ToolNotFound {
-                tool: name.to_owned(),
-            };
             shared
                 .invoker
-                .refused(&invoke, &requester.caller.id, requester.peer, &error);
+                .denied(&invoke, &requester.caller.id, requester.peer);
             return Err(results::unknown_tool(name));
         }
         let call = Call {
