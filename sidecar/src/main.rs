@@ -272,7 +272,7 @@ async fn run(
     withdraw: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let log = toolmesh_telemetry::LogArgs {
-        filter: toolmesh_sidecar::mcp::log_filter(&cli.log.filter),
+        filter: toolmesh_telemetry::filter::quieting(&cli.log.filter, "rmcp"),
         ..cli.log.clone()
     };
     let _telemetry = toolmesh_telemetry::init(&log, "toolmesh-sidecar")?;

@@ -46,48 +46,6 @@ pub(crate) use supervise::Sources;
 /// it says they changed.
 pub const DEFAULT_RELIST_INTERVAL: Duration = Duration::from_secs(30);
 
-/// The sidecar's log filter for the one the user gave (`--log`,
-/// `RUST_LOG`): rmcp's own events at WARN and above when the filter is
-/// plain levels (`info`, `toolmesh_sidecar=debug,info`), its default level
-/// `info`, `debug` or `trace`, and no directive names rmcp; any other
-/// filter is kept as it is. At INFO rmcp writes a server's whole handshake
-/// answer on one line (2,331 bytes for server-everything, whose
-/// instructions it holds) and every notification it receives, unbounded;
-/// "MCP server connected" says what an operator needs, bounded and
-/// escaped.
-pub fn log_filter(filter: &str) -> String {
-    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
-    let level = |text: &str| LEVELS.iter().any(|l| text.eq_ignore_ascii_case(l));
-    let target = |text: &str| {
-        !text.is_empty()
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    };
-    let mut default = None;
-    for directive in filter.split(',').map(str::trim) {
-        match directive.split_once('=') {
-            Some((name, value)) if target(name) && level(value) => {
-                if name.starts_with("rmcp") {
-                    return filter.to_owned();
-                }
-            }
-            None if level(directive) => default = Some(directive),
-            _ => return filter.to_owned(),
-        }
-    }
-    match default {
-        Some(level)
-            if ["info", "debug", "trace"]
-                .iter()
-                .any(|l| level.eq_ignore_ascii_case(l)) =>
-        {
-            format!("{filter},rmcp=warn")
-        }
-        _ => filter.to_owned(),
-    }
-}
-
 /// One MCP server whose tools this sidecar serves.
 #[derive(Debug, Clone)]
 pub struct McpServer {
@@ -160,26 +118,6 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rmcp_is_quieted_only_where_the_user_asked_for_chatter_and_not_for_rmcp() {
-        assert_eq!(log_filter("info"), "info,rmcp=warn");
-        assert_eq!(
-            log_filter("toolmesh_sidecar=debug,DEBUG"),
-            "toolmesh_sidecar=debug,DEBUG,rmcp=warn"
-        );
-        for kept in [
-            "rmcp=debug,info",
-            "warn",
-            "off",
-            "error,toolmesh_sidecar=info",
-            "",
-            "info,=[",
-            "info,[serve_inner]=trace",
-        ] {
-            assert_eq!(log_filter(kept), kept);
-        }
-    }
 
     #[test]
     fn deny_wins_over_allow_and_the_prefix_goes_first() {
