@@ -76,6 +76,7 @@ fn announces(tools: usize, instances: usize) -> Vec<pb::AnnounceRequest> {
             instance_id: format!("scale-{i:05}"),
             endpoint: format!("http://127.0.0.1:{}", 20_000 + i),
             tools: Vec::new(),
+            execute_key: Vec::new(),
         })
         .collect();
     for tool in 0..tools {
@@ -108,6 +109,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             name: "scale_warm_up".into(),
             ..descriptor(0)
         }],
+        execute_key: Vec::new(),
     };
     let lease_id = registration
         .clone()

@@ -7,7 +7,10 @@ and rendering them as `helm template` would, through the Helm SDK that the
   their relative places (the example's ``file://`` dependency), and runs
   ``helm dependency update`` there, so that the work tree is never written.
 - :func:`render` renders a chart to its objects, each tagged with the
-  template it came from.
+  template it came from, as `helm template` does (``lookup`` finds
+  nothing); :class:`FakeCluster` renders it as `helm install` and `helm
+  upgrade` do, with ``lookup`` asking a Kubernetes API on loopback that
+  holds the Secrets the test gives it.
 - :func:`dashboard_exprs` and :func:`dashboard_metric_names`: the PromQL of
   a Grafana dashboard (the registry chart's ``dashboards/toolmesh.json``)
   and the metric names it reads.
@@ -15,10 +18,13 @@ and rendering them as `helm template` would, through the Helm SDK that the
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
+import threading
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -148,6 +154,11 @@ def render(
     ``helm_python.HelmRenderError`` for a template that fails (``fail``)."""
     with helm.Chart.load(str(chart)) as loaded:
         manifests = loaded.render(values or {}, name=name, namespace=namespace, is_install=True)
+    return parsed(manifests)
+
+
+def parsed(manifests: dict[str, str]) -> Rendered:
+    """Helm's rendered templates (template path -> text) as objects."""
     objects: list[dict[str, Any]] = []
     notes = ""
     for template, text in sorted(manifests.items()):
@@ -162,6 +173,84 @@ def render(
             doc["__template__"] = template
             objects.append(doc)
     return Rendered(objects, notes)
+
+
+class FakeCluster:
+    """A Kubernetes API on a loopback port that answers what Helm's
+    ``lookup`` asks (the core group's resource list, then ``GET`` of a
+    Secret), holding :attr:`secrets`; every other request is a 404, as a
+    cluster answers for an object it does not have. :meth:`render` renders
+    a chart connected to it, as `helm upgrade` does; :attr:`requests` lists
+    the paths asked, so a test can see that ``lookup`` did ask.
+
+    Use it as a context manager (it stops its server at the end)."""
+
+    def __init__(self) -> None:
+        #: (namespace, name) -> the Secret's data, as text.
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        #: The paths asked, in order.
+        self.requests: list[str] = []
+        cluster = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+                path = self.path.split("?", 1)[0]
+                cluster.requests.append(path)
+                status, body = cluster._answer(path.strip("/").split("/"))
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _answer(self, parts: list[str]) -> tuple[int, dict[str, Any]]:
+        if parts == ["api", "v1"]:
+            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
+                {"name": "secrets", "singularName": "secret", "namespaced": True, "kind": "Secret",
+                 "verbs": ["get", "list"]}]}
+        if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "secrets":
+            data = self.secrets.get((parts[3], parts[5]))
+            if data is not None:
+                return 200, {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                             "metadata": {"name": parts[5], "namespace": parts[3]},
+                             "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+        return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                     "code": 404, "message": f"/{'/'.join(parts)} not found"}
+
+    @property
+    def kubeconfig(self) -> str:
+        host, port = self._server.server_address[:2]
+        return yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
+            "users": [{"name": "fake", "user": {"token": "fake"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        })
+
+    def render(self, chart: Path, values: dict[str, Any] | None = None, name: str = "toolmesh",
+               namespace: str = "toolmesh") -> Rendered:
+        """Renders ``chart`` connected to this cluster (``lookup`` asks it),
+        as `helm upgrade` does; nothing is created."""
+        with helm.Config(kubeconfig_content=self.kubeconfig, namespace=namespace) as config, \
+                helm.Chart.load(str(chart)) as loaded:
+            manifests = config.render(loaded, values or {}, name=name, namespace=namespace, is_upgrade=True)
+        return parsed(manifests)
+
+    def __enter__(self) -> "FakeCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
 
 
 def without_origin(obj: dict[str, Any]) -> dict[str, Any]:

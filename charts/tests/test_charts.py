@@ -14,6 +14,7 @@ SDK); the charts are rendered from a copy (``prepared_charts``) so that
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from chartlib import (
     DASHBOARD,
     EXAMPLE,
     KUBE_PLAY_VALUES,
+    FakeCluster,
     REGISTRY,
     REPO,
     SIDECAR,
@@ -88,24 +90,14 @@ def prepared_charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
     return prepared(tmp_path_factory.mktemp("charts"))
 
 
-#: Values that let the registry chart render without authentication: its
-#: defaults refuse to (secure by default; see test_defaults_refuse_an_open_registry).
-OPEN = {"insecure": True}
-
-
-def base_values(chart: ChartInfo) -> dict[str, Any]:
-    """What "the defaults" are rendered with: nothing, but for the registry
-    chart `insecure: true`, since its bare defaults fail on purpose."""
-    return dict(OPEN) if chart is REGISTRY else {}
-
-
-def render_open(prepared_charts: dict[str, Path], values: dict[str, Any] | None = None, **kwargs: Any) -> Rendered:
-    """The registry chart rendered with ``values`` over `insecure: true`."""
-    return render(prepared_charts["toolmesh"], merged(OPEN, values), **kwargs)
+def render_registry(prepared_charts: dict[str, Path], values: dict[str, Any] | None = None, **kwargs: Any) -> Rendered:
+    """The registry chart rendered with ``values`` over its defaults (which
+    generate the credentials: see test_defaults_install_authenticated)."""
+    return render(prepared_charts["toolmesh"], values, **kwargs)
 
 
 def render_case(prepared_charts: dict[str, Path], chart: ChartInfo, values_file: Path | None) -> Rendered:
-    values = load_values(values_file) if values_file else base_values(chart)
+    values = load_values(values_file) if values_file else {}
     return render(prepared_charts[chart.name], values, name="toolmesh", namespace="toolmesh")
 
 
@@ -122,7 +114,7 @@ def min_kubernetes(chart_dir: Path) -> str:
 
 @pytest.mark.parametrize("chart", list(CHARTS.values()), ids=lambda c: c.name)
 def test_lint_strict_with_defaults(prepared_charts, chart):
-    report = helm.lint(str(prepared_charts[chart.name]), base_values(chart), strict=True, quiet=False)
+    report = helm.lint(str(prepared_charts[chart.name]), {}, strict=True, quiet=False)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not report["errors"] and not problems, f"helm lint --strict {chart.path}: {report}"
 
@@ -242,7 +234,7 @@ ADMIN_PROBE_PATHS = {"startupProbe": "/livez", "livenessProbe": "/livez", "readi
 
 
 def test_registry_probes_ask_the_admin_port(prepared_charts):
-    rendered = render_open(prepared_charts)
+    rendered = render_registry(prepared_charts)
     pod = rendered.one("Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     for probe, path in ADMIN_PROBE_PATHS.items():
@@ -256,7 +248,7 @@ def test_registry_probes_ask_the_admin_port(prepared_charts):
     assert "hostAliases" not in pod
     # The admin port has a ClusterIP Service of its own, never the main
     # Service's type: a LoadBalancer publishes gRPC, not the metrics.
-    published = render_open(prepared_charts, {"service": {"type": "LoadBalancer"}})
+    published = render_registry(prepared_charts, {"service": {"type": "LoadBalancer"}})
     assert [p["name"] for p in published.one("Service", "toolmesh")["spec"]["ports"]] == ["grpc"]
     admin = published.one("Service", "toolmesh-admin")
     assert admin["spec"]["type"] == "ClusterIP"
@@ -265,7 +257,7 @@ def test_registry_probes_ask_the_admin_port(prepared_charts):
 
 
 def test_registry_admin_port_settings(prepared_charts):
-    rendered = render_open(prepared_charts, {"admin": {"port": 9100, "listenHost": "[::]", "metricsMaxTools": 7},
+    rendered = render_registry(prepared_charts, {"admin": {"port": 9100, "listenHost": "[::]", "metricsMaxTools": 7},
                                              "config": {"port": 6000}})
     container = registry_pod(rendered)["containers"][0]
     env = env_of(container)
@@ -274,12 +266,12 @@ def test_registry_admin_port_settings(prepared_charts):
     assert "host" not in container["readinessProbe"]["httpGet"]
     assert rendered.one("Service", "toolmesh-admin")["spec"]["ports"][0]["port"] == 9100
     with pytest.raises(helm.HelmRenderError, match=r"admin.port and config.port are both 6000"):
-        render_open(prepared_charts, {"admin": {"port": 6000}, "config": {"port": 6000}})
+        render_registry(prepared_charts, {"admin": {"port": 6000}, "config": {"port": 6000}})
     # On the pod's loopback, the kubelet's probes could not reach it; on the
     # node's (host networking), they ask it there.
     with pytest.raises(helm.HelmRenderError, match=r"the admin port binds 127.0.0.1, a loopback address"):
-        render_open(prepared_charts, {"admin": {"listenHost": "127.0.0.1"}})
-    container = registry_pod(render_open(prepared_charts, {"admin": {"listenHost": "[::1]"}, "hostNetwork": True}))[
+        render_registry(prepared_charts, {"admin": {"listenHost": "127.0.0.1"}})
+    container = registry_pod(render_registry(prepared_charts, {"admin": {"listenHost": "[::1]"}, "hostNetwork": True}))[
         "containers"][0]
     assert env_of(container)["TOOLMESH_ADMIN_LISTEN"] == "[::1]:9090"
     assert container["livenessProbe"]["httpGet"]["host"] == "::1"
@@ -290,7 +282,7 @@ def test_registry_probes_fall_back_to_grpc_health_without_the_admin_port(prepare
     values: dict[str, Any] = {"admin": {"enabled": False}}
     if tls:
         values["tls"] = {"existingSecret": "toolmesh-tls"}
-    rendered = render_open(prepared_charts, values)
+    rendered = render_registry(prepared_charts, values)
     pod = registry_pod(rendered)
     container = pod["containers"][0]
     for probe in ADMIN_PROBE_PATHS:
@@ -304,7 +296,7 @@ def test_registry_probes_fall_back_to_grpc_health_without_the_admin_port(prepare
     assert "TOOLMESH_ADMIN_LISTEN" not in env and "TOOLMESH_METRICS_MAX_TOOLS" not in env
     assert [s["metadata"]["name"] for s in rendered.of_kind("Service")] == ["toolmesh"]
     with pytest.raises(helm.HelmRenderError, match=r"serviceMonitor.enabled needs admin.enabled"):
-        render_open(prepared_charts, merged(values, {"serviceMonitor": {"enabled": True}}))
+        render_registry(prepared_charts, merged(values, {"serviceMonitor": {"enabled": True}}))
 
 
 @pytest.mark.parametrize("chart", APPLICATIONS, ids=lambda c: c.name)
@@ -360,6 +352,15 @@ def test_kube_play_probes_reach_the_admin_port_on_loopback(prepared_charts, char
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"tls": {"secret": "x"}}}, "secret", id="toolmesh-sidecar:unknown-tls-key"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"port": "x"}}, "port", id="toolmesh-sidecar:port-as-text"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registy": "r:1"}}, "registy", id="toolmesh-sidecar:unknown-key"),
+        pytest.param(REGISTRY, {"credentials": {"generated": True}}, "generated", id="toolmesh:credentials-unknown-key"),
+        pytest.param(REGISTRY, {"credentials": {"registrant": {"maxInstances": 0}}}, "maxInstances",
+                     id="toolmesh:credentials-max-instances-zero"),
+        pytest.param(REGISTRY, {"credentials": {"registrant": {"tools": []}}}, "tools", id="toolmesh:credentials-no-tools"),
+        pytest.param(REGISTRY, {"podDisruptionBudget": {"enabled": "auto"}}, "enabled", id="toolmesh:pdb-enabled-as-text"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registrationToken": {"registrySecret": "Not_A_Name"}}},
+                     "registrySecret", id="toolmesh-sidecar:registry-secret-not-a-name"),
+        pytest.param(EXAMPLE, {"toolmesh-sidecar": {"registrationToken": {"enabled": "no"}}}, "enabled",
+                     id="toolmesh-sidecar:registration-token-enabled-as-text"),
         pytest.param(REGISTRY, {"admin": {"port": "9090"}}, "port", id="toolmesh:admin-port-as-text"),
         pytest.param(REGISTRY, {"admin": {"path": "/metrics"}}, "path", id="toolmesh:admin-unknown-key"),
         pytest.param(REGISTRY, {"tracing": {"protocol": "http"}}, "protocol", id="toolmesh:tracing-protocol"),
@@ -430,7 +431,7 @@ def test_schema_closes_every_object_of_its_own(chart):
 
 def test_replicas_without_redis_fail_with_a_clear_message(prepared_charts):
     with pytest.raises(helm.HelmRenderError) as refused:
-        render_open(prepared_charts, {"replicas": 3})
+        render_registry(prepared_charts, {"replicas": 3})
     message = str(refused.value)
     assert "replicas: 3 needs Redis" in message
     assert "redis.url" in message and "redis.internal.enabled" in message
@@ -439,14 +440,14 @@ def test_replicas_without_redis_fail_with_a_clear_message(prepared_charts):
 
 def test_autoscaling_without_redis_fails(prepared_charts):
     with pytest.raises(helm.HelmRenderError, match="autoscaling.enabled needs Redis"):
-        render_open(prepared_charts, {"autoscaling": {"enabled": True}})
+        render_registry(prepared_charts, {"autoscaling": {"enabled": True}})
 
 
 @pytest.mark.parametrize(
     "redis", [{"url": "redis://redis:6379/0"}, {"internal": {"enabled": True}}], ids=["external", "internal"]
 )
 def test_replicas_with_redis_render(prepared_charts, redis):
-    deployment = render_open(prepared_charts, {"replicas": 3, "redis": redis}).one("Deployment", "toolmesh")
+    deployment = render_registry(prepared_charts, {"replicas": 3, "redis": redis}).one("Deployment", "toolmesh")
     assert deployment["spec"]["replicas"] == 3
 
 
@@ -464,7 +465,7 @@ def test_replicas_with_redis_render(prepared_charts, redis):
 )
 def test_refused_combinations(prepared_charts, values, message):
     with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
-        render_open(prepared_charts, values)
+        render_registry(prepared_charts, values)
 
 
 def test_sidecar_without_tools_fails(prepared_charts):
@@ -492,7 +493,6 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
     everything = {
         "redis": {"url": "rediss://redis:6380/1", "cluster": True, "existingSecret": "s", "caSecret": "ca"},
         "config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"], "auditLog": "-", "workerThreads": 2},
-        "executeToken": {"existingSecret": "toolmesh-execute-token"},
         "insecure": True,
         "tls": {"existingSecret": "tls", "clientCaSecret": "client-ca", "requireClientCert": True},
         "sidecarTls": {"caSecret": "sidecar-ca", "clientCertSecret": "registry-client"},
@@ -504,13 +504,15 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
         },
         "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"]},
     }
-    container = render_open(prepared_charts, everything).one("Deployment")["spec"]["template"]["spec"][
+    container = render_registry(prepared_charts, everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"
     ][0]
     set_ = set(env_of(container))
     # The password goes in a file (TOOLMESH_REDIS_PASSWORD_FILE), never in
-    # the environment: TOOLMESH_REDIS_PASSWORD is deliberately not used.
-    missing = envs - set_ - {"TOOLMESH_REDIS_PASSWORD"}
+    # the environment: TOOLMESH_REDIS_PASSWORD is deliberately not used; the
+    # execute token is deprecated, the chart no longer passes it (see
+    # test_deprecated_execute_token_is_accepted_and_ignored).
+    missing = envs - set_ - {"TOOLMESH_REDIS_PASSWORD", "TOOLMESH_EXECUTE_TOKEN_FILE"}
     assert not missing, f"registry flags with no value in the chart: {sorted(missing)}"
 
 
@@ -519,7 +521,7 @@ def test_registry_settings_reach_the_environment(prepared_charts):
         "config": {"leaseTtl": "1m 30s", "maxTools": 7, "logCalls": False, "port": 6000, "listenHost": "[::]"},
         "redis": {"url": "redis://r:6379", "outage": "degrade", "poolSize": 9},
     }
-    rendered = render_open(prepared_charts, values)
+    rendered = render_registry(prepared_charts, values)
     container = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = env_of(container)
     assert env["TOOLMESH_LEASE_TTL"] == "1m 30s"
@@ -529,7 +531,7 @@ def test_registry_settings_reach_the_environment(prepared_charts):
     assert env["TOOLMESH_REDIS_OUTAGE"] == "degrade"
     assert env["TOOLMESH_REDIS_POOL_SIZE"] == "9"
     assert "TOOLMESH_ENDPOINT_ALLOW" not in env, "empty: any host"
-    allowed = render_open(prepared_charts, {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
+    allowed = render_registry(prepared_charts, {"config": {"endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]}})
     allowed_env = env_of(allowed.one("Deployment")["spec"]["template"]["spec"]["containers"][0])
     assert allowed_env["TOOLMESH_ENDPOINT_ALLOW"] == "10.0.0.0/8,*.svc.cluster.local"
     assert {"name": "grpc", "containerPort": 6000, "protocol": "TCP"} in container["ports"]
@@ -545,7 +547,7 @@ def test_shutdown_delay_is_tied_to_the_grace_period(prepared_charts, delay, grac
     values: dict[str, Any] = {"config": {"shutdownDelaySeconds": delay, "shutdownGraceSeconds": grace}}
     if explicit is not None:
         values["terminationGracePeriodSeconds"] = explicit
-    pod = render_open(prepared_charts, values).one("Deployment")["spec"]["template"]["spec"]
+    pod = render_registry(prepared_charts, values).one("Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == expected
     env = env_of(pod["containers"][0])
     assert env["TOOLMESH_SHUTDOWN_DELAY"] == f"{delay}s"
@@ -553,7 +555,7 @@ def test_shutdown_delay_is_tied_to_the_grace_period(prepared_charts, delay, grac
 
 
 def test_service_account_token_is_never_mounted(prepared_charts):
-    rendered = render_open(prepared_charts)
+    rendered = render_registry(prepared_charts)
     assert rendered.one("ServiceAccount")["automountServiceAccountToken"] is False
     pod = rendered.one("Deployment")["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
@@ -565,7 +567,7 @@ def test_external_redis_password_comes_from_a_secret_file(prepared_charts):
         ({"url": "redis://r:6379", "existingSecret": "mine", "existingSecretPasswordKey": "pw"}, "mine", "pw"),
         ({"url": "redis://r:6379", "password": "hunter2"}, "toolmesh-redis", "redis-password"),
     ]:
-        rendered = render_open(prepared_charts, {"redis": redis})
+        rendered = render_registry(prepared_charts, {"redis": redis})
         pod = rendered.one("Deployment")["spec"]["template"]["spec"]
         env = env_of(pod["containers"][0])
         assert env["TOOLMESH_REDIS_PASSWORD_FILE"] == "/var/run/secrets/toolmesh/redis/password"
@@ -576,12 +578,12 @@ def test_external_redis_password_comes_from_a_secret_file(prepared_charts):
         text = yaml.safe_dump_all([without_origin(o) for o in rendered.objects if o["kind"] != "Secret"])
         assert "hunter2" not in text, "the password shows outside its Secret"
         if "password" in redis:
-            data = rendered.one("Secret")["data"]
+            data = rendered.one("Secret", "toolmesh-redis")["data"]
             assert base64.b64decode(data["redis-password"]).decode() == "hunter2"
 
 
 def test_internal_redis(prepared_charts):
-    rendered = render_open(prepared_charts, {"replicas": 2, "redis": {"internal": {"enabled": True}}})
+    rendered = render_registry(prepared_charts, {"replicas": 2, "redis": {"internal": {"enabled": True}}})
     secret = rendered.one("Secret", "toolmesh-redis")
     password = base64.b64decode(secret["data"]["redis-password"]).decode()
     assert len(password) == 32, "a random password is generated"
@@ -611,7 +613,7 @@ def test_internal_redis_config_runs_on_redis_server(prepared_charts, tmp_path):
             pytest.fail(message)
         pytest.skip(message)
     password = 'p a"s\\s $(x)'
-    rendered = render_open(prepared_charts, {"redis": {"internal": {"enabled": True, "password": password}}})
+    rendered = render_registry(prepared_charts, {"redis": {"internal": {"enabled": True, "password": password}}})
     secret = rendered.one("Secret", "toolmesh-redis")
     assert base64.b64decode(secret["data"]["redis-password"]).decode() == password
     conf = tmp_path / "redis.conf"
@@ -651,7 +653,7 @@ def test_internal_redis_config_runs_on_redis_server(prepared_charts, tmp_path):
 
 
 def test_pdb_hpa_spread(prepared_charts):
-    rendered = render_open(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-ha-values.yaml"))
+    rendered = render_registry(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-ha-values.yaml"))
     deployment = rendered.one("Deployment")
     assert "replicas" not in deployment["spec"], "the HPA owns replicas"
     hpa = rendered.one("HorizontalPodAutoscaler")
@@ -666,14 +668,17 @@ def test_pdb_hpa_spread(prepared_charts):
 
 
 def test_optional_objects_are_off_by_default(prepared_charts):
-    kinds = {o["kind"] for o in render_open(prepared_charts).objects}
-    assert kinds == {"Deployment", "Service", "ServiceAccount", "Pod"}, kinds
+    rendered = render_registry(prepared_charts)
+    kinds = {o["kind"] for o in rendered.objects}
+    assert kinds == {"Deployment", "Service", "ServiceAccount", "Pod", "Secret"}, kinds
+    # The one Secret: the generated credentials.
+    assert [o["metadata"]["name"] for o in rendered.of_kind("Secret")] == ["toolmesh-credentials"]
 
 
 def test_network_policies(prepared_charts):
     values = load_values(REGISTRY.source / "ci" / "networkpolicy-values.yaml")
     values["redis"]["url"] = "redis://10.20.0.5:6390/2"
-    policy = render_open(prepared_charts, values).one("NetworkPolicy")
+    policy = render_registry(prepared_charts, values).one("NetworkPolicy")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     ingress, admin = spec["ingress"]
@@ -687,19 +692,19 @@ def test_network_policies(prepared_charts):
     assert egress_ports == [[53, 53], [50061, 50062], [6390], [4317]]
 
     # adminFrom empty: anyone, on the admin port only; no admin port: no rule.
-    open_admin = render_open(prepared_charts, {"networkPolicy": {"enabled": True}}).one("NetworkPolicy")
+    open_admin = render_registry(prepared_charts, {"networkPolicy": {"enabled": True}}).one("NetworkPolicy")
     assert open_admin["spec"]["ingress"][1] == {"ports": [{"port": 9090, "protocol": "TCP"}]}
-    closed = render_open(prepared_charts, {"networkPolicy": {"enabled": True}, "admin": {"enabled": False}})
+    closed = render_registry(prepared_charts, {"networkPolicy": {"enabled": True}, "admin": {"enabled": False}})
     assert len(closed.one("NetworkPolicy")["spec"]["ingress"]) == 1
 
-    internal = render_open(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
+    internal = render_registry(prepared_charts, load_values(REGISTRY.source / "ci" / "redis-internal-values.yaml"))
     redis_policy = internal.one("NetworkPolicy", "toolmesh-redis")["spec"]
     assert redis_policy["egress"] == [] and redis_policy["policyTypes"] == ["Ingress", "Egress"]
     assert redis_policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "registry"
 
 
 def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
-    rendered = render_open(prepared_charts, name="tm", namespace="tools")
+    rendered = render_registry(prepared_charts, name="tm", namespace="tools")
     [hook] = rendered.hooks()
     assert hook["kind"] == "Pod" and hook["metadata"]["annotations"]["helm.sh/hook"] == "test"
     container = hook["spec"]["containers"][0]
@@ -708,13 +713,13 @@ def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
     services = [container["args"][i + 1] for i, a in enumerate(container["args"]) if a == "--service"]
     assert services == ["", "toolmesh.v1.ToolRegistry", "toolmesh.v1.Registration"]
     assert hook["spec"]["restartPolicy"] == "Never"
-    assert not render_open(prepared_charts, {"tests": {"enabled": False}}).hooks()
+    assert not render_registry(prepared_charts, {"tests": {"enabled": False}}).hooks()
 
 
 def test_notes(prepared_charts):
-    notes = render_open(prepared_charts, name="tm", namespace="tools").notes
+    notes = render_registry(prepared_charts, name="tm", namespace="tools").notes
     assert "tm-toolmesh.tools.svc:50051" in notes and "embedded" in notes
-    notes = render_open(prepared_charts, {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
+    notes = render_registry(prepared_charts, {"replicas": 3, "redis": {"internal": {"enabled": True}}}).notes
     assert "not for production" in notes and "Replicas: 3" in notes
 
 
@@ -725,11 +730,11 @@ def test_service_monitor(prepared_charts):
     """Off by default; on, it scrapes /metrics on the port named `admin` of
     the admin Service, which it alone selects. (kubernetes-validate has no
     schema for it: see CUSTOM_RESOURCES.)"""
-    assert not render_open(prepared_charts).of_kind("ServiceMonitor")
+    assert not render_registry(prepared_charts).of_kind("ServiceMonitor")
     values = {"serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s",
                                  "labels": {"release": "kube-prometheus-stack"},
                                  "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "go_.*", "action": "drop"}]}}
-    rendered = render_open(prepared_charts, values, name="tm", namespace="tools")
+    rendered = render_registry(prepared_charts, values, name="tm", namespace="tools")
     monitor = rendered.one("ServiceMonitor")
     assert (monitor["apiVersion"], monitor["metadata"]["name"], monitor["metadata"]["namespace"]) == (
         "monitoring.coreos.com/v1", "tm-toolmesh", "tools")
@@ -751,13 +756,13 @@ def test_service_monitor(prepared_charts):
     assert {"name": "admin", "containerPort": 9090, "protocol": "TCP"} in container["ports"]
     assert port["targetPort"] == "admin"
     # The defaults: every 30 s, 10 s at most, no relabelings.
-    [endpoint] = render_open(prepared_charts, {"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]["endpoints"]
+    [endpoint] = render_registry(prepared_charts, {"serviceMonitor": {"enabled": True}}).one("ServiceMonitor")["spec"]["endpoints"]
     assert endpoint == {"port": "admin", "path": "/metrics", "scheme": "http", "interval": "30s", "scrapeTimeout": "10s"}
 
 
 def test_grafana_dashboard_configmap(prepared_charts):
-    assert not render_open(prepared_charts).of_kind("ConfigMap")
-    rendered = render_open(prepared_charts, {"grafanaDashboard": {"enabled": True}}, name="tm", namespace="tools")
+    assert not render_registry(prepared_charts).of_kind("ConfigMap")
+    rendered = render_registry(prepared_charts, {"grafanaDashboard": {"enabled": True}}, name="tm", namespace="tools")
     configmap = rendered.one("ConfigMap")
     assert configmap["metadata"]["name"] == "tm-toolmesh-dashboard"
     assert configmap["metadata"]["namespace"] == "tools"
@@ -766,7 +771,7 @@ def test_grafana_dashboard_configmap(prepared_charts):
     shipped = json.loads(configmap["data"]["toolmesh.json"])
     assert shipped == json.loads(DASHBOARD.read_text()), "the ConfigMap holds the chart's dashboard, as it is"
     # Another sidecar's label, Grafana's namespace, a folder.
-    custom = render_open(prepared_charts, {"grafanaDashboard": {
+    custom = render_registry(prepared_charts, {"grafanaDashboard": {
         "enabled": True, "label": "dashboards", "labelValue": "grafana", "namespace": "monitoring",
         "annotations": {"grafana_folder": "toolmesh"}}}).one("ConfigMap")
     assert custom["metadata"]["labels"]["dashboards"] == "grafana"
@@ -857,15 +862,15 @@ def test_tracing_env(prepared_charts):
     def otel(container: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in env_of(container).items() if k.startswith("OTEL_") or k == "K8S_POD_NAME"}
 
-    assert not otel(registry_pod(render_open(prepared_charts))["containers"][0])
+    assert not otel(registry_pod(render_registry(prepared_charts))["containers"][0])
     assert not otel(sidecar_of(render(prepared_charts["inventory-tool"]))[1])
     tracing = {"otlpEndpoint": "http://otel-collector.observability.svc:4318", "protocol": "http/protobuf",
                "sampler": "parentbased_traceidratio", "samplerArg": 0.25,
                "resourceAttributes": {"deployment.environment.name": "production"}}
-    registry = otel(registry_pod(render_open(prepared_charts, {"tracing": tracing}, name="tm", namespace="tools"))[
+    registry = otel(registry_pod(render_registry(prepared_charts, {"tracing": tracing}, name="tm", namespace="tools"))[
         "containers"][0])
-    _, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"tracing": tracing}},
-                                   name="inventory", namespace="tools"))
+    _, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {
+        "tracing": tracing, "registry": "toolmesh.tools.svc:50051"}}, name="inventory", namespace="tools"))
     for variables, service in ((registry, "tm-toolmesh"), (otel(sidecar), "inventory-inventory-tool-toolmesh-sidecar")):
         assert variables == {
             "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability.svc:4318",
@@ -881,12 +886,12 @@ def test_tracing_env(prepared_charts):
     names = [e["name"] for e in sidecar["env"]]
     assert names.index("K8S_POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")
     # The defaults: the SDK's sampler, no argument, the release's name.
-    plain = otel(registry_pod(render_open(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317"},
+    plain = otel(registry_pod(render_registry(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317"},
                                                              "fullnameOverride": "registry"}))["containers"][0])
     assert (plain["OTEL_EXPORTER_OTLP_PROTOCOL"], plain["OTEL_TRACES_SAMPLER"], plain["OTEL_SERVICE_NAME"]) == (
         "grpc", "parentbased_always_on", "registry")
     assert "OTEL_TRACES_SAMPLER_ARG" not in plain
-    named = otel(registry_pod(render_open(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317",
+    named = otel(registry_pod(render_registry(prepared_charts, {"tracing": {"otlpEndpoint": "http://c:4317",
                                                                          "serviceName": "mesh"}}))["containers"][0])
     assert named["OTEL_SERVICE_NAME"] == "mesh"
 
@@ -911,20 +916,200 @@ def file_source(pod: dict[str, Any], container: dict[str, Any], path: str) -> tu
     return volume, mount
 
 
-def test_defaults_refuse_an_open_registry(prepared_charts):
+JWKS = '{"keys": []}'
+CREDENTIALS = "toolmesh-credentials"
+
+
+def sha256(text: str) -> str:
+    """What `toolmesh-registry hash-key` prints for ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def generated(rendered: Rendered, name: str = CREDENTIALS) -> dict[str, str]:
+    """The data of the Secret of generated credentials, decoded."""
+    return {k: base64.b64decode(v).decode() for k, v in rendered.one("Secret", name)["data"].items()}
+
+
+def test_defaults_install_authenticated(prepared_charts):
+    """With no values at all, the chart generates an agent API key and a
+    registration token into `<fullname>-credentials`, and the registry reads
+    the files made of their digests from that Secret, and nothing else of it."""
+    rendered = render_registry(prepared_charts)
+    data = generated(rendered)
+    assert set(data) == {"agent-api-key", "api-keys.yaml", "registration-token", "registrants.yaml"}
+    key, token = data["agent-api-key"], data["registration-token"]
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", key) and re.fullmatch(r"[A-Za-z0-9]{48}", token) and key != token
+    assert yaml.safe_load(data["api-keys.yaml"]) == {"keys": [{"caller": "agent", "sha256": sha256(key)}]}
+    assert yaml.safe_load(data["registrants.yaml"]) == {"registrants": [
+        {"name": "sidecars", "token_sha256": sha256(token), "tools": ["*"], "max_instances": 100}]}
+    secret = rendered.one("Secret", CREDENTIALS)
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert "TOOLMESH_INSECURE" not in env
+    for variable, file in [("TOOLMESH_API_KEYS_FILE", "api-keys.yaml"), ("TOOLMESH_REGISTRANTS_FILE", "registrants.yaml")]:
+        assert env[variable] == f"/var/run/secrets/toolmesh/{file.removesuffix('.yaml')}/{file}"
+        volume, mount = file_source(pod, container, env[variable])
+        assert mount["readOnly"] is True and "subPath" not in mount, "a whole volume: the kubelet's updates reach it"
+        # The digests' file only: the plain-text credential stays out of the pod.
+        assert volume["secret"] == {"secretName": CREDENTIALS, "defaultMode": 0o444, "items": [{"key": file, "path": file}]}
+    for obj in rendered.objects:
+        if obj is not secret:
+            assert key not in json.dumps(obj) and token not in json.dumps(obj), f"{kn(obj)} holds a credential"
+    assert key not in rendered.notes and token not in rendered.notes
+
+
+def test_template_makes_new_credentials_each_time(prepared_charts):
+    """`helm template` and `--dry-run` cannot read the cluster (`lookup`
+    finds nothing): each render is valid, with credentials of its own."""
+    first, second = generated(render_registry(prepared_charts)), generated(render_registry(prepared_charts))
+    assert first["agent-api-key"] != second["agent-api-key"]
+    assert first["registration-token"] != second["registration-token"]
+
+
+def test_upgrade_keeps_the_generated_credentials(prepared_charts):
+    """Rendered against a cluster (a Kubernetes API on loopback that
+    `lookup` asks, as during `helm install` and `helm upgrade`): the
+    credentials already in the release's Secret are kept, and only a
+    missing one is generated."""
+    chart = prepared_charts["toolmesh"]
+    with FakeCluster() as cluster:
+        installed = generated(cluster.render(chart))
+        assert f"/api/v1/namespaces/toolmesh/secrets/{CREDENTIALS}" in cluster.requests, "lookup never asked"
+        cluster.secrets[("toolmesh", CREDENTIALS)] = installed
+        assert generated(cluster.render(chart)) == installed
+        # Another release's or namespace's Secret is not taken.
+        assert generated(cluster.render(chart, namespace="other"))["agent-api-key"] != installed["agent-api-key"]
+        assert generated(cluster.render(chart, name="tm"), "tm-toolmesh-credentials")["agent-api-key"] != installed[
+            "agent-api-key"]
+        # A credential missing from the Secret is generated; the other is kept.
+        cluster.secrets[("toolmesh", CREDENTIALS)] = {"registration-token": installed["registration-token"]}
+        partial = generated(cluster.render(chart))
+        assert partial["registration-token"] == installed["registration-token"]
+        assert partial["registrants.yaml"] == installed["registrants.yaml"]
+        assert partial["agent-api-key"] != installed["agent-api-key"]
+        assert yaml.safe_load(partial["api-keys.yaml"])["keys"][0]["sha256"] == sha256(partial["agent-api-key"])
+        # The internal Redis's password is kept the same way.
+        cluster.secrets[("toolmesh", "toolmesh-redis")] = {"redis-password": "kept-password"}
+        internal = cluster.render(chart, {"replicas": 2, "redis": {"internal": {"enabled": True}}})
+        assert generated(internal, "toolmesh-redis")["redis-password"] == "kept-password"
+
+
+@pytest.mark.parametrize(
+    ("values", "generated_keys"),
+    [
+        ({"auth": AUTH["auth"]}, {"registration-token", "registrants.yaml"}),
+        ({"auth": {"jwt": {"keys": JWKS}}}, {"registration-token", "registrants.yaml"}),
+        ({"registrants": AUTH["registrants"]}, {"agent-api-key", "api-keys.yaml"}),
+        ({"registrants": {"existingSecret": "regs"}, "auth": {"apiKeys": {"existingSecret": "keys"}}}, set()),
+        (AUTH, set()),
+        ({"insecure": True}, set()),
+        ({"credentials": {"generate": False}, "registrants": AUTH["registrants"], "insecure": True}, set()),
+    ],
+    ids=["api-keys", "jwt", "registrants", "existing-secrets", "inline", "insecure", "generation-off"],
+)
+def test_only_what_is_not_configured_is_generated(prepared_charts, values, generated_keys):
+    rendered = render_registry(prepared_charts, values)
+    secrets = [o for o in rendered.of_kind("Secret") if o["metadata"]["name"] == CREDENTIALS]
+    assert (set(secrets[0]["data"]) if secrets else set()) == generated_keys
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    for variable, file in [("TOOLMESH_API_KEYS_FILE", "api-keys.yaml"), ("TOOLMESH_REGISTRANTS_FILE", "registrants.yaml")]:
+        if variable in env:
+            volume, _ = file_source(pod, container, env[variable])
+            assert (volume["secret"]["secretName"] == CREDENTIALS) == (file in generated_keys), variable
+        else:
+            assert file not in generated_keys, f"{file} generated and not read"
+    notes = " ".join(rendered.notes.split())
+    assert ("{.data.agent-api-key}" in notes) == ("agent-api-key" in generated_keys)
+    assert ("{.data.registration-token}" in notes) == ("registration-token" in generated_keys)
+
+
+def test_generated_credentials_settings_and_notes(prepared_charts):
+    values = {"credentials": {"keep": False, "agent": {"caller": "ops-agent", "groups": ["ops"]},
+                              "registrant": {"name": "tools", "tools": ["inventory.*", "lookup"], "maxInstances": 7}}}
+    rendered = render_registry(prepared_charts, values, name="tm", namespace="tools")
+    secret = rendered.one("Secret", "tm-toolmesh-credentials")
+    assert "annotations" not in secret["metadata"], "credentials.keep off: no resource policy"
+    data = generated(rendered, "tm-toolmesh-credentials")
+    assert yaml.safe_load(data["api-keys.yaml"]) == {"keys": [
+        {"caller": "ops-agent", "sha256": sha256(data["agent-api-key"]), "groups": ["ops"]}]}
+    assert yaml.safe_load(data["registrants.yaml"]) == {"registrants": [
+        {"name": "tools", "token_sha256": sha256(data["registration-token"]), "tools": ["inventory.*", "lookup"],
+         "max_instances": 7}]}
+    notes = " ".join(rendered.notes.split())
+    read = "kubectl -n tools get secret tm-toolmesh-credentials -o jsonpath="
+    assert f"KEY=$({read}'{{.data.agent-api-key}}' | base64 -d)" in notes
+    assert "-H \"authorization: Bearer $KEY\"" in notes
+    assert f"{read}'{{.data.registration-token}}' | base64 -d > registration-token" in notes
+    assert 'caller "ops-agent"' in notes and 'registrant "tools": tools inventory.*, lookup, at most 7 instances' in notes
+    assert "kept by `helm uninstall`" not in notes
+    assert "kept by `helm uninstall`" in " ".join(render_registry(prepared_charts).notes.split())
+
+
+def test_refuses_an_open_registry_when_generation_is_off(prepared_charts):
+    off = {"credentials": {"generate": False}}
     with pytest.raises(helm.HelmRenderError) as refused:
-        render(prepared_charts["toolmesh"])
+        render_registry(prepared_charts, off)
     message = str(refused.value)
     assert "refuses to listen beyond loopback (config.listenHost 0.0.0.0)" in message
-    assert "agents (set auth.apiKeys or auth.jwt) and registration (set registrants) unauthenticated" in message
-    assert "insecure=true" in message
+    assert ("agents (set auth.apiKeys or auth.jwt) and registration (set registrants) unauthenticated, "
+            "and credentials.generate is off") in message
+    assert "leave credentials.generate on" in message and "insecure=true" in message
+    assert message in (REPO / "docs" / "kubernetes.md").read_text(), "docs/kubernetes.md quotes another message"
     # Half the authentication is not enough: the message names the other half.
     with pytest.raises(helm.HelmRenderError, match=r"with registration \(set registrants\) unauthenticated"):
-        render(prepared_charts["toolmesh"], {"auth": AUTH["auth"]})
+        render_registry(prepared_charts, merged(off, {"auth": AUTH["auth"]}))
     with pytest.raises(helm.HelmRenderError, match=r"with agents \(set auth.apiKeys or auth.jwt\) unauthenticated"):
-        render(prepared_charts["toolmesh"], {"registrants": AUTH["registrants"]})
-    # On loopback the registry starts without any (as it does).
-    render(prepared_charts["toolmesh"], {"config": {"listenHost": "127.0.0.1"}, "hostNetwork": True})
+        render_registry(prepared_charts, merged(off, {"registrants": AUTH["registrants"]}))
+    # On loopback the registry starts without any (as it does); insecure runs it open.
+    render_registry(prepared_charts, merged(off, {"config": {"listenHost": "127.0.0.1"}, "hostNetwork": True}))
+    render_registry(prepared_charts, merged(off, {"insecure": True}))
+
+
+def test_notes_say_how_to_build_and_push_the_default_image(prepared_charts):
+    """`toolmesh:<appVersion>` is published nowhere: the notes of both
+    charts say so while the repository is the default, and how to build,
+    push and set it."""
+    notes = " ".join(render_registry(prepared_charts).notes.split())
+    assert "The image toolmesh:0.1.0 (image.repository's default) is published nowhere" in notes
+    for step in ("scripts/image.sh --tag 0.1.0", "podman push registry.example.com/toolmesh:0.1.0",
+                 "--set image.repository=registry.example.com/toolmesh"):
+        assert step in notes, step
+    assert "published nowhere" not in render_registry(prepared_charts, {"image": {"repository": "r.example/toolmesh"}}).notes
+    tool = " ".join(render(prepared_charts["inventory-tool"]).notes.split())
+    assert "The sidecar's image toolmesh:0.1.0 (toolmesh-sidecar.image.repository's default) is published nowhere" in tool
+    moved = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"image": {"repository": "r.example/toolmesh"}}})
+    assert "published nowhere" not in moved.notes
+
+
+REDIS = {"url": "redis://redis:6379/0"}
+
+
+@pytest.mark.parametrize(
+    ("values", "budget"),
+    [
+        ({}, None),
+        ({"replicas": 3, "redis": REDIS}, {"maxUnavailable": 1}),
+        ({"autoscaling": {"enabled": True}, "redis": REDIS}, {"maxUnavailable": 1}),
+        ({"replicas": 3, "redis": REDIS, "podDisruptionBudget": {"minAvailable": 2}}, {"minAvailable": 2}),
+        ({"replicas": 3, "redis": REDIS, "podDisruptionBudget": {"enabled": False}}, None),
+        ({"podDisruptionBudget": {"enabled": True}}, {"maxUnavailable": 1}),
+    ],
+    ids=["one-replica", "three-replicas", "autoscaling", "min-available", "switched-off", "forced-on-one-replica"],
+)
+def test_pod_disruption_budget_whenever_more_than_one_replica(prepared_charts, values, budget):
+    rendered = render_registry(prepared_charts, values)
+    budgets = rendered.of_kind("PodDisruptionBudget")
+    if budget is None:
+        assert not budgets
+    else:
+        [pdb] = budgets
+        assert pdb["spec"] == {**budget, "selector": rendered.one("Deployment")["spec"]["selector"]}
+    warned = "a PodDisruptionBudget with a single replica" in " ".join(rendered.notes.split())
+    assert warned == (values.get("podDisruptionBudget", {}).get("enabled") is True)
 
 
 @pytest.mark.parametrize(
@@ -940,11 +1125,15 @@ def test_authenticated_registry_renders_without_insecure(prepared_charts, agents
 
 
 def test_insecure_sets_the_flag_and_warns(prepared_charts):
-    rendered = render_open(prepared_charts)
+    rendered = render_registry(prepared_charts, {"insecure": True})
     assert env_of(registry_pod(rendered)["containers"][0])["TOOLMESH_INSECURE"] == "true"
     notes = " ".join(rendered.notes.split())
     assert "WARNING: insecure=true. Agents are not authenticated" in notes
     assert "Registration is open" in notes
+    assert "tool charts register without a token (toolmesh-sidecar.registrationToken.enabled=false)" in notes
+    # insecure asks for what is not configured to be open: nothing generated.
+    assert not rendered.of_kind("Secret")
+    assert not {"TOOLMESH_API_KEYS_FILE", "TOOLMESH_REGISTRANTS_FILE"} & set(env_of(registry_pod(rendered)["containers"][0]))
 
 
 def test_inline_registrants_and_api_keys_go_in_a_secret(prepared_charts):
@@ -1019,14 +1208,20 @@ def test_inline_policy_and_jwt_keys_go_in_a_configmap(prepared_charts):
 
 
 def test_policy_without_authenticated_agents_fails(prepared_charts):
-    with pytest.raises(helm.HelmRenderError, match="auth.policy needs authenticated agents"):
-        render_open(prepared_charts, {"auth": {"policy": {"rules": [{"callers": ["*"], "tools": ["*"]}]}}})
+    policy = {"auth": {"policy": {"rules": [{"callers": ["*"], "tools": ["*"]}]}}}
+    for unauthenticated in ({"insecure": True}, {"credentials": {"generate": False}, "config": {"listenHost": "127.0.0.1"},
+                                                 "hostNetwork": True}):
+        with pytest.raises(helm.HelmRenderError, match="auth.policy needs authenticated agents"):
+            render_registry(prepared_charts, merged(policy, unauthenticated))
+    # The generated API key authenticates agents: the policy applies to its caller.
+    env = env_of(registry_pod(render_registry(prepared_charts, policy))["containers"][0])
+    assert {"TOOLMESH_POLICY_FILE", "TOOLMESH_API_KEYS_FILE"} <= set(env)
 
 
 def test_audit_log(prepared_charts):
-    env = env_of(registry_pod(render_open(prepared_charts, {"config": {"auditLog": "-"}}))["containers"][0])
+    env = env_of(registry_pod(render_registry(prepared_charts, {"config": {"auditLog": "-"}}))["containers"][0])
     assert env["TOOLMESH_AUDIT_LOG"] == "-"
-    assert "TOOLMESH_AUDIT_LOG" not in env_of(registry_pod(render_open(prepared_charts))["containers"][0])
+    assert "TOOLMESH_AUDIT_LOG" not in env_of(registry_pod(render_registry(prepared_charts))["containers"][0])
 
 
 def test_tls_keeps_the_probes_on_the_plain_http_admin_port(prepared_charts):
@@ -1101,16 +1296,16 @@ def test_tls_with_required_client_certificates(prepared_charts):
     [hook] = rendered.hooks()
     assert "--cert-file" in hook["spec"]["containers"][0]["args"]
     with pytest.raises(helm.HelmRenderError, match="tls.requireClientCert needs tls.clientCaSecret"):
-        render_open(prepared_charts, {"tls": {"existingSecret": "t", "requireClientCert": True}})
+        render_registry(prepared_charts, {"tls": {"existingSecret": "t", "requireClientCert": True}})
     with pytest.raises(helm.HelmRenderError, match="need TLS: set tls.existingSecret"):
-        render_open(prepared_charts, {"tls": {"clientCaSecret": "ca"}})
+        render_registry(prepared_charts, {"tls": {"clientCaSecret": "ca"}})
 
 
 # --- the sidecar library and the example tool chart -----------------------------
 
 
 def test_sidecar_container(prepared_charts):
-    rendered = render(prepared_charts["inventory-tool"], name="inventory", namespace="tools")
+    rendered = render(prepared_charts["inventory-tool"], name="inventory", namespace="toolmesh")
     pod = rendered.one("Deployment")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
     assert set(containers) == {"inventory", "toolmesh-sidecar"}
@@ -1156,26 +1351,25 @@ def test_sidecar_container(prepared_charts):
     assert pod["terminationGracePeriodSeconds"] >= 15
 
 
-def test_execute_token_from_one_secret_on_both_sides(prepared_charts):
-    """The registry and a tool chart read the same Secret as a file; the
-    token is never in the environment or the rendered objects."""
-    secret = {"existingSecret": "toolmesh-execute-token", "existingSecretKey": "t"}
-    registry_pod = render_open(prepared_charts, {"executeToken": secret}).one("Deployment")["spec"]["template"]["spec"]
-    tool_pod = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"executeToken": secret}}).one(
-        "Deployment")["spec"]["template"]["spec"]
-    for pod, container_name in ((registry_pod, "registry"), (tool_pod, "toolmesh-sidecar")):
-        container = next(c for c in pod["containers"] if c["name"] == container_name)
-        path = env_of(container)["TOOLMESH_EXECUTE_TOKEN_FILE"]
-        mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
-        assert mount["readOnly"] is True
-        volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-        assert volume["secret"]["secretName"] == "toolmesh-execute-token"
-        assert volume["secret"]["items"] == [{"key": "t", "path": path.rsplit("/", 1)[1]}]
-    # Without it, no token file at all.
-    plain = render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {
-        "executeToken": {"existingSecret": ""}, "insecure": True}}).one("Deployment")["spec"]["template"]["spec"]
-    sidecar = next(c for c in plain["containers"] if c["name"] == "toolmesh-sidecar")
-    assert "TOOLMESH_EXECUTE_TOKEN_FILE" not in env_of(sidecar)
+def test_deprecated_execute_token_is_accepted_and_ignored(prepared_charts):
+    """Old values (executeToken on both sides, the sidecar's insecure) still
+    render, to exactly what they render without them, and the notes ask to
+    remove them."""
+    old = {"existingSecret": "toolmesh-execute-token", "existingSecretKey": "t"}
+    cases = [
+        (render_registry(prepared_charts, {"executeToken": old}), render_registry(prepared_charts), "registry"),
+        (render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"executeToken": old, "insecure": True}}),
+         render(prepared_charts["inventory-tool"]), "toolmesh-sidecar"),
+    ]
+    for rendered, plain, container_name in cases:
+        deployment = rendered.one("Deployment")
+        assert without_origin(deployment) == without_origin(plain.one("Deployment")), "they render nothing"
+        container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == container_name)
+        assert not {"TOOLMESH_EXECUTE_TOKEN_FILE", "TOOLMESH_SIDECAR_INSECURE"} & set(env_of(container))
+        notes = " ".join(rendered.notes.split())
+        assert "executeToken is deprecated and ignored" in notes and "toolmesh-execute-token is no longer read" in notes
+        assert "deprecated" not in plain.notes
+    assert "toolmesh-sidecar.insecure is deprecated and ignored" in " ".join(cases[1][0].notes.split())
 
 
 def sidecar_of(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -1184,36 +1378,82 @@ def sidecar_of(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_example_is_secure_by_default(prepared_charts):
-    """The example tool chart authenticates both ways with its defaults:
-    the registry's execute token and its own registration token."""
-    pod, sidecar = sidecar_of(render(prepared_charts["inventory-tool"]))
+    """The example tool chart with its defaults, in the registry's namespace:
+    it registers with the token the registry chart generated, and listens
+    on the pod's IP with nothing more (the registry's per-call grants
+    authenticate every Execute): no execute token, insecure or identity."""
+    rendered = render(prepared_charts["inventory-tool"])
+    pod, sidecar = sidecar_of(rendered)
     env = env_of(sidecar)
-    assert "TOOLMESH_SIDECAR_INSECURE" not in env
-    for variable, secret in [("TOOLMESH_EXECUTE_TOKEN_FILE", "toolmesh-execute-token"),
-                             ("TOOLMESH_REGISTRATION_TOKEN_FILE", "inventory-tool-registration-token")]:
-        volume, mount = file_source(pod, sidecar, env[variable])
-        assert volume["secret"]["secretName"] == secret and mount["readOnly"] is True
-        assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]
-
-
-def test_sidecar_refuses_to_listen_open(prepared_charts):
-    unguarded = {"toolmesh-sidecar": {"executeToken": {"existingSecret": ""}}}
-    with pytest.raises(helm.HelmRenderError) as refused:
-        render(prepared_charts["inventory-tool"], unguarded)
-    message = str(refused.value)
-    assert "refuses to listen beyond loopback (toolmesh-sidecar.listenHost 0.0.0.0)" in message
-    assert "executeToken.existingSecret" in message and "registryIdentity" in message and "insecure=true" in message
-    _, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], merged(unguarded, {"toolmesh-sidecar": {"insecure": True}})))
-    assert env_of(sidecar)["TOOLMESH_SIDECAR_INSECURE"] == "true"
-    # On loopback it needs nothing (as the binary).
-    render(prepared_charts["inventory-tool"], merged(unguarded, {"hostNetwork": True, "toolmesh-sidecar": {"listenHost": "127.0.0.1"}}))
+    assert env["TOOLMESH_SIDECAR_LISTEN"] == "0.0.0.0:50061"
+    assert not {"TOOLMESH_EXECUTE_TOKEN_FILE", "TOOLMESH_SIDECAR_INSECURE", "TOOLMESH_REGISTRY_IDENTITY"} & set(env)
+    volume, mount = file_source(pod, sidecar, env["TOOLMESH_REGISTRATION_TOKEN_FILE"])
+    assert volume["secret"]["secretName"] == CREDENTIALS and mount["readOnly"] is True
+    assert volume["secret"]["items"] == [{"key": "registration-token", "path": "token"}]
+    assert "It registers with the token in the Secret toolmesh-credentials (key registration-token)." in rendered.notes
+    # registryIdentity, an extra on top, still needs TLS with client certificates.
     with pytest.raises(helm.HelmRenderError, match="registryIdentity needs TLS with client certificates"):
-        render(prepared_charts["inventory-tool"], merged(unguarded, {"toolmesh-sidecar": {"registryIdentity": "spiffe://x"}}))
+        render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"registryIdentity": "spiffe://x"}})
+
+
+@pytest.mark.parametrize(
+    ("release", "namespace"),
+    [("toolmesh", "toolmesh"), ("tm", "tools"), ("registry-of-the-platform-team-in-the-shared-cluster-1", "ai")],
+    ids=["defaults", "another-release", "longest-release-name"],
+)
+def test_sidecar_reads_the_token_the_registry_chart_generated(prepared_charts, release, namespace):
+    """Given only the registry's address (its Service, in the tool's
+    namespace, in any of the forms DNS resolves there), the sidecar mounts
+    the registration token from the very Secret and key the registry chart
+    generated, whatever the release's name (names truncated alike)."""
+    registry = render_registry(prepared_charts, name=release, namespace=namespace)
+    [service] = [s for s in registry.of_kind("Service") if [p["name"] for p in s["spec"]["ports"]] == ["grpc"]]
+    name, port = service["metadata"]["name"], service["spec"]["ports"][0]["port"]
+    [secret] = [s for s in registry.of_kind("Secret") if "registration-token" in s["data"]]
+    for address in (f"{name}.{namespace}.svc:{port}", f"{name}:{port}", f"{name}.{namespace}:{port}",
+                    f"http://{name}.{namespace}.svc.cluster.local:{port}"):
+        pod, sidecar = sidecar_of(render(prepared_charts["inventory-tool"], {"toolmesh-sidecar": {"registry": address}},
+                                         name="inventory", namespace=namespace))
+        volume, _ = file_source(pod, sidecar, env_of(sidecar)["TOOLMESH_REGISTRATION_TOKEN_FILE"])
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"], address
+        assert volume["secret"]["items"] == [{"key": "registration-token", "path": "token"}], address
+
+
+def test_sidecar_token_from_another_namespace_or_none(prepared_charts):
+    chart = prepared_charts["inventory-tool"]
+
+    def token_volume(values: dict[str, Any], namespace: str = "tools") -> dict[str, Any] | None:
+        pod, sidecar = sidecar_of(render(chart, {"toolmesh-sidecar": values}, name="inventory", namespace=namespace))
+        path = env_of(sidecar).get("TOOLMESH_REGISTRATION_TOKEN_FILE")
+        return file_source(pod, sidecar, path)[0]["secret"] if path else None
+
+    # A registry elsewhere: its Secret cannot be mounted here; refused, with the ways out.
+    for address in ("toolmesh.toolmesh.svc:50051", "toolmesh.toolmesh:50051", "toolmesh.tools.cluster:50051",
+                    "10.0.0.7:50051", "https://registry.example.com:443"):
+        with pytest.raises(helm.HelmRenderError) as refused:
+            token_volume({"registry": address})
+        message = str(refused.value)
+        assert f"toolmesh-sidecar.registry ({address}) names no registry Service of this release's namespace (tools)" in message
+        for way in ("registrationToken.existingSecret", "registrationToken.registrySecret", "registrationToken.enabled=false"):
+            assert way in message, way
+        if address == "toolmesh.toolmesh.svc:50051":
+            assert message in (REPO / "docs" / "kubernetes.md").read_text(), "docs/kubernetes.md quotes another message"
+    # A copy of the token, in a Secret of this namespace.
+    copy = {"existingSecret": "inventory-registration-token", "existingSecretKey": "t"}
+    assert token_volume({"registrationToken": copy})["secretName"] == "inventory-registration-token"
+    assert token_volume({"registrationToken": copy})["items"] == [{"key": "t", "path": "token"}]
+    # The registry chart's Secret, named (a registry reached by an address that names no Service).
+    named = token_volume({"registry": "10.0.0.7:50051", "registrationToken": {"registrySecret": "mesh-credentials"}})
+    assert named["secretName"] == "mesh-credentials" and named["items"] == [{"key": "registration-token", "path": "token"}]
+    assert token_volume({"registrationToken": {**copy, "registrySecret": "mesh-credentials"}})["secretName"] == copy["existingSecret"]
+    # None: a sidecar the registry knows by its client certificate.
+    assert token_volume({"registrationToken": {"enabled": False}}) is None
+    pod, _ = sidecar_of(render(chart, {"toolmesh-sidecar": {"registrationToken": {"enabled": False}}}, namespace="tools"))
+    assert not [v for v in pod["volumes"] if "registration-token" in v["name"]]
 
 
 def test_sidecar_tls_and_registry_identity(prepared_charts):
     values = {"toolmesh-sidecar": {
-        "executeToken": {"existingSecret": ""},
         "tls": {"existingSecret": "inventory-tls", "clientCaSecret": "mesh-ca", "clientCaSecretKey": "root.pem"},
         "registryIdentity": "spiffe://example.org/ns/toolmesh/sa/toolmesh",
         "registry": "https://toolmesh.toolmesh.svc:50051",

@@ -29,12 +29,22 @@ nothing else:
   base64 text into the files undecoded (and crashes on a ``secret`` volume
   without ``optional``).
 
-Both sides authenticate, as the charts' secure defaults want: the agent
-presents an API key (``auth.apiKeys``, with a policy letting it call
-``lookup``), the sidecar registers with a token (``registrants``), and the
-registry presents the execute token the sidecar requires; the tokens are
-made by the test, their Secrets added to the played YAML. The registry's
-audit log (``config.auditLog: "-"``) is checked for the agent's call.
+The registry chart is played with no values but this runtime's (the
+kube-play file, free ports, the image): so with its defaults, which
+generate an agent API key and a registration token into its Secret
+``<fullname>-credentials``. The test reads them from that rendered Secret,
+as `kubectl get secret` would from the cluster's. An agent without the
+key, or with another, is refused (``UNAUTHENTICATED``), and so is an
+announce without the token; with the key, the agent lists and calls the
+tool. The tool chart's sidecar mounts the token from the registry's Secret
+(``toolmesh-sidecar.registrationToken.registrySecret``: the registry's
+address is a loopback one, which names no Service); podman plays each file
+on its own, so that Secret is played again with the tool's objects. The
+sidecar listens on the node's loopback, which its binary allows without
+configuration (a sidecar beyond loopback is refused by the binaries of this
+tree unless given an execute token or ``--insecure``, until the per-call
+grants make every ``Execute`` authenticated). The registry's audit log
+(``config.auditLog: "-"``) is checked for the agent's call.
 
 podman 4.3's ``kube down`` stops a pod with no grace period (SIGTERM, then
 SIGKILL at once) and runs no ``preStop`` hook; so the stop is tested twice:
@@ -53,9 +63,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
-import hashlib
 import json
-import secrets
 import socket
 import time
 import urllib.error
@@ -76,13 +84,6 @@ PLAYED_KINDS = {"Pod", "Deployment", "ConfigMap", "Secret"}
 
 #: How soon a stopped tool must leave ListTools.
 LEAVES_WITHIN = 5.0
-
-
-def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
-    """A Secret object holding ``data`` (text), as `kubectl create secret
-    generic` makes it."""
-    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque",
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 
 def for_podman(objects: list[dict[str, Any]]) -> str:
@@ -156,8 +157,8 @@ def deployment_pod(rendered: Rendered) -> tuple[str, dict[str, Any]]:
     return f"{deployment['metadata']['name']}-pod-0", deployment["spec"]["template"]["spec"]
 
 
-#: The agent's caller id (its API key's, in the registry's values).
-AGENT = "kube-play-agent"
+#: The agent's caller id: the generated API key's (credentials.agent.caller).
+AGENT = "agent"
 
 
 def tools_listed(grpcurl, registry: dict[str, Any]) -> dict[str, int]:
@@ -222,44 +223,26 @@ def names(podman_env) -> Iterator[str]:  # noqa: ARG001 (CONTAINERS_CONF)
         remove_volumes_and_secrets(prefix)
 
 
-def digest(token: str) -> str:
-    """What `toolmesh-registry hash-key` prints for ``token``."""
-    return hashlib.sha256(token.encode()).hexdigest()
+def decoded(secret: dict[str, Any]) -> dict[str, str]:
+    """A Secret's data, as text."""
+    return {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
 
 
 @pytest.fixture(scope="module")
-def tokens() -> dict[str, str]:
-    """The agent's API key, the sidecar's registration token, the execute
-    token: made for this run."""
-    return {name: secrets.token_hex(32) for name in ("api_key", "registration", "execute")}
-
-
-@pytest.fixture(scope="module")
-def registry(names, images, charts, tokens, tmp_path_factory) -> Iterator[dict[str, Any]]:
-    """The registry chart, rendered and played, authenticating agents (an
-    API key and a policy), sidecars (registrants) and presenting the
-    execute token; its address and the agent's header."""
+def registry(names, images, charts, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """The registry chart, rendered with no values but the runtime's, and
+    played; its address, the Secret of the credentials it generated (as
+    rendered, and decoded) and the agent's header with the generated key."""
     port, admin_port = free_ports(2)
     release = f"{names}reg"
-    execute_secret = f"{release}-execute"
     values = merged(
         load_values(KUBE_PLAY_VALUES / "toolmesh.yaml"),
-        {
-            "config": {"port": port},
-            "admin": {"port": admin_port},
-            "image": image_values(images.toolmesh),
-            "executeToken": {"existingSecret": execute_secret},
-            "auth": {
-                "apiKeys": {"inline": [{"caller": AGENT, "sha256": digest(tokens["api_key"])}]},
-                "policy": {"rules": [{"callers": [AGENT], "tools": ["lookup"]}]},
-            },
-            "registrants": {"inline": [{"name": "inventory", "token_sha256": digest(tokens["registration"]),
-                                        "tools": ["lookup"], "max_instances": 2}]},
-        },
+        {"config": {"port": port}, "admin": {"port": admin_port}, "image": image_values(images.toolmesh)},
     )
     rendered = render(charts["toolmesh"], values, name=release, namespace="default")
-    objects = [secret(execute_secret, {"token": tokens["execute"]}), *rendered.installed()]
-    played = Played(tmp_path_factory.mktemp("registry") / "registry.yaml", for_podman(objects))
+    credentials = rendered.one("Secret", f"{release}-credentials")
+    generated = decoded(credentials)
+    played = Played(tmp_path_factory.mktemp("registry") / "registry.yaml", for_podman(rendered.installed()))
     pod, spec = deployment_pod(rendered)
     container = f"{pod}-{spec['containers'][0]['name']}"
     try:
@@ -271,13 +254,15 @@ def registry(names, images, charts, tokens, tmp_path_factory) -> Iterator[dict[s
             "rendered": rendered,
             "values": values,
             "release": release,
-            "agent": {"authorization": f"Bearer {tokens['api_key']}"},
+            "credentials": credentials,
+            "generated": generated,
+            "agent": {"authorization": f"Bearer {generated['agent-api-key']}"},
         }
     finally:
         played.down(check=False)
 
 
-def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens, grpcurl, tmp_path):
+def test_registry_and_tool_on_kube_play(registry, names, images, charts, grpcurl, tmp_path):
     address = registry["address"]
     explain = lambda: "registry logs:\n" + logs(registry["container"])  # noqa: E731
     health = wait_until(
@@ -295,6 +280,20 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens,
     metrics_url = probe_url(registry_spec, "livenessProbe").rsplit("/", 1)[0] + "/metrics"
     status, metrics = http_get(metrics_url)
     assert status == 200 and "toolmesh_build_info" in metrics, f"{metrics_url}: {status}\n{metrics[:2000]}"
+    # Authenticated with the chart's defaults: the generated key lists the
+    # (empty) catalog; without it, or with another, agents get nothing, and
+    # nothing registers without the generated token.
+    assert tools_listed(grpcurl, registry) == {}
+    for headers in (None, {"authorization": "Bearer " + "0" * 48}):
+        with pytest.raises(GrpcError) as refused:
+            grpcurl(address, "toolmesh.v1.ToolRegistry/ListTools", headers=headers)
+        assert refused.value.code == "Unauthenticated", refused.value
+    intruder = {"instance_id": "intruder", "endpoint": "http://127.0.0.1:9",
+                "tools": [{"name": "lookup", "description": "not the inventory", "input_schema_json": "{}"}]}
+    for headers in (None, registry["agent"]):
+        with pytest.raises(GrpcError) as refused:
+            grpcurl(address, "toolmesh.v1.Registration/Announce", intruder, headers=headers)
+        assert refused.value.code == "Unauthenticated", refused.value
 
     # The example tool chart: the inventory service and its sidecar.
     sidecar_port, inventory_port, sidecar_admin_port = free_ports(3)
@@ -313,20 +312,17 @@ def test_registry_and_tool_on_kube_play(registry, names, images, charts, tokens,
         },
     )
     release = f"{names}inv"
+    # The registry's address is a loopback one: name its chart's Secret.
     values = merged(values, {"toolmesh-sidecar": {
-        "executeToken": {"existingSecret": f"{release}-execute"},
-        "registrationToken": {"existingSecret": f"{release}-registration"},
-    }})
+        "registrationToken": {"registrySecret": registry["credentials"]["metadata"]["name"]}}})
     rendered = render(charts["inventory-tool"], values, name=release, namespace="default")
     pod, spec = deployment_pod(rendered)
     sidecar = next(c for c in spec["containers"] if c["name"] == "toolmesh-sidecar")
     sidecar_container = f"{pod}-toolmesh-sidecar"
-    # The same execute token as the registry's, in a Secret of the tool's
-    # own (podman makes a volume of each, named after it).
-    objects = [secret(f"{release}-execute", {"token": tokens["execute"]}),
-               secret(f"{release}-registration", {"token": tokens["registration"]}),
-               *rendered.installed()]
-    tool = Played(tmp_path / "tool.yaml", for_podman(objects))
+    assert "TOOLMESH_EXECUTE_TOKEN_FILE" not in {e["name"] for e in sidecar["env"]}
+    # The registry's Secret of generated credentials, as the registry chart
+    # rendered it, beside the tool's objects (podman plays a file on its own).
+    tool = Played(tmp_path / "tool.yaml", for_podman([registry["credentials"], *rendered.installed()]))
 
     def explain_tool() -> str:
         return "\n".join(

@@ -8,7 +8,7 @@ use toolmesh_proto::pb;
 use crate::arguments;
 use crate::connect::Registry;
 use crate::failure::{Exit, Failure};
-use crate::output::{Output, clip, pretty, table};
+use crate::output::{Output, clip, note, pretty, print, table};
 
 /// A tool as JSON: its descriptor with the schemas parsed, and its
 /// instance count.
@@ -67,7 +67,7 @@ pub(crate) async fn list(
             page_token,
             page_size: 0,
         });
-        let page = registry.client.list_tools(request).await?.into_inner();
+        let page = registry.call(async |c| c.list_tools(request).await).await?;
         tools.extend(page.tools);
         page_token = page.next_page_token;
         if page_token.is_empty() {
@@ -75,7 +75,7 @@ pub(crate) async fn list(
         }
     }
     match output {
-        Output::Json => println!("{}", Value::Array(tools.iter().map(tool_json).collect())),
+        Output::Json => print(Value::Array(tools.iter().map(tool_json).collect()))?,
         Output::Text => {
             let rows: Vec<Vec<String>> = tools
                 .iter()
@@ -89,10 +89,10 @@ pub(crate) async fn list(
                     ]
                 })
                 .collect();
-            println!(
-                "{}",
-                table(&["NAME", "INSTANCES", "RATE LIMIT", "DESCRIPTION"], &rows)
-            );
+            print(table(
+                &["NAME", "INSTANCES", "RATE LIMIT", "DESCRIPTION"],
+                &rows,
+            ))?;
         }
     }
     Ok(())
@@ -105,10 +105,10 @@ pub(crate) async fn get(
     output: Output,
 ) -> Result<(), Failure> {
     let request = registry.request(pb::GetToolRequest { name });
-    let tool = registry.client.get_tool(request).await?.into_inner();
+    let tool = registry.call(async |c| c.get_tool(request).await).await?;
     let json = tool_json(&tool);
     match output {
-        Output::Json => println!("{json}"),
+        Output::Json => print(json)?,
         Output::Text => {
             let d = tool.descriptor.clone().unwrap_or_default();
             let mut lines = vec![format!("name:        {}", d.name)];
@@ -144,7 +144,7 @@ pub(crate) async fn get(
                     pretty(&json["output_schema"])
                 ));
             }
-            println!("{}", lines.join("\n"));
+            print(lines.join("\n"))?;
         }
     }
     Ok(())
@@ -165,7 +165,9 @@ pub(crate) async fn search(
         tags,
         name_prefix: prefix,
     });
-    let found = registry.client.search_tools(request).await?.into_inner();
+    let found = registry
+        .call(async |c| c.search_tools(request).await)
+        .await?;
     match output {
         Output::Json => {
             let matches: Vec<Value> = found
@@ -177,7 +179,7 @@ pub(crate) async fn search(
                     tool
                 })
                 .collect();
-            println!("{}", Value::Array(matches));
+            print(Value::Array(matches))?;
         }
         Output::Text => {
             let rows: Vec<Vec<String>> = found
@@ -193,9 +195,9 @@ pub(crate) async fn search(
                 })
                 .collect();
             if rows.is_empty() {
-                eprintln!("no tool matches; try other words, or `toolmesh tools list`");
+                note("no tool matches; try other words, or `toolmesh tools list`");
             } else {
-                println!("{}", table(&["SCORE", "NAME", "DESCRIPTION"], &rows));
+                print(table(&["SCORE", "NAME", "DESCRIPTION"], &rows))?;
             }
         }
     }
@@ -217,7 +219,9 @@ pub(crate) async fn export(
         name_prefix: prefix,
         names,
     });
-    let answer = registry.client.export_tools(request).await?.into_inner();
+    let answer = registry
+        .call(async |c| c.export_tools(request).await)
+        .await?;
     let tools: Value = serde_json::from_str(&answer.tools_json).map_err(|e| {
         Failure::plain(
             Exit::Other,
@@ -230,24 +234,28 @@ pub(crate) async fn export(
         .map(|i| json!({"tool": i.tool, "omitted": i.omitted, "message": i.message}))
         .collect();
     match output {
-        Output::Json => println!("{}", json!({"tools": tools, "issues": issues})),
+        Output::Json => print(json!({"tools": tools, "issues": issues}))?,
         Output::Text => {
-            println!("{}", pretty(&tools));
+            print(pretty(&tools))?;
             for issue in &answer.issues {
                 let what = if issue.omitted {
                     "left out"
                 } else {
                     "exported without all of it"
                 };
-                eprintln!("warning: {} {what}: {}", issue.tool, issue.message);
+                note(format_args!(
+                    "warning: {} {what}: {}",
+                    issue.tool, issue.message
+                ));
             }
         }
     }
     Ok(())
 }
 
-/// `watch`: the current tools, then every change, until interrupted (or,
-/// with `once`, until the current tools are listed).
+/// `watch`: the current tools, then every change, until interrupted or
+/// nobody reads any more (or, with `once`, until the current tools are
+/// listed).
 pub(crate) async fn watch(
     registry: &mut Registry,
     once: bool,
@@ -256,9 +264,19 @@ pub(crate) async fn watch(
     let mut request = registry.request(pb::WatchToolsRequest {});
     // A stream lasts as long as the user wants: no deadline.
     request.metadata_mut().remove("grpc-timeout");
-    let mut stream = registry.client.watch_tools(request).await?.into_inner();
-    while let Some(event) = stream.next().await {
-        let event = event?;
+    let mut stream = registry
+        .call(async |c| c.watch_tools(request).await)
+        .await?;
+    // Between changes nothing is written: notice a reader gone meanwhile.
+    let closed = crate::pipe::stdout_closed();
+    tokio::pin!(closed);
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => event,
+            () = &mut closed => return Err(Failure::broken_pipe()),
+        };
+        let Some(event) = event else { break };
+        let event = event.map_err(|s| registry.failed(&s))?;
         let kind = event
             .kind()
             .as_str_name()
@@ -267,7 +285,7 @@ pub(crate) async fn watch(
         match output {
             Output::Json => {
                 let tool = event.tool.as_ref().map(tool_json);
-                println!("{}", json!({"kind": kind, "tool": tool}));
+                print(json!({"kind": kind, "tool": tool}))?;
             }
             Output::Text => match &event.tool {
                 Some(tool) => {
@@ -277,9 +295,12 @@ pub(crate) async fn watch(
                         .map(|d| d.name.as_str())
                         .unwrap_or_default();
                     let plural = if tool.instances == 1 { "" } else { "s" };
-                    println!("{kind:<8} {name} ({} instance{plural})", tool.instances);
+                    print(format_args!(
+                        "{kind:<8} {name} ({} instance{plural})",
+                        tool.instances
+                    ))?;
                 }
-                None => println!("{kind}"),
+                None => print(&kind)?,
             },
         }
         if once && event.kind() == pb::tool_event::Kind::Synced {
@@ -303,7 +324,7 @@ pub(crate) async fn invoke(
     } else {
         // Typing --arg values needs the tool's schema.
         let request = registry.request(pb::GetToolRequest { name: name.clone() });
-        let tool = registry.client.get_tool(request).await?.into_inner();
+        let tool = registry.call(async |c| c.get_tool(request).await).await?;
         tool_json(&tool)["input_schema"].take()
     };
     let arguments = arguments::build(json_arguments.as_deref(), &pairs, &schema)
@@ -313,20 +334,17 @@ pub(crate) async fn invoke(
         arguments_json: arguments.to_string(),
         idempotency_key: idempotency_key.unwrap_or_default(),
     });
-    let response = registry.client.invoke(request).await?.into_inner();
+    let response = registry.call(async |c| c.invoke(request).await).await?;
     let result: Value = serde_json::from_str(&response.result_json)
         .unwrap_or_else(|_| Value::String(response.result_json.clone()));
     match output {
-        Output::Json => println!(
-            "{}",
-            json!({
-                "result": result,
-                "is_error": response.is_error,
-                "instance_id": response.instance_id,
-                "attempts": response.attempts,
-            })
-        ),
-        Output::Text if !response.is_error => println!("{}", pretty(&result)),
+        Output::Json => print(json!({
+            "result": result,
+            "is_error": response.is_error,
+            "instance_id": response.instance_id,
+            "attempts": response.attempts,
+        }))?,
+        Output::Text if !response.is_error => print(pretty(&result))?,
         Output::Text => {}
     }
     if response.is_error {

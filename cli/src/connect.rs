@@ -1,15 +1,22 @@
 //! The connection to the registry: its address (`--registry`, else
 //! `TOOLMESH_REGISTRY`, else `127.0.0.1:50051`), TLS for an `https://`
-//! address (verified with `--ca-file` or the public roots), and the
-//! credential sent as `authorization: Bearer ...` on every call.
+//! address (verified with `--ca-file` or the public roots), the
+//! credential sent as `authorization: Bearer ...` on every call, and
+//! whether the registry is ready ([`Registry::ready`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+use toolmesh_proto::pb::tool_registry_server::SERVICE_NAME;
 use toolmesh_proto::tls::{ClientFiles, ClientTls};
+
+use crate::failure::Failure;
 
 /// Where the registry is and how to reach it.
 #[derive(Debug, Clone, clap::Args)]
@@ -28,15 +35,17 @@ pub(crate) struct Target {
     /// PEM CA certificate an `https://` registry's certificate is verified with (else the public roots).
     #[arg(long, env = "TOOLMESH_CA_FILE", global = true)]
     pub(crate) ca_file: Option<PathBuf>,
-    /// Deadline of each call, in seconds.
-    #[arg(long, default_value_t = 30.0, global = true)]
-    pub(crate) timeout: f64,
+    /// Deadline of each call: `5s`, `250ms`, `1m`, or a number of seconds.
+    #[arg(long, env = "TOOLMESH_TIMEOUT", default_value = "30s", value_parser = timeout, global = true)]
+    pub(crate) timeout: Duration,
 }
 
 /// A connected client and the credential it presents.
 pub(crate) struct Registry {
-    /// The `ToolRegistry` client.
-    pub(crate) client: ToolRegistryClient<Channel>,
+    client: ToolRegistryClient<Channel>,
+    health: HealthClient<Channel>,
+    /// The address dialled, as errors name it.
+    url: String,
     token: Option<String>,
     timeout: Duration,
 }
@@ -53,23 +62,74 @@ impl Registry {
                 target.registry
             );
         }
-        let timeout = Duration::try_from_secs_f64(target.timeout)
-            .ok()
-            .filter(|t| !t.is_zero())
-            .context("--timeout: a number of seconds above 0")?;
+        let timeout = target.timeout;
         let tls = ClientTls::load(ClientFiles {
             ca: target.ca_file.clone(),
             ..Default::default()
         })
         .context("--ca-file")?;
-        let channel = Endpoint::from_shared(url)?
+        let channel = Endpoint::from_shared(url.clone())?
             .connect_timeout(timeout)
             .connect_with_connector_lazy(toolmesh_proto::tls::connector(tls));
         Ok(Self {
-            client: ToolRegistryClient::new(channel).max_decoding_message_size(64 << 20),
+            client: ToolRegistryClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            health: HealthClient::new(channel),
+            url,
             token,
             timeout,
         })
+    }
+
+    /// Whether the registry serves agents: its gRPC health for
+    /// `toolmesh.v1.ToolRegistry` is SERVING. It is not until its catalog
+    /// is loaded (from Redis, in distributed mode) and from the start of a
+    /// shutdown; meanwhile it would list no tools. A registry without the
+    /// health service is taken as ready.
+    pub(crate) async fn ready(&mut self) -> Result<(), Failure> {
+        let mut request = tonic::Request::new(HealthCheckRequest {
+            service: SERVICE_NAME.to_owned(),
+        });
+        request.set_timeout(self.timeout);
+        match self.health.check(request).await {
+            Ok(answer) => match answer.into_inner().status() {
+                ServingStatus::Serving => Ok(()),
+                status => Err(Failure::not_ready(
+                    &self.url,
+                    &format!(
+                        "its health is {} (it has not loaded its catalog yet, as when it cannot reach its Redis, or it is shutting down; its log says which)",
+                        status.as_str_name()
+                    ),
+                )),
+            },
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unimplemented | tonic::Code::NotFound
+                ) =>
+            {
+                Ok(())
+            }
+            Err(status) => Err(self.failed(&status)),
+        }
+    }
+
+    /// `call` on the client: its answer, or a failure that names the
+    /// registry when it was not reached.
+    pub(crate) async fn call<T>(
+        &mut self,
+        call: impl AsyncFnOnce(
+            &mut ToolRegistryClient<Channel>,
+        ) -> Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, Failure> {
+        call(&mut self.client)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| self.failed(&status))
+    }
+
+    /// A call's failure, naming the registry when it was not reached.
+    pub(crate) fn failed(&self, status: &tonic::Status) -> Failure {
+        Failure::at(&self.url, status)
     }
 
     /// `message` as a request carrying the credential and the deadline.
@@ -82,6 +142,25 @@ impl Registry {
             request.metadata_mut().insert("authorization", value);
         }
         request
+    }
+}
+
+/// `--timeout`: a duration with its unit (`5s`, `250ms`, `1m 30s`), or,
+/// as before units were taken, a number of seconds (`30`, `0.5`).
+fn timeout(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let parsed = match text.parse::<f64>() {
+        Ok(seconds) => Duration::try_from_secs_f64(seconds).map_err(|_| "out of range".to_owned()),
+        Err(_) => humantime::parse_duration(text).map_err(|e| e.to_string()),
+    };
+    match parsed {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err(format!(
+            "{text:?} is no time at all; give a deadline above 0, e.g. 5s"
+        )),
+        Err(why) => Err(format!(
+            "{text:?} is not a duration ({why}); write a number and a unit (ms, s, m, h), e.g. 5s, 250ms or 1m, or a number of seconds"
+        )),
     }
 }
 
@@ -101,4 +180,30 @@ fn read_token(target: &Target) -> anyhow::Result<Option<String>> {
         anyhow::bail!("the credential must be printable ASCII with no spaces");
     }
     Ok(Some(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_take_units_and_bare_seconds() {
+        for (given, expected) in [
+            ("5s", Duration::from_secs(5)),
+            ("250ms", Duration::from_millis(250)),
+            ("1m", Duration::from_secs(60)),
+            ("1m 30s", Duration::from_secs(90)),
+            ("30", Duration::from_secs(30)),
+            ("0.5", Duration::from_millis(500)),
+        ] {
+            assert_eq!(timeout(given), Ok(expected), "{given}");
+        }
+        for refused in ["0", "0s", "-1", "soon", "5 parsecs", "", "inf", "NaN"] {
+            assert!(timeout(refused).is_err(), "{refused}");
+        }
+        assert!(
+            timeout("soon").is_err_and(|e| e.contains("e.g. 5s, 250ms or 1m")),
+            "the error shows what to write"
+        );
+    }
 }

@@ -29,6 +29,10 @@ pub(crate) enum Exit {
     Unavailable = 8,
     /// No credential, or one refused (`UNAUTHENTICATED`, `PERMISSION_DENIED`).
     Unauthenticated = 9,
+    /// Standard output is a pipe whose reader has gone (`toolmesh watch |
+    /// head -1`): 128 + SIGPIPE, the status a shell shows for `ls | head`,
+    /// and nothing printed.
+    BrokenPipe = 141,
 }
 
 /// A failed command.
@@ -51,6 +55,36 @@ impl Failure {
         Self {
             exit,
             json: json!({"error": {"message": message}}),
+            message,
+            details: Vec::new(),
+        }
+    }
+
+    /// Standard output's reader has gone: end quietly.
+    pub(crate) fn broken_pipe() -> Self {
+        Self::plain(Exit::BrokenPipe, "standard output is closed")
+    }
+
+    /// `status` from the registry at `url`: [`Self::from_status`], unless
+    /// the registry was never reached, which names `url` and why.
+    pub(crate) fn at(url: &str, status: &tonic::Status) -> Self {
+        match unreachable(status) {
+            Some(why) => {
+                Self::unavailable(format!("cannot reach the registry at {url}: {why}"), url)
+            }
+            None => Self::from_status(status),
+        }
+    }
+
+    /// The registry at `url` answers but is not ready, for `why`.
+    pub(crate) fn not_ready(url: &str, why: &str) -> Self {
+        Self::unavailable(format!("the registry at {url} is not ready: {why}"), url)
+    }
+
+    fn unavailable(message: String, url: &str) -> Self {
+        Self {
+            exit: Exit::Unavailable,
+            json: json!({"error": {"code": "UNAVAILABLE", "message": message, "registry": url}}),
             message,
             details: Vec::new(),
         }
@@ -122,6 +156,31 @@ impl From<tonic::Status> for Failure {
     fn from(status: tonic::Status) -> Self {
         Self::from_status(&status)
     }
+}
+
+/// Why the registry was never reached, when `status` says so (the
+/// connection failed; the registry sent nothing): the system's reason,
+/// `connection refused`, or the resolver's, TLS's.
+fn unreachable(status: &tonic::Status) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut connecting = false;
+    while let Some(error) = source {
+        connecting |= error.is::<tonic::ConnectError>();
+        if connecting && let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            return Some(match io.kind() {
+                K::ConnectionRefused
+                | K::ConnectionReset
+                | K::HostUnreachable
+                | K::NetworkUnreachable
+                | K::TimedOut
+                | K::AddrNotAvailable => io.kind().to_string(),
+                _ => io.to_string(),
+            });
+        }
+        source = error.source();
+    }
+    connecting.then(|| status.message().to_owned())
 }
 
 /// `delay` for people: `1.5s`, `250ms`.

@@ -12,7 +12,10 @@
 //! ```
 //!
 //! Every command takes `--output json`; exit codes tell failures apart
-//! ([`failure::Exit`]).
+//! ([`failure::Exit`]). The commands that ask the registry check first that
+//! it is ready (its gRPC health), so that a registry still loading its
+//! catalog is not taken for an empty one. A closed standard output ends any
+//! command quietly with status 141, as `ls | head` does.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +29,7 @@ mod commands;
 mod connect;
 mod failure;
 mod output;
+mod pipe;
 
 use connect::{Registry, Target};
 use failure::{Exit, Failure};
@@ -182,20 +186,21 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let output = cli.output;
     let connect = async || {
-        Registry::connect(&cli.target)
+        let mut registry = Registry::connect(&cli.target)
             .await
-            .map_err(|e| Failure::plain(Exit::Usage, format!("{e:#}")))
+            .map_err(|e| Failure::plain(Exit::Usage, format!("{e:#}")))?;
+        registry.ready().await?;
+        Ok::<_, Failure>(registry)
     };
     match cli.command {
         Command::Check { config } => check::check(&config, output),
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "toolmesh",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            // Written whole, then printed: clap_complete panics on a
+            // failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "toolmesh", &mut script);
+            let script = String::from_utf8_lossy(&script);
+            output::print(script.strip_suffix('\n').unwrap_or(&script))
         }
         Command::Tools(ToolsCommand::List { tags, prefix }) => {
             commands::list(&mut connect().await?, tags, prefix, output).await
@@ -245,19 +250,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// Prints `failure`: to stderr for people, as JSON on stdout for scripts.
+/// Prints `failure`: to stderr for people, as JSON on stdout for scripts;
+/// nothing when stdout's reader has gone.
 fn report(failure: &Failure, output: Output) {
+    if failure.exit == Exit::BrokenPipe {
+        return;
+    }
     match output {
-        Output::Json if !failure.json.is_null() => println!("{}", failure.json),
-        Output::Json => {}
+        Output::Json if !failure.json.is_null() => {
+            let _ = output::print(&failure.json);
+        }
+        Output::Json => output::note(format_args!("error: {}", failure.message)),
         Output::Text => {
-            eprintln!("toolmesh: {}", failure.message);
+            output::note(format_args!("error: {}", failure.message));
             for line in &failure.details {
-                eprintln!("  {line}");
+                output::note(format_args!("  {line}"));
             }
         }
-    }
-    if output == Output::Json && failure.json.is_null() {
-        eprintln!("toolmesh: {}", failure.message);
     }
 }

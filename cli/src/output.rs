@@ -1,7 +1,35 @@
 //! What commands print: text for people (tables, pretty JSON), or with
 //! `--output json` one JSON document (one per line for `watch`) for scripts.
+//! Everything goes through [`print`] and [`note`]: a closed standard output
+//! ends the command quietly ([`Exit::BrokenPipe`]), never with a panic.
+
+use std::fmt::Display;
+use std::io::Write as _;
 
 use serde_json::Value;
+
+use crate::failure::{Exit, Failure};
+
+/// `text` and a newline on standard output. A reader that has gone (a pipe
+/// into `head`) is [`Failure::broken_pipe`].
+pub(crate) fn print(text: impl Display) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|error| match error.kind() {
+            std::io::ErrorKind::BrokenPipe => Failure::broken_pipe(),
+            _ => Failure::plain(
+                Exit::Other,
+                format!("cannot write to standard output: {error}"),
+            ),
+        })
+}
+
+/// `text` and a newline on standard error, for people; lost if standard
+/// error is closed.
+pub(crate) fn note(text: impl Display) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
 
 /// `--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

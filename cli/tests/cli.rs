@@ -3,6 +3,11 @@
 //! and its exit code.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "cli/pipes.rs"]
+mod pipes;
+#[path = "cli/readiness.rs"]
+mod readiness;
+
 use std::process::Output;
 use std::time::Duration;
 
@@ -436,13 +441,41 @@ async fn check_validates_a_sidecar_config_offline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_errors_unreachable_registries_and_completions() {
-    let run = |args: &'static [&'static str], registry: &'static str| async move {
-        toolmesh(registry).args(args).output().await.unwrap()
-    };
+    let run =
+        async |args: &[&str], registry: &str| toolmesh(registry).args(args).output().await.unwrap();
     exits(&run(&["tools", "frobnicate"], "127.0.0.1:9").await, 2);
     exits(&run(&["tools", "list"], "ftp://x:1").await, 2);
     let unreachable = run(&["tools", "list", "--timeout", "2"], "127.0.0.1:9").await;
     exits(&unreachable, 8);
+    assert_eq!(
+        stderr(&unreachable),
+        "error: cannot reach the registry at http://127.0.0.1:9: connection refused\n"
+    );
+    let unreachable = json_of(&run(&["watch", "-o", "json"], "127.0.0.1:9").await);
+    assert_eq!(unreachable["error"]["registry"], "http://127.0.0.1:9");
+    // Every unit, and bare seconds as before; a deadline of nothing is refused.
+    for timeout in ["5s", "250ms", "1m", "0.5"] {
+        let ran = run(&["tools", "list", "--timeout", timeout], "127.0.0.1:9").await;
+        exits(&ran, 8);
+    }
+    let from_env = toolmesh("127.0.0.1:9")
+        .args(["tools", "list"])
+        .env("TOOLMESH_TIMEOUT", "1m")
+        .output()
+        .await
+        .unwrap();
+    exits(&from_env, 8);
+    let refused = run(&["tools", "list", "--timeout", "soon"], "127.0.0.1:9").await;
+    exits(&refused, 2);
+    assert!(
+        stderr(&refused).contains("\"soon\" is not a duration"),
+        "{}",
+        stderr(&refused)
+    );
+    exits(
+        &run(&["tools", "list", "--timeout", "0s"], "127.0.0.1:9").await,
+        2,
+    );
     let completions = run(&["completions", "bash"], "127.0.0.1:9").await;
     exits(&completions, 0);
     assert!(

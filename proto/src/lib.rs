@@ -16,8 +16,9 @@
 //! - [`rules`]: how both read the same fields: blank arguments, durations.
 //! - [`endpoint`]: server addresses as every binary and agent takes them
 //!   (`host:port`, `http://host:port` or `https://host:port`).
-//! - [`token`]: the shared secret the registry presents to sidecars'
-//!   `ToolRuntime.Execute`.
+//! - [`grant`]: the per-call grants that let the registry, and only for
+//!   the calls it signs, run tools on a sidecar's `ToolRuntime.Execute`.
+//! - [`token`]: bearer tokens read from files (the registration token).
 //! - [`tls`]: TLS and mTLS with certificates reloaded from disk: the
 //!   listeners' incoming connections, the peer of a call, and a connector
 //!   for `https://` URLs.
@@ -47,6 +48,7 @@ pub use prost_types::Duration;
 
 pub mod code;
 pub mod endpoint;
+pub mod grant;
 pub mod listen;
 pub mod pattern;
 pub mod rules;

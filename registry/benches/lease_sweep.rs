@@ -26,6 +26,7 @@ fn announcement(instance: usize, tools_per_instance: usize) -> Announcement {
     Announcement {
         instance_id: format!("instance-{instance}"),
         endpoint: format!("http://10.0.{}.{}:50052", instance / 250, instance % 250),
+        execute_key: None,
         tools: (0..tools_per_instance)
             .map(|t| ToolDescriptor {
                 name: format!("tool_{instance}_{t}"),

@@ -9,11 +9,17 @@
 //!
 //! Memory is the process's resident size before and after building the
 //! index (the tool descriptors are made before).
+//!
+//! A caller the policy restricts is scored against the tools it sees: its
+//! search asks the policy once per indexed tool. "restricted" is such a
+//! caller, given the 30 realistic tools by name and the `list_*` and
+//! `sync_*` warehouse tools (a quarter of them) by pattern.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
 
-use toolmesh_registry::search::ToolSearch;
+use toolmesh_registry::auth::{Caller, Policy};
+use toolmesh_registry::search::{Scope, ToolSearch};
 
 #[path = "../src/search/corpus.rs"]
 mod corpus;
@@ -53,12 +59,37 @@ fn main() {
         for _ in 0..100 {
             for (query, expected) in corpus::QUERIES {
                 let started = Instant::now();
-                let found = search.search(query, 5, |_| true);
+                let found = search.search(query, 5, Scope::Everything);
                 latencies.push(started.elapsed());
                 first += usize::from(found.first().is_some_and(|f| f.name == *expected));
             }
         }
         latencies.sort();
+
+        let mut patterns: Vec<String> = corpus::realistic().into_iter().map(|t| t.name).collect();
+        patterns.extend(["list_*".to_owned(), "sync_*".to_owned()]);
+        let policy = Policy::parse(&format!(
+            "rules:\n  - callers: [agent]\n    tools: {}\n",
+            serde_json::to_string(&patterns).unwrap()
+        ))
+        .unwrap();
+        let caller = Caller {
+            id: "agent".into(),
+            groups: Vec::new(),
+        };
+        let visible = |name: &str| policy.allows(&caller, name);
+        let seen = tools.iter().filter(|t| visible(&t.name)).count();
+        let mut restricted = Vec::new();
+        let mut restricted_first = 0;
+        for _ in 0..20 {
+            for (query, expected) in corpus::QUERIES {
+                let started = Instant::now();
+                let found = search.search(query, 5, &visible);
+                restricted.push(started.elapsed());
+                restricted_first += usize::from(found.first().is_some_and(|f| f.name == *expected));
+            }
+        }
+        restricted.sort();
 
         let started = Instant::now();
         let changes = corpus::distractors(1_000);
@@ -77,6 +108,14 @@ fn main() {
             latencies.last().unwrap().as_secs_f64() * 1e6,
             upserts,
             first / 100,
+            corpus::QUERIES.len(),
+        );
+        println!(
+            "tools {size}, restricted caller seeing {seen}: search p50 {:.0} µs p99 {:.0} µs max {:.0} µs, expected first {}/{}",
+            percentile(&restricted, 0.5).as_secs_f64() * 1e6,
+            percentile(&restricted, 0.99).as_secs_f64() * 1e6,
+            restricted.last().unwrap().as_secs_f64() * 1e6,
+            restricted_first / 20,
             corpus::QUERIES.len(),
         );
     }

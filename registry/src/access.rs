@@ -142,6 +142,12 @@ pub fn allows(policy: Option<&Policy>, caller: &Caller, tool: &str) -> bool {
     policy.is_none_or(|p| p.allows(caller, tool))
 }
 
+/// Whether `policy` (none: everything) lets `caller` see every tool, so
+/// that what it sees need not be asked tool by tool.
+pub fn allows_every_tool(policy: Option<&Policy>, caller: &Caller) -> bool {
+    policy.is_none_or(|p| p.allows_every_tool(caller))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

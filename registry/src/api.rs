@@ -13,7 +13,7 @@ use toolmesh_telemetry::{
 };
 
 use crate::{
-    access::{Access, allows},
+    access::{Access, allows, allows_every_tool},
     audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
     auth::Caller,
     catalog::{Catalog, lease_tag},
@@ -21,7 +21,7 @@ use crate::{
     invoke::{Call, Invoker},
     listing::Query,
     registrants::{Owner, Registrant},
-    search::{self, ToolSearch},
+    search::{self, Scope, ToolSearch},
     watch::{self, Visibility, Watchers},
 };
 
@@ -103,13 +103,12 @@ impl ToolRegistryApi {
             &request.get_ref().tool,
         ) {
             // As if the tool did not exist: a caller learns nothing of the
-            // tools it may not call.
-            let error = RegistryError::ToolNotFound {
+            // tools it may not call. The operator's records say what it was.
+            self.invoker.denied(request.get_ref(), &caller.id, peer);
+            return Err(RegistryError::ToolNotFound {
                 tool: request.get_ref().tool.clone(),
-            };
-            self.invoker
-                .refused(request.get_ref(), &caller.id, peer, &error);
-            return Err(error.into());
+            }
+            .into());
         }
         let call = Call {
             caller: &caller.id,
@@ -236,12 +235,17 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         };
         let query = Query::filters(request.tags, request.name_prefix)?;
         let policy = self.access.policy();
+        let visible = |name: &str| allows(policy.as_deref(), &caller, name);
+        // Scored against what the caller sees; the filters only select.
+        let scope = if allows_every_tool(policy.as_deref(), &caller) {
+            Scope::Everything
+        } else {
+            Scope::Visible(&visible)
+        };
         let mut matches = Vec::with_capacity(limit);
         // The index may trail the catalog by an event: a tool found must
-        // still be live, and pass the filters and the caller's policy.
-        for found in self.search.search(query_text, usize::MAX, |name| {
-            allows(policy.as_deref(), &caller, name)
-        }) {
+        // still be live, and pass the filters.
+        for found in self.search.search(query_text, usize::MAX, scope) {
             if matches.len() == limit {
                 break;
             }
@@ -318,6 +322,9 @@ pub struct RegistrationApi {
     access: Arc<Access>,
     audit: AuditLog,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The catalog's bound on tool names (`--max-tools`), which
+    /// registrants without a `max_tools` of their own share.
+    max_tools: usize,
 }
 
 impl RegistrationApi {
@@ -329,7 +336,16 @@ impl RegistrationApi {
             access,
             audit: AuditLog::disabled(),
             metrics: Arc::default(),
+            max_tools: crate::store::memory::Limits::default().max_tools,
         }
+    }
+
+    /// Shares `max_tools` tool names (`--max-tools`) between registrants
+    /// that give no `max_tools` of their own.
+    #[must_use]
+    pub fn sharing(mut self, max_tools: usize) -> Self {
+        self.max_tools = max_tools;
+        self
     }
 
     /// Writes a record of every registration change to `audit`.
@@ -532,7 +548,10 @@ impl RegistrationApi {
                 for tool in tools {
                     registrant.may_announce(tool)?;
                 }
-                registrant.owner().clone()
+                match self.access.registrants() {
+                    Some(all) => all.owner(registrant, self.max_tools),
+                    None => registrant.owner().clone(),
+                }
             }
             None => Owner::default(),
         };

@@ -218,6 +218,7 @@ mod tests {
                 Arc::new(Instance {
                     id: format!("i{i}"),
                     endpoint: format!("http://127.0.0.1:{}", 1000 + i),
+                    execute_key: None,
                 })
             })
             .collect()

@@ -10,7 +10,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
 use tokio::sync::broadcast;
-use toolmesh_proto::pb;
+use toolmesh_proto::{grant::CallKey, pb};
 
 use crate::{
     audit::Redactor,
@@ -67,6 +67,9 @@ pub struct Instance {
     pub id: String,
     /// The URL its `ToolRuntime` answers on.
     pub endpoint: String,
+    /// The key its `Execute` grants are signed with (`None`: it announced
+    /// none, and takes calls unsigned).
+    pub execute_key: Option<CallKey>,
 }
 
 /// A tool as it is now: its descriptor and live instances (sorted by id).
@@ -131,6 +134,8 @@ pub struct Announcement {
     pub instance_id: String,
     /// Where its `ToolRuntime` answers.
     pub endpoint: String,
+    /// The key to sign its `Execute` grants with.
+    pub execute_key: Option<CallKey>,
     /// Its tools; names are unique.
     pub tools: Vec<pb::ToolDescriptor>,
     /// Who announced it: only the same owner may add instances of its
@@ -434,9 +439,18 @@ fn check_announce(
             });
         }
     }
+    let execute_key = if request.execute_key.is_empty() {
+        None
+    } else {
+        Some(
+            CallKey::from_bytes(&request.execute_key)
+                .map_err(|e| invalid("execute_key", &e.to_string()))?,
+        )
+    };
     Ok(Announcement {
         instance_id: request.instance_id,
         endpoint: request.endpoint,
+        execute_key,
         tools: request.tools,
         owner: Owner::default(),
     })
@@ -454,6 +468,7 @@ mod tests {
                 name: "t".into(),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         }
     }
 
@@ -493,6 +508,12 @@ mod tests {
         let mut r = request();
         r.endpoint = "ftp://x".into();
         assert!(check_announce(r, &AnnounceLimits::default(), &EndpointPolicy::default()).is_err());
+
+        let mut r = request();
+        r.execute_key = vec![7; 31];
+        assert!(
+            matches!(check_announce(r, &AnnounceLimits::default(), &EndpointPolicy::default()), Err(RegistryError::InvalidRequest { field, reason }) if field == "execute_key" && reason == "an execute key is 32 bytes, not 31")
+        );
 
         let mut r = request();
         r.tools.push(r.tools[0].clone());

@@ -7,7 +7,6 @@ use clap::{ArgAction, Parser};
 use toolmesh_proto::listen::ListenAddr;
 
 use toolmesh_proto::tls::{ClientTls, ServerTls};
-use toolmesh_proto::token::Token;
 
 use crate::endpoint_policy::Allowed;
 use crate::ratelimit::redis::OutagePolicy;
@@ -140,17 +139,12 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_ENDPOINT_ALLOW", value_delimiter = ',')]
     pub endpoint_allow: Vec<Allowed>,
 
-    /// File holding the token the registry presents to sidecars'
-    /// `ToolRuntime.Execute` (`authorization: Bearer`); sidecars started
-    /// with the same file refuse calls without it.
-    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
+    /// Deprecated and ignored: every `Execute` carries a grant signed
+    /// with the key its sidecar announced ([`toolmesh_proto::grant`]),
+    /// which replaces the token this file held. Kept so that a command
+    /// line that names it still starts, with a warning.
+    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE", hide = true)]
     pub execute_token_file: Option<PathBuf>,
-
-    /// The token itself: read from `execute_token_file` by
-    /// [`crate::Registry::from_config`], or set by a program embedding
-    /// the registry.
-    #[arg(skip)]
-    pub execute_token: Option<Token>,
 
     /// YAML file of the credentials sidecars register with, each with the
     /// tool-name patterns it may announce (see `docs/security.md`). Unset:
@@ -387,7 +381,6 @@ impl Default for Config {
             max_announce_bytes: 1 << 20,
             endpoint_allow: Vec::new(),
             execute_token_file: None,
-            execute_token: None,
             registrants_file: None,
             api_keys_file: None,
             jwt_keys_file: None,

@@ -111,6 +111,19 @@ impl Invoker {
         self.audit.get().unwrap_or(&DISABLED)
     }
 
+    /// Logs, meters and audits a call the policy refused as
+    /// `PERMISSION_DENIED`, what it was: only the agent is answered
+    /// `NOT_FOUND` (the caller's answer is not this record's).
+    pub fn denied(&self, request: &InvokeRequest, caller: &str, peer: Option<SocketAddr>) {
+        let reason = "the call policy gives the caller no rule for this tool".into();
+        self.refused(
+            request,
+            caller,
+            peer,
+            &RegistryError::PermissionDenied { reason },
+        );
+    }
+
     /// Logs (and audits) a call refused before it reached the invoke path:
     /// its caller could not be authenticated, or may not call the tool.
     pub fn refused(
@@ -318,9 +331,11 @@ impl Invoker {
                 .map(|v| serde_json::json!({"field": v.pointer, "description": v.message}))
                 .collect::<Vec<_>>(),
         });
+        // The blocks would carry what is withheld.
         InvokeResponse {
             result_json: error.to_string(),
             is_error: true,
+            content_json: String::new(),
             ..response
         }
     }
@@ -437,6 +452,7 @@ fn stored(result: &Result<InvokeResponse, RegistryError>) -> StoredOutcome {
             is_error: response.is_error,
             instance_id: response.instance_id.clone(),
             attempts: response.attempts,
+            content_json: response.content_json.clone(),
         },
         Err(error) => {
             let status = error.to_status();
@@ -456,11 +472,13 @@ fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
             is_error,
             instance_id,
             attempts,
+            content_json,
         } => Ok(InvokeResponse {
             result_json,
             is_error,
             instance_id,
             attempts,
+            content_json,
         }),
         StoredOutcome::Status { code, message } => Err(RegistryError::Replayed {
             code: tonic::Code::from_i32(code),

@@ -137,7 +137,12 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let _telemetry = toolmesh_telemetry::init(&config.log, "toolmesh-registry")?;
+    // rmcp (the MCP endpoint) would log each client's handshake whole.
+    let log = toolmesh_telemetry::LogArgs {
+        filter: toolmesh_telemetry::filter::quieting(&config.log.filter, "rmcp"),
+        ..config.log.clone()
+    };
+    let _telemetry = toolmesh_telemetry::init(&log, "toolmesh-registry")?;
     // Config first, ports second: Registry::serve says "listening" once
     // every port (the MCP endpoint's too) is bound and allowed.
     let (listen, admin_listen) = (config.listen.clone(), config.admin_listen.clone());

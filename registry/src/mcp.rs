@@ -16,13 +16,15 @@
 //! - [`handler`]: the MCP methods: `tools/list`, `tools/call`,
 //!   `subscriptions/listen`, and the handshake.
 //! - [`listing`]: `tools/list` pages, in name order, by cursor.
-//! - [`results`]: what an `Invoke` outcome, or a registry error, is to an
-//!   MCP client.
+//! - [`content`]: what a tool's answer is to an MCP client: the content
+//!   blocks its MCP server sent, or the result as text.
+//! - [`results`]: what a refused or failed call is to an MCP client.
 //! - [`search`]: `toolmesh.search_tools`, `SearchTools` as an MCP tool.
 //! - [`notify`]: `notifications/tools/list_changed` from the catalog's
 //!   change stream, coalesced.
 
 pub mod auth;
+pub mod content;
 pub mod handler;
 pub mod listing;
 pub mod notify;

@@ -4,7 +4,8 @@
 //! endpoint's host).
 //!
 //! A call is encoded once ([`Proxy::encode`]) and the same bytes go to
-//! every instance an attempt tries.
+//! every instance an attempt tries, each with a grant of its own
+//! ([`toolmesh_proto::grant`]) when the instance announced a key.
 
 mod connection;
 mod unary;
@@ -15,11 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashmap::DashMap;
 use tokio::time::Instant;
-use tonic::metadata::MetadataMap;
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
-use toolmesh_proto::timeout;
 use toolmesh_proto::tls::ClientTls;
-use toolmesh_proto::token::Token;
+use toolmesh_proto::{grant, timeout};
 use toolmesh_telemetry::TraceContext;
 
 use crate::endpoint_policy::EndpointPolicy;
@@ -57,7 +57,6 @@ pub struct Proxy {
     slots: DashMap<String, Arc<Slot>>,
     dialer: Dialer,
     max_message_bytes: usize,
-    token: Option<Token>,
 }
 
 impl Proxy {
@@ -71,7 +70,6 @@ impl Proxy {
                 endpoints: Arc::default(),
             },
             max_message_bytes,
-            token: None,
         }
     }
 
@@ -80,14 +78,6 @@ impl Proxy {
     #[must_use]
     pub fn with_endpoint_policy(mut self, endpoints: Arc<EndpointPolicy>) -> Self {
         self.dialer.endpoints = endpoints;
-        self
-    }
-
-    /// Presents `token` on every `Execute` (sidecars started with the same
-    /// `--execute-token-file` take calls only with it).
-    #[must_use]
-    pub fn with_token(mut self, token: Option<Token>) -> Self {
-        self.token = token;
         self
     }
 
@@ -107,19 +97,21 @@ impl Proxy {
     }
 
     /// Runs the encoded `request` on the sidecar at `endpoint` by `deadline`
-    /// (sent on to the sidecar as the call's gRPC deadline), in the trace
-    /// `trace` names. Whatever is still pending at the deadline, connecting
-    /// included, ends as [`ProxyError::Timeout`]; so does any failure seen
-    /// once it has passed.
+    /// (sent on to the sidecar as the call's gRPC deadline), with `grant`
+    /// (the instance's, for this call), in the trace `trace` names.
+    /// Whatever is still pending at the deadline, connecting included, ends
+    /// as [`ProxyError::Timeout`]; so does any failure seen once it has
+    /// passed.
     pub async fn execute(
         &self,
         endpoint: &str,
         request: Bytes,
+        grant: Option<AsciiMetadataValue>,
         deadline: Instant,
         trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
-        match tokio::time::timeout_at(deadline, self.call(endpoint, request, deadline, trace)).await
-        {
+        let call = self.call(endpoint, request, grant.as_ref(), deadline, trace);
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
             Ok(Err(_)) if Instant::now() >= deadline => Err(ProxyError::Timeout),
@@ -134,6 +126,7 @@ impl Proxy {
         &self,
         endpoint: &str,
         request: Bytes,
+        grant: Option<&AsciiMetadataValue>,
         deadline: Instant,
         trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
@@ -152,7 +145,10 @@ impl Proxy {
             if remaining.is_zero() {
                 return Err(ProxyError::Timeout);
             }
-            let headers = self.headers(remaining, trace);
+            // A request sent again here never reached the sidecar (the
+            // connection was closed, the stream refused unprocessed): the
+            // same grant stays good for it.
+            let headers = headers(remaining, grant, trace);
             let outcome = unary::call(
                 live.send.clone(),
                 live.uri.clone(),
@@ -176,24 +172,6 @@ impl Proxy {
         }
     }
 
-    /// The request's metadata: its deadline, the registry's token, the
-    /// trace context.
-    fn headers(
-        &self,
-        remaining: Duration,
-        trace: &TraceContext,
-    ) -> tonic::codegen::http::HeaderMap {
-        let mut metadata = MetadataMap::new();
-        if let Ok(value) = timeout::encode(remaining).parse() {
-            metadata.insert(timeout::GRPC_TIMEOUT, value);
-        }
-        if let Some(token) = &self.token {
-            token.attach(&mut metadata);
-        }
-        trace.inject_metadata(&mut metadata);
-        metadata.into_headers()
-    }
-
     fn slot(&self, endpoint: &str) -> Arc<Slot> {
         if let Some(slot) = self.slots.get(endpoint) {
             return slot.clone();
@@ -215,4 +193,21 @@ impl Proxy {
     pub fn forget(&self, endpoint: &str) {
         self.slots.remove(endpoint);
     }
+}
+
+/// The request's metadata: its deadline, its grant, the trace context.
+fn headers(
+    remaining: Duration,
+    grant: Option<&AsciiMetadataValue>,
+    trace: &TraceContext,
+) -> tonic::codegen::http::HeaderMap {
+    let mut metadata = MetadataMap::new();
+    if let Ok(value) = timeout::encode(remaining).parse() {
+        metadata.insert(timeout::GRPC_TIMEOUT, value);
+    }
+    if let Some(grant) = grant {
+        grant::attach(&mut metadata, grant.clone());
+    }
+    trace.inject_metadata(&mut metadata);
+    metadata.into_headers()
 }

@@ -12,8 +12,9 @@
 //! every load balancer at once, turning a partial outage (reads and
 //! `Invoke` keep working from each replica's view) into a total one, and
 //! flapping with every blip. What calls get while Redis is away is the
-//! `--redis-outage` policy's decision, and `toolmesh_redis_circuit_open`
-//! and `toolmesh_redis_errors_total` say that it is away (the practice of
+//! `--redis-outage` policy's decision, and the Redis pool's `WARN` lines
+//! ([`crate::redis_pool::outage`]), `toolmesh_redis_circuit_open` and
+//! `toolmesh_redis_errors_total` say that it is away (the practice of
 //! Envoy and Linkerd: readiness reflects this process, not its
 //! dependencies).
 

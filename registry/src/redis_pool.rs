@@ -1,6 +1,7 @@
 //! Connections to Redis shared by the Redis engines: a bounded pool of
 //! multiplexed connections (standalone or Cluster), a deadline on every call,
-//! and a circuit breaker that stops waiting on a Redis that is down.
+//! a circuit breaker that stops waiting on a Redis that is down, and the
+//! one log of its outages ([`outage`]).
 
 use std::{
     sync::{
@@ -20,6 +21,11 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, RedisOp};
 
+pub mod outage;
+
+use outage::OutageLog;
+pub use outage::{Consequence, Dependent};
+
 /// Why a Redis call did not answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RedisError {
@@ -35,6 +41,17 @@ pub enum RedisError {
     /// The settings are unusable (bad URL, unreadable password file).
     #[error("redis settings: {0}")]
     Config(String),
+}
+
+impl RedisError {
+    /// Why, without the "redis" its message starts with.
+    fn cause(&self) -> String {
+        match self {
+            Self::CircuitOpen => "it failed the calls before".into(),
+            Self::Timeout(after) => format!("no answer within {after:?}"),
+            Self::Redis(why) | Self::Config(why) => why.clone(),
+        }
+    }
 }
 
 /// How to reach Redis.
@@ -154,14 +171,15 @@ impl Breaker {
         }
     }
 
-    /// Records the outcome of a call that started at `started`.
-    pub fn record(&self, ok: bool, started: Instant) {
+    /// Records the outcome of a call that started at `started`; `false`
+    /// if it is not counted (a failure older than the latest success).
+    pub fn record(&self, ok: bool, started: Instant) -> bool {
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (state, last_success) = &mut *guard;
         if ok {
             *last_success = Some(last_success.map_or(started, |at| at.max(started)));
         } else if last_success.is_some_and(|at| started < at) {
-            return;
+            return false;
         }
         *state = match (*state, ok) {
             (_, true) => BreakerState::Closed { failures: 0 },
@@ -174,6 +192,7 @@ impl Breaker {
                 until: Instant::now() + self.cooldown,
             },
         };
+        true
     }
 
     /// Whether Redis is currently considered down.
@@ -203,6 +222,7 @@ pub struct RedisPool {
     next: AtomicUsize,
     settings: RedisSettings,
     breaker: Breaker,
+    outages: OutageLog,
     metrics: Arc<Metrics>,
 }
 
@@ -256,6 +276,7 @@ impl RedisPool {
             next: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
+            outages: OutageLog::new(&settings.url),
             settings,
             metrics,
         }))
@@ -278,6 +299,21 @@ impl RedisPool {
         &self.breaker
     }
 
+    /// Says, in every report of an outage, what `dependent` does while
+    /// Redis is away (each engine registers its own once).
+    pub fn on_outage(
+        &self,
+        dependent: Dependent,
+        consequence: impl Fn() -> String + Send + Sync + 'static,
+    ) {
+        self.outages.on_outage(dependent, Box::new(consequence));
+    }
+
+    /// Where Redis is, as reports name it (any password masked).
+    pub fn address(&self) -> &str {
+        self.outages.redis()
+    }
+
     /// Runs `call`, a call of kind `op`, on a pooled connection, within the
     /// call timeout and behind the breaker.
     pub async fn run<T, F>(&self, op: RedisOp, call: F) -> Result<T, RedisError>
@@ -288,6 +324,7 @@ impl RedisPool {
         if !self.breaker.allow() {
             self.metrics.redis_call(op, started.elapsed(), false);
             self.metrics.redis_circuit(true);
+            self.outages.failed(started, None, true);
             return Err(RedisError::CircuitOpen);
         }
         let timeout = self.settings.call_timeout;
@@ -317,10 +354,16 @@ impl RedisPool {
                 *slot = None;
             }
         }
-        self.breaker.record(result.is_ok(), started);
+        let counted = self.breaker.record(result.is_ok(), started);
+        let open = self.breaker.is_open();
         self.metrics
             .redis_call(op, started.elapsed(), result.is_ok());
-        self.metrics.redis_circuit(self.breaker.is_open());
+        self.metrics.redis_circuit(open);
+        match &result {
+            Ok(_) => self.outages.answered(),
+            Err(error) if counted => self.outages.failed(started, Some(error.cause()), open),
+            Err(_) => {}
+        }
         result
     }
 
@@ -332,12 +375,15 @@ impl RedisPool {
         let conn = match &self.connector {
             Connector::Single(client) => {
                 // No response timeout of its own: `run` bounds every call,
-                // and a second timer per call is measurably dearer.
+                // and a second timer per call is measurably dearer. No
+                // retries of its own either: the pool's calls retry, behind
+                // the breaker, and a connection that fails at once says why
+                // (refused, no such host) instead of running out the call's
+                // deadline in the manager's backoff.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.settings.call_timeout * 4))
                     .set_response_timeout(None)
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_millis(500));
+                    .set_number_of_retries(0);
                 RedisConn::Single(
                     client
                         .get_connection_manager_with_config(config)

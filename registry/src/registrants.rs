@@ -1,7 +1,14 @@
 //! Who may register tools: the sidecar credentials file
 //! (`--registrants-file`). Each credential is a bearer token (stored as its
 //! SHA-256) or an mTLS identity, and may announce only tools whose names
-//! match its patterns, with at most its number of live instances.
+//! match its patterns, with at most its number of live instances and of
+//! tool names.
+//!
+//! Each registrant holds at most `max_tools` distinct tool names; one that
+//! does not say gets an equal share of what `--max-tools` leaves once the
+//! registrants that say have theirs. So, unless the file promises more
+//! than `--max-tools` in all (the registry warns when it does), no
+//! registrant can fill the catalog and lock the others out.
 //!
 //! ```yaml
 //! registrants:
@@ -9,6 +16,7 @@
 //!     token_sha256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
 //!     tools: ["inventory.*", "stock_*"]
 //!     max_instances: 20
+//!     max_tools: 200
 //!   - name: search
 //!     identities: ["spiffe://example.org/ns/tools/sa/search"]
 //!     tools: ["search"]
@@ -38,6 +46,9 @@ pub struct Owner {
     pub name: String,
     /// Most live instances it may hold at once.
     pub max_instances: Option<usize>,
+    /// Most distinct tool names it may hold at once (its `max_tools`, or
+    /// its share of `--max-tools`: [`Registrants::owner`]).
+    pub max_tools: Option<usize>,
 }
 
 /// One credential of the file, and what it may register.
@@ -45,6 +56,8 @@ pub struct Owner {
 pub struct Registrant {
     owner: Owner,
     tools: Vec<Pattern>,
+    /// Its own `max_tools`, if it says.
+    max_tools: Option<usize>,
 }
 
 impl Registrant {
@@ -78,6 +91,12 @@ impl Registrant {
 pub struct Registrants {
     by_token: HashMap<[u8; 32], Arc<Registrant>>,
     by_identity: HashMap<String, Arc<Registrant>>,
+    /// The `max_tools` the file gives, added up.
+    promised_tools: usize,
+    /// Registrants that give none: they share what `--max-tools` leaves.
+    sharing: usize,
+    /// Whether the file promising more than `--max-tools` was logged.
+    overcommit_logged: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +116,8 @@ struct Entry {
     tools: Vec<String>,
     #[serde(default)]
     max_instances: Option<usize>,
+    #[serde(default)]
+    max_tools: Option<usize>,
 }
 
 impl Registrants {
@@ -154,12 +175,21 @@ impl Registrants {
             if entry.max_instances == Some(0) {
                 return Err(format!("{at}.max_instances: 0 would refuse every announce"));
             }
+            match entry.max_tools {
+                Some(0) => return Err(format!("{at}.max_tools: 0 would refuse every announce")),
+                Some(max) => {
+                    registrants.promised_tools = registrants.promised_tools.saturating_add(max);
+                }
+                None => registrants.sharing += 1,
+            }
             let registrant = Arc::new(Registrant {
                 owner: Owner {
                     name: entry.name,
                     max_instances: entry.max_instances,
+                    max_tools: None,
                 },
                 tools,
+                max_tools: entry.max_tools,
             });
             if let Some(hex) = &entry.token_sha256 {
                 let digest = crate::auth::api_keys::parse_hash(hex.trim())
@@ -187,6 +217,38 @@ impl Registrants {
             }
         }
         Ok(registrants)
+    }
+
+    /// The owner `registrant`'s leases are held by, with its bound on tool
+    /// names in a catalog of at most `max_tools` (`--max-tools`): its own
+    /// `max_tools`, else an equal share of what the others' leave (at
+    /// least 1).
+    pub fn owner(&self, registrant: &Registrant, max_tools: usize) -> Owner {
+        let left = max_tools.saturating_sub(self.promised_tools);
+        if left < self.sharing || self.promised_tools > max_tools {
+            self.log_overcommit(max_tools);
+        }
+        let bound = registrant
+            .max_tools
+            .unwrap_or_else(|| (left / self.sharing.max(1)).max(1));
+        Owner {
+            max_tools: Some(bound),
+            ..registrant.owner.clone()
+        }
+    }
+
+    fn log_overcommit(&self, max_tools: usize) {
+        if !self
+            .overcommit_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                promised = self.promised_tools,
+                sharing = self.sharing,
+                max_tools,
+                "the registrants file promises more tool names than --max-tools holds: together its registrants can fill the catalog and lock one another out; lower their max_tools or raise --max-tools"
+            );
+        }
     }
 
     /// The registrant whose token `metadata` carries (`authorization:
@@ -248,6 +310,43 @@ mod tests {
             format!("Bearer {token}").parse().expect("ascii"),
         );
         m
+    }
+
+    #[test]
+    fn registrants_without_max_tools_share_what_the_others_leave() {
+        let file = |entries: &str| {
+            Registrants::parse(&format!("registrants:\n{entries}")).expect("parses")
+        };
+        let entry = |name: &str, extra: &str| {
+            format!(
+                "  - {{name: {name}, token_sha256: {}, tools: [\"*\"]{extra}}}\n",
+                crate::auth::api_keys::hash_key(name)
+            )
+        };
+        let bound = |r: &Registrants, name: &str, max: usize| {
+            let registrant = r.authenticate(&bearer(name), &[]).expect("known");
+            r.owner(&registrant, max).max_tools
+        };
+        let two = file(&format!("{}{}", entry("a", ""), entry("b", "")));
+        assert_eq!(bound(&two, "a", 60), Some(30));
+        assert_eq!(bound(&two, "b", 60), Some(30));
+        let mixed = file(&format!(
+            "{}{}{}",
+            entry("a", ", max_tools: 40"),
+            entry("b", ""),
+            entry("c", "")
+        ));
+        assert_eq!(bound(&mixed, "a", 100), Some(40));
+        assert_eq!(bound(&mixed, "b", 100), Some(30));
+        assert_eq!(bound(&mixed, "c", 100), Some(30));
+        assert_eq!(
+            bound(&mixed, "b", 30),
+            Some(1),
+            "overcommitted: at least one"
+        );
+        assert!(
+            Registrants::parse(&format!("registrants:\n{}", entry("z", ", max_tools: 0"))).is_err()
+        );
     }
 
     #[test]

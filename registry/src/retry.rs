@@ -19,8 +19,11 @@ use std::{sync::Arc, time::Duration};
 use bytes::Bytes;
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use tokio::time::Instant;
-use tonic::Code;
-use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse, InvokeResponse};
+use tonic::{Code, metadata::AsciiMetadataValue};
+use toolmesh_proto::{
+    grant::{self, ArgumentsDigest, CallKey},
+    pb::{ExecuteRequest, ExecuteResponse, InvokeResponse},
+};
 use toolmesh_telemetry::{TraceContext, spans};
 use tower::retry::budget::{Budget as _, TpsBudget};
 use tracing::Instrument as _;
@@ -88,7 +91,7 @@ impl Attempts {
     ) -> Attempted {
         let mut reached = false;
         let mut tried = Vec::new();
-        let request = match self.proxy.encode(&request) {
+        let encoded = match self.proxy.encode(&request) {
             Ok(encoded) => encoded,
             Err(error) => {
                 return Attempted {
@@ -101,7 +104,9 @@ impl Attempts {
         };
         let call = Launch {
             tool,
-            request: &request,
+            request: &encoded,
+            sent: &request,
+            arguments: ArgumentsDigest::of(&request.arguments_json),
             deadline,
             trace,
         };
@@ -289,6 +294,10 @@ impl Attempts {
         }
         let proxy = self.proxy.clone();
         let request = call.request.clone();
+        let grant = instance
+            .execute_key
+            .as_ref()
+            .map(|key| call.grant(key, &instance.id));
         let (deadline, trace) = (call.deadline, call.trace.clone());
         let (metrics, descriptor) = (self.metrics.clone(), call.tool.descriptor.clone());
         Some(
@@ -297,7 +306,7 @@ impl Attempts {
                 let started = Instant::now();
                 let onward = trace.onward(&tracing::Span::current());
                 let outcome = proxy
-                    .execute(&instance.endpoint, request, deadline, &onward)
+                    .execute(&instance.endpoint, request, grant, deadline, &onward)
                     .await;
                 metrics.attempt(
                     &descriptor.name,
@@ -330,6 +339,7 @@ impl Attempts {
                     is_error: response.is_error,
                     instance_id: instance.id.clone(),
                     attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                    content_json: response.content_json,
                 })
             }
             Err(ProxyError::Timeout) => Verdict::Fail {
@@ -379,12 +389,14 @@ impl Attempts {
                             retry: false,
                         }
                     }
-                    // The sidecar wants another token (--execute-token-file
-                    // differs): it never ran the tool, and the agent is not
-                    // the one to blame.
+                    // The sidecar refused the call's grant (its clock is
+                    // off, it restarted with a new key and has not
+                    // announced it yet) or the registry's certificate: it
+                    // never ran the tool, and the agent is not the one to
+                    // blame.
                     Code::Unauthenticated | Code::PermissionDenied => {
                         self.balancer.record_failure(&instance.id);
-                        tracing::error!(tool = tool.name(), instance = %instance.id, message = status.message(), "the sidecar refused the registry's token: check --execute-token-file on both");
+                        tracing::error!(tool = tool.name(), instance = %instance.id, message = status.message(), "the sidecar refused the registry's credentials for this call");
                         Verdict::Fail {
                             error: no_instance(tool, "instance refused the registry's credentials"),
                             retry: true,
@@ -446,9 +458,27 @@ const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
 /// One call's attempts share these.
 struct Launch<'a> {
     tool: &'a ToolState,
+    /// The request, encoded.
     request: &'a Bytes,
+    /// The request as it was encoded, for the grants.
+    sent: &'a ExecuteRequest,
+    arguments: ArgumentsDigest,
     deadline: Instant,
     trace: &'a TraceContext,
+}
+
+impl Launch<'_> {
+    /// A grant of this call for the instance `instance`, whose key is `key`.
+    fn grant(&self, key: &CallKey, instance: &str) -> AsciiMetadataValue {
+        let call = grant::Call {
+            instance,
+            invocation: &self.sent.invocation_id,
+            tool: &self.sent.tool,
+            caller: &self.sent.caller,
+            arguments: self.arguments,
+        };
+        grant::mint(key, &call, grant::now_ms(), rand::random())
+    }
 }
 
 /// Why an attempt starts.

@@ -1,22 +1,35 @@
 //! `SearchTools`: the tools most relevant to a task in words, ranked by
-//! BM25 (the `bm25` crate: an in-memory inverted index with stemming and
-//! stop words) over what a model reads of a tool: its name, title,
-//! description, tags, and the names and descriptions of its arguments.
+//! BM25 over what a model reads of a tool: its name, title, description,
+//! tags, and the names and descriptions of its arguments, tokenized by the
+//! `bm25` crate's English tokenizer (stemming, stop words). The scorer is
+//! `search/bm25.rs`: an inverted index whose statistics are those of what
+//! the caller may see.
 //!
 //! The index follows the catalog's change stream ([`ToolSearch::follow`]),
 //! in both modes (the Redis store feeds the same stream), so a tool is
-//! findable once it is listed and gone once it is not. BM25 weighs terms by
-//! the corpus's average document length; updates drift from it, so the
-//! index is rebuilt once a tenth of it has changed.
+//! findable once it is listed and gone once it is not.
+//!
+//! A search's [`Scope`] is the caller's policy, never the request's tag
+//! or name filters: a tool the caller may not see moves no score (BM25's
+//! document counts and average length are the visible tools'), while a
+//! filter only selects among the results, so a tool's score for a query
+//! is the same whatever filter the request adds (as a filter clause does
+//! not score in Lucene), and a filter matching a handful of tools does
+//! not flatten every term's weight.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use bm25::{Document, Language, SearchEngine, SearchEngineBuilder};
+use ::bm25::{DefaultTokenizer, Language, Tokenizer};
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use toolmesh_proto::pb;
 
 use crate::catalog::{Catalog, ChangeKind, ToolState};
+
+mod bm25;
+
+use self::bm25::Bm25;
+pub use self::bm25::Scope;
 
 /// Longest query accepted, in bytes.
 pub const MAX_QUERY_BYTES: usize = 1024;
@@ -31,7 +44,7 @@ const MAX_SCHEMA_DEPTH: usize = 4;
 const MAX_DOCUMENT_BYTES: usize = 32 * 1024;
 
 /// One tool found, with its BM25 score (higher is more relevant; only
-/// comparable within one search).
+/// comparable within one caller's searches).
 #[derive(Debug, Clone)]
 pub struct Found {
     /// The tool's name.
@@ -42,42 +55,15 @@ pub struct Found {
 
 /// The search index over the catalog's tools.
 pub struct ToolSearch {
-    index: RwLock<Index>,
-}
-
-struct Index {
-    engine: SearchEngine<String>,
-    /// Documents upserted or removed since the engine was built.
-    changes: usize,
+    tokenizer: DefaultTokenizer,
+    index: RwLock<Bm25>,
 }
 
 impl Default for ToolSearch {
     fn default() -> Self {
         Self {
-            index: RwLock::new(Index::build(Vec::new())),
-        }
-    }
-}
-
-impl Index {
-    fn build(documents: Vec<Document<String>>) -> Self {
-        let engine = if documents.is_empty() {
-            SearchEngineBuilder::<String>::with_avgdl(16.0)
-                .language_mode(Language::English)
-                .build()
-        } else {
-            SearchEngineBuilder::<String>::with_documents(Language::English, documents).build()
-        };
-        Self { engine, changes: 0 }
-    }
-
-    /// Rebuilds once enough has changed that the average length drifted.
-    fn changed(&mut self) {
-        self.changes += 1;
-        let size = self.engine.iter().size_hint().0.max(self.changes);
-        if self.changes > (size / 10).max(16) {
-            let documents: Vec<Document<String>> = self.engine.iter().collect();
-            *self = Self::build(documents);
+            tokenizer: DefaultTokenizer::new(Language::English),
+            index: RwLock::default(),
         }
     }
 }
@@ -86,43 +72,44 @@ impl ToolSearch {
     /// Indexes the tools `descriptors` describe, replacing whatever was
     /// indexed.
     pub fn replace_all<'a>(&self, descriptors: impl IntoIterator<Item = &'a pb::ToolDescriptor>) {
-        let documents = descriptors
-            .into_iter()
-            .map(|d| Document::new(d.name.clone(), text(d)))
-            .collect();
-        *self.index.write().unwrap_or_else(PoisonError::into_inner) = Index::build(documents);
+        let mut index = Bm25::default();
+        for descriptor in descriptors {
+            index.upsert(&descriptor.name, &self.tokens(descriptor));
+        }
+        *self.index.write().unwrap_or_else(PoisonError::into_inner) = index;
     }
 
     /// Indexes the tool `descriptor` describes (again, if it was).
     pub fn upsert(&self, descriptor: &pb::ToolDescriptor) {
-        let mut index = self.index.write().unwrap_or_else(PoisonError::into_inner);
-        index
-            .engine
-            .upsert(Document::new(descriptor.name.clone(), text(descriptor)));
-        index.changed();
+        let tokens = self.tokens(descriptor);
+        self.index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .upsert(&descriptor.name, &tokens);
     }
 
     /// Forgets the tool named `name`.
     pub fn remove(&self, name: &str) {
-        let mut index = self.index.write().unwrap_or_else(PoisonError::into_inner);
-        index.engine.remove(&name.to_owned());
-        index.changed();
+        self.index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
     }
 
-    /// Every indexed tool matching `query`, most relevant first, that
-    /// `keep` keeps, at most `limit`.
-    pub fn search(&self, query: &str, limit: usize, keep: impl Fn(&str) -> bool) -> Vec<Found> {
+    /// The tools of `scope` matching `query`, most relevant first, at most
+    /// `limit`, scored against the tools of `scope` alone.
+    pub fn search<'a>(&self, query: &str, limit: usize, scope: impl Into<Scope<'a>>) -> Vec<Found> {
+        let query = self.tokenizer.tokenize(&words(query).join(" "));
         let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
         let mut found: Vec<Found> = index
-            .engine
-            .search(&words(query).join(" "), None)
+            .search(&query, scope.into())
             .into_iter()
-            .filter(|r| keep(&r.document.id))
-            .map(|r| Found {
-                name: r.document.id,
-                score: r.score,
+            .map(|(name, score)| Found {
+                name: name.to_owned(),
+                score,
             })
             .collect();
+        drop(index);
         // Equal scores in name order: the same query, the same answer.
         found.sort_by(|a, b| {
             b.score
@@ -148,6 +135,10 @@ impl ToolSearch {
                 Err(RecvError::Closed) => return,
             }
         }
+    }
+
+    fn tokens(&self, descriptor: &pb::ToolDescriptor) -> Vec<String> {
+        self.tokenizer.tokenize(&text(descriptor))
     }
 }
 

@@ -11,7 +11,6 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
     pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
-    token::Token,
 };
 use toolmesh_telemetry::admin::Readiness;
 
@@ -149,9 +148,7 @@ impl Registry {
     /// embedded otherwise. Must be called inside a tokio runtime.
     pub fn from_config(mut config: Config) -> Result<Self, ServeError> {
         if let Some(path) = &config.execute_token_file {
-            let token = Token::load(path)
-                .map_err(|e| ServeError::Config(format!("--execute-token-file {e}")))?;
-            config.execute_token = Some(token);
+            tracing::warn!(path = %path.display(), "--execute-token-file is deprecated and ignored: every Execute carries a grant signed with the key its sidecar announced (docs/security.md); remove the flag");
         }
         let access = Arc::new(Access::from_config(&config).map_err(ServeError::Config)?);
         let audit = match &config.audit_log {
@@ -216,7 +213,7 @@ impl Registry {
             config.redis_outage,
             store.replica_count(),
         );
-        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = ?config.redis_outage, "catalog and rate limits in redis");
+        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = %config.redis_outage, "catalog and rate limits in redis");
         Ok(
             Self::new(store, Arc::new(limiter), idempotency, config, metrics)
                 .with_access(access, audit),
@@ -273,7 +270,6 @@ impl Registry {
         let balancer = Arc::new(Balancer::default().metered(metrics.clone()));
         let proxy = Arc::new(
             Proxy::new(config.connect_timeout, config.max_message_bytes)
-                .with_token(config.execute_token.clone())
                 .with_tls(config.sidecar_tls.clone())
                 .with_endpoint_policy(endpoints),
         );
@@ -457,6 +453,7 @@ impl Registry {
         .max_encoding_message_size(max);
         let registration = RegistrationServer::new(
             RegistrationApi::new(self.catalog.clone(), self.access.clone())
+                .sharing(self.config.max_tools)
                 .audit(self.audit.clone())
                 .metered(self.metrics.clone()),
         )

@@ -8,6 +8,7 @@
 
 use jsonschema::{PatternOptions, Validator, error::ValidationErrorKind};
 use serde_json::Value;
+use toolmesh_telemetry::shown::clip;
 
 use crate::error::{RegistryError, Violation};
 use crate::strict_json::{self, StrictJsonError};
@@ -15,8 +16,17 @@ use crate::strict_json::{self, StrictJsonError};
 /// At most this many violations are reported for one call.
 pub const MAX_VIOLATIONS: usize = 32;
 
-/// Most alternatives of an `anyOf` or `oneOf` a violation describes.
+/// Most alternatives of an `anyOf` or `oneOf`, or values of an `enum`, a
+/// violation describes.
 const MAX_FORMS: usize = 8;
+
+/// Most bytes of one value (of an `enum`, or the one given) a violation
+/// quotes.
+const VALUE_MAX: usize = 48;
+
+/// Most bytes of an `enum`'s values a violation lists: with the value
+/// given, the message stays within what a status shows of it (256 bytes).
+const VALUES_MAX: usize = 160;
 
 /// Compiled regexes in a schema may use at most this much memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -155,6 +165,10 @@ impl ArgumentValidator {
                     error.instance()
                 ),
             }],
+            ValidationErrorKind::Enum { options } => vec![Violation {
+                pointer: at.to_owned(),
+                message: not_one_of(error.instance(), options),
+            }],
             ValidationErrorKind::AnyOf { .. } | ValidationErrorKind::OneOfNotValid { .. } => {
                 vec![Violation {
                     pointer: at.to_owned(),
@@ -224,13 +238,9 @@ impl ArgumentValidator {
             return constant.to_string();
         }
         if let Some(Value::Array(values)) = object.get("enum") {
-            let mut shown: Vec<String> = values
-                .iter()
-                .take(MAX_FORMS)
-                .map(Value::to_string)
-                .collect();
-            if values.len() > MAX_FORMS {
-                shown.push(format!("{} more", values.len() - MAX_FORMS));
+            let (mut shown, rest) = listed(values);
+            if rest > 0 {
+                shown.push(format!("{rest} more"));
             }
             return format!("one of {}", shown.join(", "));
         }
@@ -320,6 +330,44 @@ impl ArgumentValidator {
             ),
         }
     }
+}
+
+/// What an `enum` of `options` says of `given`, a value it does not
+/// hold: `"Q5" is not one of "Q1", "Q2", "Q3" or "Q4"`, the values bounded
+/// ([`listed`]).
+fn not_one_of(given: &Value, options: &Value) -> String {
+    let given = clip(&given.to_string(), VALUE_MAX);
+    let values = options.as_array().map(Vec::as_slice).unwrap_or_default();
+    let (mut shown, rest) = listed(values);
+    if rest > 0 {
+        shown.push(format!("{rest} more"));
+    }
+    match shown.as_slice() {
+        [] => format!("{given} is not allowed: the enum allows no value"),
+        [only] if rest == 0 => {
+            format!("{given} is not allowed: the only allowed value is {only}")
+        }
+        [only] => format!("{given} is not one of {only}"),
+        [init @ .., last] => format!("{given} is not one of {} or {last}", init.join(", ")),
+    }
+}
+
+/// The first of `values` as JSON, each cut at [`VALUE_MAX`] bytes, at most
+/// [`MAX_FORMS`] of them and [`VALUES_MAX`] bytes in all (one at least),
+/// and how many are left out.
+fn listed(values: &[Value]) -> (Vec<String>, usize) {
+    let mut shown = Vec::new();
+    let mut bytes = 0;
+    for value in values.iter().take(MAX_FORMS) {
+        let text = clip(&value.to_string(), VALUE_MAX);
+        bytes += text.len() + 2;
+        if bytes > VALUES_MAX && !shown.is_empty() {
+            break;
+        }
+        shown.push(text);
+    }
+    let rest = values.len() - shown.len();
+    (shown, rest)
 }
 
 /// A JSON type with its article: `a string`, `an integer`, `null`.
@@ -448,6 +496,49 @@ mod tests {
         assert_eq!(found, expected);
     }
 
+    fn enum_message(values: &serde_json::Value, given: &serde_json::Value) -> String {
+        let schema = json!({"type": "object", "properties": {"q": {"enum": values}}});
+        let violations = compile(&schema.to_string())
+            .unwrap()
+            .check(&json!({ "q": given }))
+            .unwrap_err();
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].pointer, "/q");
+        violations[0].message.clone()
+    }
+
+    #[test]
+    fn an_enum_violation_lists_the_values() {
+        assert_eq!(
+            enum_message(&json!(["Q1", "Q2", "Q3", "Q4"]), &json!("Q5")),
+            r#""Q5" is not one of "Q1", "Q2", "Q3" or "Q4""#
+        );
+        assert_eq!(
+            enum_message(&json!([1, null, "a\nb", {"k": true}]), &json!(2)),
+            r#"2 is not one of 1, null, "a\nb" or {"k":true}"#
+        );
+        assert_eq!(
+            enum_message(&json!(["on"]), &json!("off")),
+            r#""off" is not allowed: the only allowed value is "on""#
+        );
+        let twelve: Vec<String> = (1..=12).map(|i| format!("v{i}")).collect();
+        assert_eq!(
+            enum_message(&json!(twelve), &json!("v0")),
+            r#""v0" is not one of "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8" or 4 more"#
+        );
+    }
+
+    #[test]
+    fn an_enum_violation_stays_bounded() {
+        let long: Vec<String> = (0..20).map(|i| format!("{i}{}", "x".repeat(100))).collect();
+        let given = json!("y".repeat(10_000));
+        let message = enum_message(&json!(long), &given);
+        assert!(message.len() <= 256, "{} bytes: {message}", message.len());
+        assert!(message.starts_with(r#""yyyy"#), "{message}");
+        assert!(message.contains(r#""0xxx"#), "{message}");
+        assert!(message.ends_with(" more"), "{message}");
+    }
+
     #[test]
     fn a_value_fitting_no_alternative_hears_what_the_alternatives_are() {
         let validator = compile(
@@ -553,6 +644,25 @@ mod tests {
         fn integers_within_bounds_validate(n in -1000i64..1000, text in "[a-z]{1,10}") {
             let result = schema().check(&json!({"text": text, "n": n}));
             prop_assert_eq!(result.is_ok(), n <= 10);
+        }
+
+        #[test]
+        fn an_enum_violation_names_every_value_of_a_short_enum_and_stays_bounded(
+            values in proptest::collection::btree_set("[a-z0-9 \"\\\\]{1,12}", 1..20),
+            given in ".{0,300}",
+        ) {
+            prop_assume!(!values.contains(&given));
+            let message = enum_message(&json!(values), &json!(given));
+            prop_assert!(message.len() <= 256, "{} bytes: {}", message.len(), message);
+            let bytes: usize = values.iter().map(|v| json!(v).to_string().len() + 2).sum();
+            if values.len() <= MAX_FORMS && bytes <= VALUES_MAX {
+                for value in &values {
+                    let quoted = json!(value).to_string();
+                    prop_assert!(message.contains(&quoted), "{} not in {}", quoted, message);
+                }
+            } else {
+                prop_assert!(message.ends_with(" more"), "{}", message);
+            }
         }
 
         #[test]

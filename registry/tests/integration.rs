@@ -11,8 +11,8 @@ mod call_log;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
-#[path = "integration/execute_token.rs"]
-mod execute_token;
+#[path = "integration/execute_grants.rs"]
+mod execute_grants;
 #[path = "integration/faults.rs"]
 mod faults;
 #[path = "integration/flags.rs"]
@@ -37,6 +37,10 @@ mod mcp;
 mod mcp_access;
 #[path = "integration/mcp_both_ways.rs"]
 mod mcp_both_ways;
+#[path = "integration/mcp_content.rs"]
+mod mcp_content;
+#[path = "integration/mcp_docs.rs"]
+mod mcp_docs;
 #[path = "integration/mcp_python.rs"]
 mod mcp_python;
 #[path = "integration/mcp_redis.rs"]
@@ -57,6 +61,8 @@ mod redis_outages;
 mod redis_replicas;
 #[path = "integration/redis_round_trips.rs"]
 mod redis_round_trips;
+#[path = "integration/redis_unreachable.rs"]
+mod redis_unreachable;
 #[path = "integration/registrants.rs"]
 mod registrants;
 #[path = "integration/search.rs"]
@@ -333,6 +339,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         instance_id: id.into(),
         endpoint: "http://127.0.0.1:9".into(),
         tools: vec![d],
+        execute_key: Vec::new(),
     };
     registration
         .announce(announce("a", descriptor("1", r#"{"type":"object"}"#)))

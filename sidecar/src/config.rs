@@ -23,6 +23,7 @@
 //! - `rules`: the rules serde cannot express.
 //! - `machine`: programs and folders on this machine.
 //! - `locate`: the line and column of a key, for problems found after parsing.
+//! - `keywords`: schema keys that are probably misspelt keywords, warned of.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
 mod allowed;
 mod duration;
 mod key;
+mod keywords;
 mod locate;
 mod machine;
 mod parse;
@@ -203,9 +205,15 @@ pub struct McpConfig {
     /// restarted with backoff when it exits (exclusive with `url`).
     #[serde(default)]
     pub command: Option<Vec<String>>,
-    /// Extra environment variables for `command`.
+    /// Variables set in `command`'s environment. The server does not
+    /// inherit the sidecar's environment: it gets only these, those named
+    /// in `env_pass`, and [`crate::mcp::INHERITED`] and `LC_*`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables `command` gets from the sidecar's environment, by name
+    /// (left out when the sidecar does not have them), e.g. `[GITHUB_TOKEN]`.
+    #[serde(default)]
+    pub env_pass: Vec<String>,
     /// Working directory for `command`, relative to the config file's
     /// directory (default: that directory).
     #[serde(default)]
@@ -230,7 +238,7 @@ pub struct McpConfig {
     #[serde(default)]
     pub deny: Vec<String>,
     /// How often to list the server's tools again, besides when it says
-    /// they changed (`notifications/tools/list_changed`); default 5m.
+    /// they changed (`notifications/tools/list_changed`); default 30s.
     #[serde(default, deserialize_with = "duration::optional")]
     pub relist_interval: Option<Duration>,
 }
@@ -381,6 +389,40 @@ impl SidecarConfig {
             .filter_map(|tool| Some(tool.mcp_server(tool.backend.mcp.as_ref()?, &base_dir)))
             .collect())
     }
+
+    /// What is legal but probably not meant: a key of a tool's schema one
+    /// typo away from a JSON Schema keyword (`propertes`), which a
+    /// validator ignores. Each names the file at `path`
+    /// (this config's), and its line and column when the file reads.
+    pub fn warnings(&self, path: &Path) -> Vec<Problem> {
+        let yaml = std::fs::read_to_string(path).unwrap_or_default();
+        let mut found = Vec::new();
+        for (index, tool) in self.tools.iter().enumerate() {
+            let at = KeyPath::root().key("tools").index(index);
+            for (key, schema) in [
+                ("input_schema", &tool.input_schema),
+                ("output_schema", &tool.output_schema),
+            ] {
+                if let Some(schema) = schema {
+                    found.extend(keywords::typos(schema, &at.key(key)));
+                }
+            }
+            for (position, argument) in tool.arguments.iter().flatten().enumerate() {
+                if let Some(items) = &argument.items {
+                    let at = at.key("arguments").index(position).key("items");
+                    found.extend(keywords::typos(items, &at));
+                }
+            }
+        }
+        found
+            .into_iter()
+            .map(|problem| {
+                let mut problem = problem.located_in(&yaml);
+                problem.file = Some(path.to_owned());
+                problem
+            })
+            .collect()
+    }
 }
 
 /// `error` with the line and column of its key in `yaml`.
@@ -409,6 +451,7 @@ impl ToolConfig {
                     },
                     args: args.to_vec(),
                     env: mcp.env.clone(),
+                    pass: mcp.env_pass.clone(),
                     cwd: Some(resolve(
                         base_dir,
                         mcp.cwd.as_deref().unwrap_or(Path::new("")),

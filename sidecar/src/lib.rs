@@ -102,12 +102,9 @@ pub enum SidecarError {
     /// TLS settings do not go together.
     #[error("TLS: {0}")]
     TlsSettings(&'static str),
-    /// The sidecar would serve beyond loopback with nothing keeping callers
-    /// other than the registry out.
-    #[error(
-        "listening on {0}, beyond loopback, with no --execute-token-file or --registry-identity: anyone reaching the port could run the tools past the registry; give one (docs/security.md) or pass --insecure"
-    )]
-    Unprotected(std::net::SocketAddr),
+    /// No execute key could be made for this instance.
+    #[error("execute key: {0}")]
+    ExecuteKey(#[from] toolmesh_proto::grant::KeyError),
     /// The registry refused the announce for good.
     #[error(transparent)]
     Refused(#[from] refusal::AnnounceRefused),

@@ -92,15 +92,20 @@ struct Cli {
     /// flight [default: 1024].
     #[arg(long, env = "TOOLMESH_SIDECAR_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_streams: Option<u32>,
-    /// File holding the token the registry presents (its own
-    /// --execute-token-file): Execute calls without it are refused.
-    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE")]
+    /// Deprecated and ignored: every Execute carries a grant the registry
+    /// signs with this instance's own key, which replaces the shared
+    /// token. Kept so that a command line naming it still starts.
+    #[arg(long, env = "TOOLMESH_EXECUTE_TOKEN_FILE", hide = true)]
     execute_token_file: Option<PathBuf>,
-    /// Listen beyond loopback with neither --execute-token-file nor
-    /// --registry-identity (and warn at start); without it the sidecar
-    /// refuses to.
-    #[arg(long, env = "TOOLMESH_SIDECAR_INSECURE")]
+    /// Deprecated and ignored: Execute always needs the registry's grant,
+    /// so there is nothing left for it to open.
+    #[arg(long, env = "TOOLMESH_SIDECAR_INSECURE", hide = true)]
     insecure: bool,
+    /// How far from this sidecar's clock the issue time of an Execute
+    /// grant may be (the registry's and this host's clocks may differ by
+    /// less than this).
+    #[arg(long, env = "TOOLMESH_GRANT_MAX_AGE", value_parser = humantime::parse_duration, default_value = "60s")]
+    grant_max_age: Duration,
     /// File holding the token this sidecar registers with: one of the
     /// registry's --registrants-file credentials.
     #[arg(long, env = "TOOLMESH_REGISTRATION_TOKEN_FILE")]
@@ -131,8 +136,7 @@ struct Cli {
     tls_client_ca_file: Option<PathBuf>,
     /// Take Execute calls only from a client certificate, verified with
     /// --tls-client-ca-file, that carries this identity (a URI SAN such
-    /// as spiffe://..., or a DNS SAN). With --execute-token-file too,
-    /// both are required.
+    /// as spiffe://..., or a DNS SAN), on top of the call's grant.
     #[arg(
         long,
         env = "TOOLMESH_REGISTRY_IDENTITY",
@@ -267,22 +271,33 @@ async fn run(
     matches: &ArgMatches,
     withdraw: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let _telemetry = toolmesh_telemetry::init(&cli.log, "toolmesh-sidecar")?;
+    let log = toolmesh_telemetry::LogArgs {
+        filter: toolmesh_telemetry::filter::quieting(&cli.log.filter, "rmcp"),
+        ..cli.log.clone()
+    };
+    let _telemetry = toolmesh_telemetry::init(&log, "toolmesh-sidecar")?;
 
     // Config first, ports second.
     let Some(config_file) = cli.config else {
         anyhow::bail!("--config is required");
     };
     let config = SidecarConfig::load(&config_file)?;
+    for warning in config.warnings(&config_file) {
+        tracing::warn!(%warning, "config");
+    }
     let config_dir = config_file.parent().unwrap_or(Path::new(""));
     let tools = config.build_tools(config_dir)?;
     let mcp_servers = config.mcp_servers(config_dir)?;
-    let execute_token = cli
-        .execute_token_file
-        .as_deref()
-        .map(Token::load)
-        .transpose()
-        .map_err(|e| anyhow!("--execute-token-file {e}"))?;
+    if cli.execute_token_file.is_some() {
+        tracing::warn!(
+            "--execute-token-file is deprecated and ignored: every Execute carries a grant the registry signs with this instance's own key (docs/security.md); remove the flag"
+        );
+    }
+    if cli.insecure {
+        tracing::warn!(
+            "--insecure is deprecated and ignored: Execute always needs the registry's grant; remove the flag"
+        );
+    }
     let registration_token = cli
         .registration_token_file
         .as_deref()
@@ -379,12 +394,12 @@ async fn run(
         advertise,
         instance_id: cli.instance_id.or(config.instance_id),
         max_concurrent_streams: cli.max_concurrent_streams,
-        execute_token,
+        execute_key: None,
+        grant_max_age: Some(cli.grant_max_age),
         registration_token,
         tls,
         registry_tls: Some(registry_tls),
         registry_identity: cli.registry_identity,
-        insecure: cli.insecure,
         metrics: Some(metrics),
         readiness: Some(readiness),
         mcp_servers,

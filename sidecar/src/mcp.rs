@@ -11,14 +11,17 @@
 //! A server that exits, or stops answering, has its tools withdrawn at once
 //! (the announcer re-announces without them, or leaves the registry when
 //! nothing is left) and is started or reached again with backoff; its tools
-//! come back once it lists them.
+//! come back once it lists them. What tells (a ping, a change stream, or
+//! only listing again) follows what the server speaks and advertises.
 //!
 //! # Layout
 //! - `convert`: an MCP tool as a descriptor; a `tools/call` result as an
 //!   [`Outcome`](crate::Outcome).
+//! - `environment`: what a stdio server sees of the environment.
 //! - `session`: one connection to a server: start or reach it, list, call.
 //! - `supervise`: the loop that keeps a server's tools published, and
 //!   [`Sources`], every server's loop.
+//! - `watch`: how that loop hears of changes and of the server's end.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,10 +31,14 @@ use toolmesh_proto::pattern::Pattern;
 use toolmesh_proto::pb;
 
 mod convert;
+mod environment;
 mod session;
 mod stderr;
 mod supervise;
+mod watch;
 
+pub(crate) use environment::is_variable_name;
+pub use environment::{INHERITED, LOCALE_PREFIX};
 pub use session::{CALLER_META, INVOCATION_ID_META};
 pub(crate) use supervise::Sources;
 
@@ -61,16 +68,21 @@ pub struct McpServer {
 /// How the sidecar reaches an MCP server.
 #[derive(Debug, Clone)]
 pub enum McpTransport {
-    /// Start `program` with `args` (and `env` added, in `cwd`), and speak
-    /// over its stdin and stdout; each line of its stderr is logged as the
-    /// sidecar's own event, naming the server.
+    /// Start `program` with `args` in `cwd`, and speak over its stdin and
+    /// stdout; each line of its stderr is logged as the sidecar's own
+    /// event, naming the server. Its environment is not the sidecar's:
+    /// only the variables [`INHERITED`] (and `LC_*`), those named in `pass`
+    /// and those `env` sets.
     Stdio {
         /// The program, resolved as the command backend resolves one.
         program: PathBuf,
         /// Its arguments.
         args: Vec<String>,
-        /// Variables added to the sidecar's environment.
+        /// Variables set in its environment (over any passed).
         env: BTreeMap<String, String>,
+        /// Variables passed through from the sidecar's environment, by
+        /// name, besides [`INHERITED`].
+        pass: Vec<String>,
         /// Its working directory.
         cwd: Option<PathBuf>,
     },

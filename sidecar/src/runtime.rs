@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolmesh_proto::grant::{self, Verifier};
 use toolmesh_proto::pb;
-use toolmesh_proto::token::Token;
 use toolmesh_telemetry::{
     TraceContext,
     shown::{QUOTED_MAX, Quoted, clip},
@@ -134,6 +134,7 @@ impl Runtime {
         let Outcome {
             result_json,
             is_error,
+            content_json,
         } = normalize(outcome, tool.max_output_bytes());
         if is_error {
             spans::failed(&span, "tool_error");
@@ -141,6 +142,7 @@ impl Runtime {
         Ok(pb::ExecuteResponse {
             result_json,
             is_error,
+            content_json,
         })
     }
 }
@@ -166,11 +168,13 @@ pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Du
     }
 }
 
-/// Makes `outcome.result_json` valid JSON within `max_bytes`: JSON output is
-/// kept (trimmed), other text becomes a JSON string, and output over the cap
-/// becomes an error result saying so.
+/// Makes `outcome.result_json` valid JSON within `max_bytes` (its content
+/// blocks, if any, counted too): JSON output is kept (trimmed), other text
+/// becomes a JSON string, and output over the cap becomes an error result
+/// saying so.
 pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
-    if outcome.result_json.len() > max_bytes {
+    let blocks = outcome.content_json.len();
+    if outcome.result_json.len().saturating_add(blocks) > max_bytes {
         return Outcome::error_message(&format!(
             "the tool's output exceeds the limit of {max_bytes} bytes"
         ));
@@ -181,7 +185,7 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     } else {
         json_string(&outcome.result_json)
     };
-    if result_json.len() > max_bytes {
+    if result_json.len().saturating_add(blocks) > max_bytes {
         return Outcome::error_message(&format!(
             "the tool's output exceeds the limit of {max_bytes} bytes once encoded as JSON"
         ));
@@ -189,33 +193,29 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     Outcome {
         result_json,
         is_error: outcome.is_error,
+        content_json: outcome.content_json,
     }
 }
 
-/// The tonic `ToolRuntime` service: decodes, delegates to [`Runtime`], encodes.
+/// The tonic `ToolRuntime` service: checks the call's grant, decodes,
+/// delegates to [`Runtime`], encodes.
 #[derive(Debug, Clone)]
 pub struct RuntimeService {
     runtime: Arc<Runtime>,
-    token: Option<Token>,
+    grants: Arc<Verifier>,
     identity: Option<String>,
 }
 
 impl RuntimeService {
-    /// The service in front of `runtime`, taking calls from anyone.
-    pub fn new(runtime: Arc<Runtime>) -> Self {
+    /// The service in front of `runtime`, taking only calls whose grant
+    /// `grants` admits (see [`toolmesh_proto::grant`]); others are
+    /// `UNAUTHENTICATED`.
+    pub fn new(runtime: Arc<Runtime>, grants: Arc<Verifier>) -> Self {
         Self {
             runtime,
-            token: None,
+            grants,
             identity: None,
         }
-    }
-
-    /// Takes only calls that present `token` (the registry's
-    /// `--execute-token-file`); others are `UNAUTHENTICATED`.
-    #[must_use]
-    pub fn with_token(mut self, token: Option<Token>) -> Self {
-        self.token = token;
-        self
     }
 
     /// Takes only calls over a connection whose verified client
@@ -263,13 +263,19 @@ impl RuntimeService {
         request: tonic::Request<pb::ExecuteRequest>,
         trace: TraceContext,
     ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
-        if let Some(token) = &self.token
-            && !token.presented_in(request.metadata())
-        {
-            tracing::warn!("Execute without the registry's token refused");
-            return Err(tonic::Status::unauthenticated(
-                "this sidecar takes calls from the toolmesh registry only: call the tool through the registry's Invoke",
-            ));
+        let call = request.get_ref();
+        if let Err(refusal) = self.grants.check(
+            request.metadata(),
+            &call.tool,
+            &call.invocation_id,
+            &call.caller,
+            &call.arguments_json,
+            grant::now_ms(),
+        ) {
+            tracing::warn!(%refusal, "Execute refused: not a call the registry signed");
+            return Err(tonic::Status::unauthenticated(format!(
+                "this sidecar takes calls from the toolmesh registry only ({refusal}): call the tool through the registry's Invoke"
+            )));
         }
         if let Some(identity) = &self.identity
             && !toolmesh_proto::tls::peer(&request).has_identity(identity)

@@ -339,10 +339,19 @@ impl Sidecar {
         self
     }
 
-    /// Takes `Execute` calls only with `token`, the registry's
-    /// `--execute-token-file` (see [`toolmesh_proto::token`]).
-    pub fn execute_token(mut self, token: toolmesh_proto::token::Token) -> Self {
-        self.options.execute_token = Some(token);
+    /// Does nothing: every `Execute` carries a grant the registry signs
+    /// with this instance's own key ([`toolmesh_proto::grant`]), which
+    /// replaces the shared token.
+    #[deprecated(note = "execute grants replace the shared token; remove the call")]
+    pub fn execute_token(self, _token: toolmesh_proto::token::Token) -> Self {
+        self
+    }
+
+    /// Signs this instance's `Execute` grants with `key` instead of a new
+    /// random one: only to call `Execute` directly, as tests do
+    /// ([`toolmesh_proto::grant::sign`]).
+    pub fn execute_key(mut self, key: toolmesh_proto::grant::CallKey) -> Self {
+        self.options.execute_key = Some(key);
         self
     }
 

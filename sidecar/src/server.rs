@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::net::TcpListener;
+use toolmesh_proto::grant::{self, CallKey, Verifier};
 use toolmesh_proto::pb::tool_runtime_server::ToolRuntimeServer;
 use toolmesh_proto::tls::{self, ClientTls, ServerTls};
 use toolmesh_proto::token::Token;
@@ -49,21 +50,22 @@ pub struct ServeOptions {
     pub tls: Option<ServerTls>,
     /// Take `Execute` calls only over a connection whose verified client
     /// certificate carries this identity (a URI or DNS SAN): the
-    /// registry's, as `tls`'s client CA verified it. With
-    /// `execute_token` set too, both are required.
+    /// registry's, as `tls`'s client CA verified it; on top of the
+    /// call's grant.
     pub registry_identity: Option<String>,
-    /// Serve beyond loopback with neither `execute_token` nor
-    /// `registry_identity` (and warn); without it such a sidecar refuses to
-    /// start, since anyone reaching its port could run its tools.
-    pub insecure: bool,
     /// Stable instance id; default [`default_instance_id`].
     pub instance_id: Option<String>,
     /// HTTP/2 `MAX_CONCURRENT_STREAMS` to advertise; default
     /// [`MAX_CONCURRENT_STREAMS`].
     pub max_concurrent_streams: Option<u32>,
-    /// The token `Execute` calls must present (the registry's
-    /// `--execute-token-file`); `None`: any caller that reaches the port.
-    pub execute_token: Option<Token>,
+    /// The key the registry signs this instance's `Execute` grants with
+    /// ([`toolmesh_proto::grant`]), sent in the announce; `None`: a new
+    /// random one, which is what a sidecar should use. Set it only to
+    /// mint grants of one's own, as tests calling `Execute` directly do.
+    pub execute_key: Option<CallKey>,
+    /// How far from this clock a grant's issue time may be; `None`:
+    /// [`grant::DEFAULT_MAX_AGE`].
+    pub grant_max_age: Option<Duration>,
     /// The token this sidecar registers with (one of the registry's
     /// `--registrants-file` credentials); `None` when registration is open.
     pub registration_token: Option<Token>,
@@ -170,11 +172,21 @@ pub async fn serve_with_withdraw(
     let max_streams = opts
         .max_concurrent_streams
         .unwrap_or(MAX_CONCURRENT_STREAMS);
+    let execute_key = match &opts.execute_key {
+        Some(key) => key.clone(),
+        None => CallKey::generate()?,
+    };
     let announce = pb::AnnounceRequest {
         instance_id: instance_id.clone(),
         endpoint: endpoint.clone(),
         tools: runtime.descriptors(),
+        execute_key: execute_key.as_bytes().to_vec(),
     };
+    let grants = Arc::new(Verifier::new(
+        execute_key,
+        instance_id.clone(),
+        opts.grant_max_age.unwrap_or(grant::DEFAULT_MAX_AGE),
+    ));
     let metrics = opts.metrics.clone().unwrap_or_default();
     let (mut readiness, health) = Readiness::new(opts.readiness.clone()).await;
     let announcer = Announcer::new(
@@ -191,13 +203,6 @@ pub async fn serve_with_withdraw(
         url: registry.clone(),
     })?;
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
-    if opts.execute_token.is_none() && opts.registry_identity.is_none() && !addr.ip().is_loopback()
-    {
-        if !opts.insecure {
-            return Err(SidecarError::Unprotected(addr));
-        }
-        tracing::warn!(%addr, "listening beyond loopback without --execute-token-file or --registry-identity (--insecure): whoever reaches this port can run the tools directly, past the registry's validation and limits");
-    }
 
     let sources = Sources::start(&opts.mcp_servers, &tools, &metrics);
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
@@ -207,8 +212,7 @@ pub async fn serve_with_withdraw(
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(health)
         .add_service(ToolRuntimeServer::new(Metered::new(
-            RuntimeService::new(runtime.clone())
-                .with_token(opts.execute_token.clone())
+            RuntimeService::new(runtime.clone(), grants)
                 .with_identity(opts.registry_identity.clone()),
             &runtime,
             metrics,

@@ -94,13 +94,18 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// What a tool run produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outcome {
     /// The result (or, with `is_error`, the error): JSON text, or plain text
     /// that the runtime encodes as a JSON string.
     pub result_json: String,
     /// True when the tool ran and reported a failure.
     pub is_error: bool,
+    /// The answer as MCP content blocks (a JSON array) when an MCP server
+    /// gave more than one plain text: the blocks as it sent them, for MCP
+    /// clients of the registry (`ExecuteResponse.content_json`). Empty
+    /// otherwise.
+    pub content_json: String,
 }
 
 impl Outcome {
@@ -109,6 +114,7 @@ impl Outcome {
         Self {
             result_json: result_json.into(),
             is_error: false,
+            content_json: String::new(),
         }
     }
 
@@ -117,6 +123,7 @@ impl Outcome {
         Self {
             result_json: result_json.into(),
             is_error: true,
+            content_json: String::new(),
         }
     }
 

@@ -20,6 +20,8 @@ mod health;
 mod http;
 #[path = "integration/mcp.rs"]
 mod mcp;
+#[path = "integration/mcp_reference.rs"]
+mod mcp_reference;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/mistakes.rs"]

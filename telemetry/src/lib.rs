@@ -15,6 +15,7 @@
 //!   [`labels`]: metric label values with a bounded number of names.
 //! - [`shown`]: client-supplied text in errors and log lines, bounded and
 //!   escaped; [`causes`]: an error and its sources on one line.
+//! - [`filter`]: a log filter with a chatty dependency (rmcp) quieted.
 
 use std::{
     io::IsTerminal as _,
@@ -25,6 +26,7 @@ use tracing_subscriber::{Layer as _, layer::SubscriberExt as _, util::Subscriber
 
 pub mod admin;
 pub mod families;
+pub mod filter;
 pub mod format;
 pub mod labels;
 pub mod otel;
@@ -206,7 +208,7 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
             tracing::warn!("{warning}");
         }
         TRACING.store(true, Ordering::Relaxed);
-        tracing::info!(endpoint = %export.endpoint, protocol = ?export.protocol, "exporting traces over OTLP");
+        tracing::info!(endpoint = %export.endpoint, protocol = %export.protocol, "exporting traces over OTLP");
     }
     Ok(Telemetry { provider })
 }

@@ -29,6 +29,16 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+impl std::fmt::Display for Protocol {
+    /// As `OTEL_EXPORTER_OTLP_PROTOCOL` spells it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Grpc => "grpc",
+            Self::HttpProtobuf => "http/protobuf",
+        })
+    }
+}
+
 /// Where and how spans are exported, as the `OTEL_*` variables say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceExport {
@@ -157,6 +167,7 @@ mod tests {
             .expect("valid")
             .expect("on");
         assert_eq!(http.protocol, Protocol::HttpProtobuf);
+        assert_eq!(http.protocol.to_string(), "http/protobuf");
         let grpc = export(&[
             (
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

@@ -14,6 +14,8 @@
 //!   servers that cannot be handed an already-bound listener.
 //! - [`server`]: a server future on a bound loopback listener, stopped
 //!   through a oneshot with its result checked; the sidecar served that way.
+//! - [`grants`]: `Execute` straight on those sidecars, signed as the
+//!   registry signs it.
 //! - [`process`]: the workspace's binaries, a `toolmesh-sidecar` process
 //!   with its log and ready signal, and "is this pid dead?".
 //! - [`registry_process`]: the `toolmesh-registry` binary as a process,
@@ -27,6 +29,7 @@
 //!   as a text waterfall.
 
 pub mod catalog;
+pub mod grants;
 pub mod http2;
 pub mod mcp;
 pub mod otlp;

@@ -138,12 +138,14 @@ pub fn sidecar_on(
     )
 }
 
-/// A sidecar library server serving `tools` on `listener` with `options`.
+/// A sidecar library server serving `tools` on `listener` with `options`,
+/// its execute key [`crate::grants::key`] unless `options` names one.
 pub fn sidecar_with(
     listener: TcpListener,
     tools: Vec<Tool>,
-    options: ServeOptions,
+    mut options: ServeOptions,
 ) -> LoopbackServer {
+    options.execute_key.get_or_insert_with(crate::grants::key);
     LoopbackServer::spawn(listener, move |listener, shutdown| {
         serve(listener, tools, options, shutdown)
     })

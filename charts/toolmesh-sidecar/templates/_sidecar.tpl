@@ -10,6 +10,8 @@ the chart's own). In the chart that depends on this library:
     spec.volumes:          {{- include "toolmesh-sidecar.volume" . | nindent 8 }}
   templates/toolmesh-sidecar.yaml:
     {{ include "toolmesh-sidecar.configmap" . }}
+  templates/NOTES.txt (optional):
+    {{ include "toolmesh-sidecar.notes" . }}
 
 See examples/charts/inventory-tool for a whole chart.
 */}}
@@ -20,10 +22,8 @@ See examples/charts/inventory-tool for a whole chart.
 {{- if not $v }}
 {{- fail "toolmesh-sidecar: no `toolmesh-sidecar:` values: depend on the toolmesh-sidecar chart under its own name (no alias) in Chart.yaml, and run `helm dependency update`" }}
 {{- end }}
-{{- $host := $v.listenHost | trimPrefix "[" | trimSuffix "]" }}
-{{- $loopback := or (eq $host "localhost") (eq $host "::1") (hasPrefix "127." $host) }}
-{{- if and (not $v.insecure) (not $loopback) (not $v.executeToken.existingSecret) (not $v.registryIdentity) }}
-{{- fail (printf "toolmesh-sidecar: the sidecar refuses to listen beyond loopback (toolmesh-sidecar.listenHost %s) with nothing keeping callers other than the registry out: anyone reaching its port could run the tools. Set toolmesh-sidecar.executeToken.existingSecret (the registry's executeToken Secret) or toolmesh-sidecar.registryIdentity (mTLS), or toolmesh-sidecar.insecure=true on a network you trust" $v.listenHost) }}
+{{- if and $v.registrationToken.enabled (not $v.registrationToken.existingSecret) (not (include "toolmesh-sidecar.registrySecret" .)) }}
+{{- fail (printf "toolmesh-sidecar: no registration token: toolmesh-sidecar.registry (%s) names no registry Service of this release's namespace (%s), so the chart cannot read the token from the registry chart's Secret of generated credentials (a pod mounts Secrets of its own namespace only). Copy the token into this namespace and set toolmesh-sidecar.registrationToken.existingSecret (docs/kubernetes.md, \"Add a sidecar to a tool\"), or name the registry chart's Secret with toolmesh-sidecar.registrationToken.registrySecret, or set toolmesh-sidecar.registrationToken.enabled=false for a sidecar that registers by its client certificate" $v.registry .Release.Namespace) }}
 {{- end }}
 {{- if and $v.registryIdentity (not (and $v.tls.existingSecret $v.tls.clientCaSecret)) }}
 {{- fail "toolmesh-sidecar: toolmesh-sidecar.registryIdentity needs TLS with client certificates: set toolmesh-sidecar.tls.existingSecret and toolmesh-sidecar.tls.clientCaSecret" }}
@@ -36,6 +36,30 @@ See examples/charts/inventory-tool for a whole chart.
 {{- end }}
 {{- if not $v.tools }}
 {{- fail "toolmesh-sidecar: toolmesh-sidecar.tools is empty: list the tools this pod serves, e.g. [{name: lookup, description: ..., input_schema: {...}, backend: {http: {url: \"http://127.0.0.1:8080/lookup\"}}}] (README, \"The YAML file\")" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The registry chart's Secret of generated credentials the registration token
+is read from (key `registration-token`): registrationToken.registrySecret,
+else `<service>-credentials` when `registry` names a Service of this
+release's namespace (`<service>`, `<service>.<namespace>` or
+`<service>.<namespace>.svc[...]`, then the port), as the registry chart
+names it (`<fullname>-credentials`, its Service being `<fullname>`, both
+truncated alike); else nothing.
+*/}}
+{{- define "toolmesh-sidecar.registrySecret" -}}
+{{- $v := index .Values "toolmesh-sidecar" }}
+{{- if $v.registrationToken.registrySecret }}
+{{- $v.registrationToken.registrySecret }}
+{{- else }}
+{{- $host := regexReplaceAll ":[0-9]+/?$" ($v.registry | trimPrefix "https://" | trimPrefix "http://") "" }}
+{{- $labels := splitList "." $host }}
+{{- $service := first $labels }}
+{{- $here := or (eq (len $labels) 1) (and (eq (len $labels) 2) (eq (index $labels 1) .Release.Namespace)) (and (ge (len $labels) 3) (eq (index $labels 1) .Release.Namespace) (eq (index $labels 2) "svc")) }}
+{{- if and $here (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $service) }}
+{{- printf "%s-credentials" ($service | trunc 51 | trimSuffix "-") }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -83,6 +107,38 @@ data:
     {{- include "toolmesh-sidecar.config" . | nindent 4 }}
 {{- end }}
 
+{{/*
+Lines for the including chart's NOTES.txt: where the sidecar registers and
+with which token, the image to build when it is still the unpublished
+default, and the deprecated values still set.
+*/}}
+{{- define "toolmesh-sidecar.notes" -}}
+{{- $v := index .Values "toolmesh-sidecar" }}
+{{- $files := include "toolmesh-sidecar.secretFiles" . | fromYamlArray }}
+The toolmesh sidecar announces this chart's tools to {{ $v.registry }}.
+{{- range $files }}{{ if eq .name "registration-token" }}
+It registers with the token in the Secret {{ .secret }} (key {{ (first .items).key }}).
+{{- end }}{{ end }}
+{{- if eq $v.image.repository "toolmesh" }}
+
+The sidecar's image toolmesh:{{ $v.image.tag }} (toolmesh-sidecar.image.repository's default) is
+published nowhere: build and push it (scripts/image.sh, podman push; see
+docs/kubernetes.md, "Before you start: the image"), and set
+toolmesh-sidecar.image.repository to where your cluster pulls it from.
+{{- end }}
+{{- if $v.executeToken.existingSecret }}
+
+toolmesh-sidecar.executeToken is deprecated and ignored: the registry's calls
+are authenticated by per-call grants, nothing to configure. Remove it from
+your values (the Secret {{ $v.executeToken.existingSecret }} is no longer read).
+{{- end }}
+{{- if $v.insecure }}
+
+toolmesh-sidecar.insecure is deprecated and ignored: every Execute is
+authenticated by the registry's per-call grants. Remove it from your values.
+{{- end }}
+{{- end }}
+
 {{/* Pod annotations: a changed tools YAML rolls the pods. */}}
 {{- define "toolmesh-sidecar.podAnnotations" -}}
 checksum/toolmesh-sidecar: {{ include "toolmesh-sidecar.config" . | sha256sum | trunc 16 | quote }}
@@ -116,11 +172,10 @@ env names a variable and the file it points at.
 {{- define "toolmesh-sidecar.secretFiles" -}}
 {{- $v := index .Values "toolmesh-sidecar" }}
 {{- $files := list }}
-{{- with $v.executeToken.existingSecret }}
-{{- $files = append $files (dict "name" "execute-token" "secret" . "items" (list (dict "key" $v.executeToken.existingSecretKey "path" "token")) "env" (dict "TOOLMESH_EXECUTE_TOKEN_FILE" "token")) }}
-{{- end }}
-{{- with $v.registrationToken.existingSecret }}
-{{- $files = append $files (dict "name" "registration-token" "secret" . "items" (list (dict "key" $v.registrationToken.existingSecretKey "path" "token")) "env" (dict "TOOLMESH_REGISTRATION_TOKEN_FILE" "token")) }}
+{{- if $v.registrationToken.enabled }}
+{{- $secret := $v.registrationToken.existingSecret | default (include "toolmesh-sidecar.registrySecret" .) }}
+{{- $key := ternary $v.registrationToken.existingSecretKey "registration-token" (not (empty $v.registrationToken.existingSecret)) }}
+{{- $files = append $files (dict "name" "registration-token" "secret" $secret "items" (list (dict "key" $key "path" "token")) "env" (dict "TOOLMESH_REGISTRATION_TOKEN_FILE" "token")) }}
 {{- end }}
 {{- with $v.tls.existingSecret }}
 {{- $files = append $files (dict "name" "tls" "secret" . "items" (list (dict "key" $v.tls.certKey "path" "tls.crt") (dict "key" $v.tls.keyKey "path" "tls.key")) "env" (dict "TOOLMESH_SIDECAR_TLS_CERT_FILE" "tls.crt" "TOOLMESH_SIDECAR_TLS_KEY_FILE" "tls.key")) }}
@@ -247,10 +302,6 @@ set; nothing otherwise (tracing off).
     {{- with $v.registryIdentity }}
     - name: TOOLMESH_REGISTRY_IDENTITY
       value: {{ . | quote }}
-    {{- end }}
-    {{- if $v.insecure }}
-    - name: TOOLMESH_SIDECAR_INSECURE
-      value: "true"
     {{- end }}
     {{- with $v.extraEnv }}
     {{- toYaml . | nindent 4 }}

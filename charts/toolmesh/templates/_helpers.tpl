@@ -147,6 +147,19 @@ cluster's Secret (kept across upgrades), else a new random one.
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the chart creates a PodDisruptionBudget: as
+podDisruptionBudget.enabled says, or when it is empty, whenever there can
+be more than one replica (a budget over a single pod blocks node drains,
+or protects nothing).
+*/}}
+{{- define "toolmesh.pdbOn" -}}
+{{- $enabled := .Values.podDisruptionBudget.enabled }}
+{{- if kindIs "invalid" $enabled }}
+{{- if or .Values.autoscaling.enabled (gt (int .Values.replicas) 1) }}true{{- end }}
+{{- else if $enabled }}true{{- end }}
+{{- end }}
+
 {{/* Seconds Kubernetes waits after SIGTERM. */}}
 {{- define "toolmesh.terminationGracePeriodSeconds" -}}
 {{- $needed := add .Values.config.shutdownDelaySeconds .Values.config.shutdownGraceSeconds }}
@@ -196,7 +209,7 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- $open := list }}
 {{- if not $agents }}{{- $open = append $open "agents (set auth.apiKeys or auth.jwt)" }}{{- end }}
 {{- if not $registrants }}{{- $open = append $open "registration (set registrants)" }}{{- end }}
-{{- fail (printf "toolmesh: the registry refuses to listen beyond loopback (config.listenHost %s) with %s unauthenticated. Configure them (docs/kubernetes.md, \"Authentication\"), or set insecure=true to run it open on a network you trust" .Values.config.listenHost (join " and " $open)) }}
+{{- fail (printf "toolmesh: the registry refuses to listen beyond loopback (config.listenHost %s) with %s unauthenticated, and credentials.generate is off. Configure them (docs/kubernetes.md, \"Authentication\"), or leave credentials.generate on (the default) for the chart to generate them, or set insecure=true to run it open on a network you trust" .Values.config.listenHost (join " and " $open)) }}
 {{- end }}
 {{- if and (include "toolmesh.policyOn" .) (not $agents) }}
 {{- fail "toolmesh: auth.policy needs authenticated agents: set auth.apiKeys or auth.jwt too (a policy names callers, and without authentication every call is anonymous)" }}
@@ -250,8 +263,15 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- printf "%s:%d" (default .Values.config.listenHost .Values.admin.listenHost) (int .Values.admin.port) }}
 {{- end }}
 
-{{/* Whether each file is configured: "true" or "". */}}
+{{/*
+Whether each file is given to the registry: "true" or "". The API keys and
+the registrants are either configured (an existing Secret, or inline) or
+generated (`credentials`).
+*/}}
 {{- define "toolmesh.apiKeysOn" -}}
+{{- if or (include "toolmesh.apiKeysConfigured" .) (include "toolmesh.generatesApiKey" .) }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.apiKeysConfigured" -}}
 {{- if or .Values.auth.apiKeys.existingSecret .Values.auth.apiKeys.inline }}true{{- end }}
 {{- end }}
 {{- define "toolmesh.jwtOn" -}}
@@ -261,7 +281,43 @@ instead. Included by the Deployment, so a failed check fails the render.
 {{- if or .Values.auth.policy.existingConfigMap .Values.auth.policy.rules }}true{{- end }}
 {{- end }}
 {{- define "toolmesh.registrantsOn" -}}
+{{- if or (include "toolmesh.registrantsConfigured" .) (include "toolmesh.generatesRegistrationToken" .) }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.registrantsConfigured" -}}
 {{- if or .Values.registrants.existingSecret .Values.registrants.inline }}true{{- end }}
+{{- end }}
+
+{{/* Whether the chart generates each credential (`credentials`): "true" or "". Never with `insecure`, which asks for what is not configured to be open. */}}
+{{- define "toolmesh.generatesApiKey" -}}
+{{- if and .Values.credentials.generate (not .Values.insecure) (not (include "toolmesh.apiKeysConfigured" .)) (not (include "toolmesh.jwtOn" .)) }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.generatesRegistrationToken" -}}
+{{- if and .Values.credentials.generate (not .Values.insecure) (not (include "toolmesh.registrantsConfigured" .)) }}true{{- end }}
+{{- end }}
+
+{{/* The Secret of the generated credentials: `<fullname>-credentials`. */}}
+{{- define "toolmesh.credentialsName" -}}
+{{- include "toolmesh.suffixed" (list . "credentials") }}
+{{- end }}
+
+{{/*
+The generated credentials, as YAML (`agent-api-key`, `registration-token`:
+those the chart generates): each the value already in the cluster's Secret
+(kept across upgrades), else a new random one (always under `helm template`
+and `--dry-run`, where `lookup` finds nothing). Included once per render,
+by the Secret.
+*/}}
+{{- define "toolmesh.generatedCredentials" -}}
+{{- $existing := (lookup "v1" "Secret" .Release.Namespace (include "toolmesh.credentialsName" .)).data | default dict }}
+{{- $out := dict }}
+{{- $wanted := list }}
+{{- if include "toolmesh.generatesApiKey" . }}{{- $wanted = append $wanted "agent-api-key" }}{{- end }}
+{{- if include "toolmesh.generatesRegistrationToken" . }}{{- $wanted = append $wanted "registration-token" }}{{- end }}
+{{- range $key := $wanted }}
+{{- $value := index $existing $key | default "" | b64dec }}
+{{- $_ := set $out $key ($value | default (randAlphaNum 48)) }}
+{{- end }}
+{{- toYaml $out }}
 {{- end }}
 
 {{/* The object the chart writes for a file written in values: `<fullname>-<file>` (registrants, api-keys: Secrets; policy, jwt-keys: ConfigMaps). */}}

@@ -21,11 +21,25 @@ change), mounted read-only under /var/run/secrets/toolmesh/<name>.
       {{- end }}
 {{- end }}
 
+{{/*
+The volume of the registrants or the API keys (`file`), from `from`'s
+`existingSecret`, else its `inline` entries (the chart's own Secret), else
+the generated credentials (`generated`): only the digests' file of that
+Secret, the plain-text credential stays out of the pod. Nothing when none.
+*/}}
+{{- define "toolmesh.credentialVolume" -}}
+{{- $path := printf "%s.yaml" .file }}
+{{- if .from.existingSecret }}
+{{ include "toolmesh.secretVolume" (dict "name" .file "secret" .from.existingSecret "items" (list .from.existingSecretKey $path)) }}
+{{- else if .from.inline }}
+{{ include "toolmesh.secretVolume" (dict "name" .file "secret" (include "toolmesh.fileObjectName" (dict "root" .root "file" .file)) "items" (list $path $path)) }}
+{{- else if .generated }}
+{{ include "toolmesh.secretVolume" (dict "name" .file "secret" (include "toolmesh.credentialsName" .root) "items" (list $path $path)) }}
+{{- end }}
+{{- end }}
+
 {{- define "toolmesh.volumes" -}}
 {{- $passwordSecret := include "toolmesh.redisPasswordSecret" . }}
-{{- with .Values.executeToken.existingSecret }}
-{{ include "toolmesh.secretVolume" (dict "name" "execute-token" "secret" . "items" (list $.Values.executeToken.existingSecretKey "token")) }}
-{{- end }}
 {{- if $passwordSecret }}
 {{ include "toolmesh.secretVolume" (dict "name" "redis-password" "secret" $passwordSecret "items" (list (include "toolmesh.redisPasswordKey" .) "password")) }}
 {{- end }}
@@ -46,20 +60,8 @@ change), mounted read-only under /var/run/secrets/toolmesh/<name>.
 {{- with .Values.sidecarTls.clientCertSecret }}
 {{ include "toolmesh.secretVolume" (dict "name" "sidecar-client" "secret" . "items" (list "tls.crt" "tls.crt" "tls.key" "tls.key")) }}
 {{- end }}
-{{- if include "toolmesh.registrantsOn" . }}
-{{- if .Values.registrants.existingSecret }}
-{{ include "toolmesh.secretVolume" (dict "name" "registrants" "secret" .Values.registrants.existingSecret "items" (list .Values.registrants.existingSecretKey "registrants.yaml")) }}
-{{- else }}
-{{ include "toolmesh.secretVolume" (dict "name" "registrants" "secret" (include "toolmesh.fileObjectName" (dict "root" . "file" "registrants")) "items" (list "registrants.yaml" "registrants.yaml")) }}
-{{- end }}
-{{- end }}
-{{- if include "toolmesh.apiKeysOn" . }}
-{{- if .Values.auth.apiKeys.existingSecret }}
-{{ include "toolmesh.secretVolume" (dict "name" "api-keys" "secret" .Values.auth.apiKeys.existingSecret "items" (list .Values.auth.apiKeys.existingSecretKey "api-keys.yaml")) }}
-{{- else }}
-{{ include "toolmesh.secretVolume" (dict "name" "api-keys" "secret" (include "toolmesh.fileObjectName" (dict "root" . "file" "api-keys")) "items" (list "api-keys.yaml" "api-keys.yaml")) }}
-{{- end }}
-{{- end }}
+{{- include "toolmesh.credentialVolume" (dict "root" . "file" "registrants" "from" .Values.registrants "generated" (include "toolmesh.generatesRegistrationToken" .)) }}
+{{- include "toolmesh.credentialVolume" (dict "root" . "file" "api-keys" "from" .Values.auth.apiKeys "generated" (include "toolmesh.generatesApiKey" .)) }}
 {{- if include "toolmesh.jwtOn" . }}
 {{- if .Values.auth.jwt.existingSecret }}
 {{ include "toolmesh.secretVolume" (dict "name" "jwt" "secret" .Values.auth.jwt.existingSecret "items" (list .Values.auth.jwt.existingSecretKey "keys")) }}
@@ -88,8 +90,8 @@ change), mounted read-only under /var/run/secrets/toolmesh/<name>.
 {{- end }}
 
 {{- define "toolmesh.volumeMounts" -}}
-{{- $mounts := dict "execute-token" .Values.executeToken.existingSecret "redis" (include "toolmesh.redisPasswordSecret" .) "redis-ca" .Values.redis.caSecret "tls" .Values.tls.existingSecret "tls-client-ca" .Values.tls.clientCaSecret "sidecar-ca" .Values.sidecarTls.caSecret "sidecar-client" .Values.sidecarTls.clientCertSecret "registrants" (include "toolmesh.registrantsOn" .) "api-keys" (include "toolmesh.apiKeysOn" .) "jwt" (include "toolmesh.jwtOn" .) }}
-{{- range $dir := list "execute-token" "redis" "redis-ca" "tls" "tls-client-ca" "sidecar-ca" "sidecar-client" "registrants" "api-keys" "jwt" }}
+{{- $mounts := dict "redis" (include "toolmesh.redisPasswordSecret" .) "redis-ca" .Values.redis.caSecret "tls" .Values.tls.existingSecret "tls-client-ca" .Values.tls.clientCaSecret "sidecar-ca" .Values.sidecarTls.caSecret "sidecar-client" .Values.sidecarTls.clientCertSecret "registrants" (include "toolmesh.registrantsOn" .) "api-keys" (include "toolmesh.apiKeysOn" .) "jwt" (include "toolmesh.jwtOn" .) }}
+{{- range $dir := list "redis" "redis-ca" "tls" "tls-client-ca" "sidecar-ca" "sidecar-client" "registrants" "api-keys" "jwt" }}
 {{- if index $mounts $dir }}
 - name: {{ ternary "redis-password" $dir (eq $dir "redis") }}
   mountPath: /var/run/secrets/toolmesh/{{ $dir }}

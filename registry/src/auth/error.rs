@@ -53,10 +53,17 @@ pub enum AuthError {
     /// A required claim is missing (the name comes from the configuration).
     #[error("token has no `{0}` claim")]
     MissingClaim(String),
-    /// A claim has the wrong type: the caller claim must be a non-empty
+    /// A claim has the wrong type: `iss` and `sub` must be one string
+    /// (RFC 7519: a list is malformed), `aud` a string or an array of
+    /// strings, `exp` and `nbf` numbers, the caller claim a non-empty
     /// string, the groups claim an array of strings.
-    #[error("token claim `{0}` has the wrong type")]
-    InvalidClaim(String),
+    #[error("token claim `{claim}` must be {expected}")]
+    InvalidClaim {
+        /// The claim's name.
+        claim: String,
+        /// What it must be, in words.
+        expected: &'static str,
+    },
 }
 
 /// Why an auth file (API keys, JWT keys, policy) was not loaded.

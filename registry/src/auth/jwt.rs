@@ -1,7 +1,9 @@
 //! JWT verification: the header is checked before any key is tried, the
 //! signature against the keys that fit the token's `alg` and `kid`, then
-//! the claims: `exp` always, `nbf` when present, `iss` and `aud` when
-//! configured, all with the same leeway.
+//! the claims: `exp` always, `nbf` when present (both with the same
+//! leeway), `aud` when configured, and in [`claims`] the registered
+//! claims' types (a list `iss` is malformed), `iss` when configured, and
+//! the caller.
 //!
 //! Only RS256, ES256 and EdDSA are accepted. `none` and the HMAC algorithms
 //! never are (an HMAC over a public key's bytes is the classic forgery),
@@ -92,7 +94,10 @@ impl JwtVerifier {
         let mut outcome = Err(AuthError::NoMatchingKey);
         for key in keys.candidates(*algorithm, header.kid.as_deref()) {
             match jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, validation) {
-                Ok(data) => return self.caller(&data.claims),
+                Ok(data) => return claims::caller(&self.settings, &data.claims),
+                Err(error) if matches!(error.kind(), ErrorKind::Json(_)) => {
+                    return Err(claims::unreadable(token));
+                }
                 Err(error) => match refusal(error.kind()) {
                     AuthError::BadSignature => outcome = Err(AuthError::BadSignature),
                     other => return Err(other),
@@ -101,26 +106,6 @@ impl JwtVerifier {
         }
         outcome
     }
-
-    fn caller(&self, claims: &Map<String, Value>) -> Result<Caller, AuthError> {
-        let id_claim = &self.settings.caller_claim;
-        let id = match claims.get(id_claim) {
-            None | Some(Value::Null) => return Err(AuthError::MissingClaim(id_claim.clone())),
-            Some(Value::String(id)) if !id.is_empty() => id.clone(),
-            Some(_) => return Err(AuthError::InvalidClaim(id_claim.clone())),
-        };
-        let groups_claim = &self.settings.groups_claim;
-        let groups = match claims.get(groups_claim) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| item.as_str().map(str::to_owned))
-                .collect::<Option<_>>()
-                .ok_or_else(|| AuthError::InvalidClaim(groups_claim.clone()))?,
-            Some(_) => return Err(AuthError::InvalidClaim(groups_claim.clone())),
-        };
-        Ok(Caller { id, groups })
-    }
 }
 
 fn validation(algorithm: Algorithm, settings: &JwtSettings) -> Validation {
@@ -128,11 +113,9 @@ fn validation(algorithm: Algorithm, settings: &JwtSettings) -> Validation {
     validation.leeway = settings.leeway.as_secs();
     validation.validate_exp = true;
     validation.validate_nbf = true;
+    // `iss` is left to `claims`: jsonwebtoken reads a list `iss` as a set
+    // of issuers and accepts one that holds the configured issuer.
     let mut required = vec!["exp"];
-    if let Some(issuer) = &settings.issuer {
-        validation.set_issuer(&[issuer]);
-        required.push("iss");
-    }
     if let Some(audience) = &settings.audience {
         validation.set_audience(&[audience]);
         required.push("aud");
@@ -182,5 +165,6 @@ fn refusal(kind: &ErrorKind) -> AuthError {
     }
 }
 
+mod claims;
 #[cfg(test)]
 mod tests;

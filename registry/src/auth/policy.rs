@@ -65,6 +65,18 @@ impl Policy {
         Ok(Self { rules })
     }
 
+    /// Whether a rule gives `caller` every tool (a pattern of `*` alone),
+    /// so that it sees the whole catalog.
+    pub fn allows_every_tool(&self, caller: &Caller) -> bool {
+        self.rules.iter().any(|rule| {
+            rule.applies_to(caller)
+                && rule
+                    .tools
+                    .iter()
+                    .any(|p| p.as_str().bytes().all(|b| b == b'*'))
+        })
+    }
+
     /// Whether `caller` may call the tool `tool`.
     pub fn allows(&self, caller: &Caller, tool: &str) -> bool {
         self.rules
@@ -174,6 +186,18 @@ rules:
         let policy = Policy::parse(POLICY).expect("valid policy");
         assert!(policy.allows(&caller("anyone", &[]), "ping"));
         assert!(!policy.allows(&caller("anyone", &[]), "pingx"));
+    }
+
+    #[test]
+    fn every_tool_is_a_star_pattern_alone() {
+        let policy = Policy::parse(
+            "rules:\n  - {callers: [all], tools: [\"*\"]}\n  - {groups: [ops], tools: [\"**\"]}\n  - {callers: [some], tools: [\"a*\", \"*b\"]}\n",
+        )
+        .expect("valid policy");
+        assert!(policy.allows_every_tool(&caller("all", &[])));
+        assert!(policy.allows_every_tool(&caller("x", &["ops"])));
+        assert!(!policy.allows_every_tool(&caller("some", &[])));
+        assert!(!policy.allows_every_tool(&caller("nobody", &[])));
     }
 
     #[test]

@@ -25,6 +25,7 @@ fn outcome(n: u32) -> StoredOutcome {
         is_error: false,
         instance_id: "s1".into(),
         attempts: 1,
+        content_json: String::new(),
     }
 }
 

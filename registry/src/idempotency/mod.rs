@@ -116,6 +116,10 @@ pub enum StoredOutcome {
         instance_id: String,
         /// `InvokeResponse.attempts`.
         attempts: u32,
+        /// `InvokeResponse.content_json` (absent from records written
+        /// before it was kept).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        content_json: String,
     },
     /// The call ended with a gRPC status (e.g. `DEADLINE_EXCEEDED`).
     Status {

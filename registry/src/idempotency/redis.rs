@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     metrics::RedisOp,
-    redis_pool::{RedisError, RedisPool},
+    redis_pool::{Dependent, RedisError, RedisPool},
 };
 
 /// First pause of a claim waiting on a call in progress.
@@ -67,6 +67,10 @@ impl RedisIdempotency {
     /// A store over `pool`, its keys under `prefix`, keeping outcomes for
     /// `retention`.
     pub fn new(pool: Arc<RedisPool>, prefix: &str, retention: Duration) -> Self {
+        pool.on_outage(Dependent::Idempotency, || {
+            "calls with an idempotency key are refused with UNAVAILABLE, so that none runs twice"
+                .into()
+        });
         Self {
             shared: Arc::new(Shared {
                 pool,

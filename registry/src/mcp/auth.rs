@@ -6,19 +6,28 @@
 //! [`UNAUTHENTICATED`], `id` null: the body is not read), and never
 //! reaches a session. The caller found travels in the request's
 //! extensions.
+//!
+//! Every 401 is logged, counted and audited as a refused `Invoke` is
+//! ([`Invoker::refused`]: the same `invoke` record, outcome
+//! `unauthenticated`, caller empty, with the peer address), so that
+//! credentials sprayed at `/mcp` leave the trace they leave over gRPC. The
+//! tool is the `Mcp-Name` header of a `tools/call` (2026-07-28 clients send
+//! it), else empty; the credential is never written.
 
 use std::sync::Arc;
 
 use axum::{
     body::Body,
-    extract::{Request, State},
+    extract::{ConnectInfo, Request, State},
     middleware::Next,
     response::Response,
 };
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tonic::metadata::MetadataMap;
+use toolmesh_proto::pb::InvokeRequest;
 
-use crate::{access::Access, auth::Caller, error::RegistryError};
+use super::serve::PeerAddr;
+use crate::{access::Access, auth::Caller, error::RegistryError, invoke::Invoker};
 
 /// The JSON-RPC error code of a 401's body (implementation-defined range).
 pub const UNAUTHENTICATED: i32 = -32001;
@@ -38,23 +47,54 @@ pub fn caller(access: &Access, headers: &HeaderMap) -> Result<Caller, RegistryEr
     access.caller(&MetadataMap::from_headers(metadata))
 }
 
+/// The `Mcp-Method` header, and `Mcp-Name`, that name a call's method and
+/// tool (2026-07-28).
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// What the authentication layer needs: who may call, and where refusals
+/// are logged and audited.
+#[derive(Clone)]
+pub struct Gate {
+    /// The credentials accepted.
+    pub access: Arc<Access>,
+    /// Logs, counts and audits each refusal as a refused `Invoke`.
+    pub invoker: Arc<Invoker>,
+}
+
 /// Axum middleware: puts the caller in the request's extensions, or
-/// answers 401.
-pub async fn authenticate(
-    State(access): State<Arc<Access>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    match caller(&access, request.headers()) {
+/// answers 401 and audits the refusal.
+pub async fn authenticate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    match caller(&gate.access, request.headers()) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
         Err(error) => {
-            let presented = request.headers().contains_key(header::AUTHORIZATION);
-            tracing::debug!(%error, "MCP request refused");
+            let headers = request.headers();
+            let presented = headers.contains_key(header::AUTHORIZATION);
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<PeerAddr>>()
+                .and_then(|info| info.0.0);
+            tracing::debug!(%error, ?peer, "MCP request refused");
+            let refused = InvokeRequest {
+                tool: named_tool(headers).to_owned(),
+                ..InvokeRequest::default()
+            };
+            gate.invoker.refused(&refused, "", peer, &error);
             unauthorized(&error, presented)
         }
+    }
+}
+
+/// The tool a `tools/call` names in its headers; empty for any other
+/// request, or a header that is not text.
+fn named_tool(headers: &HeaderMap) -> &str {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    match text(METHOD_HEADER) {
+        Some("tools/call") => text(NAME_HEADER).unwrap_or_default(),
+        _ => "",
     }
 }
 
@@ -171,6 +211,20 @@ mod tests {
                 "{refused:?}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_call_names_a_tool() {
+        let mut call = headers(&[]);
+        call.insert(METHOD_HEADER, HeaderValue::from_static("tools/call"));
+        call.insert(NAME_HEADER, HeaderValue::from_static("add"));
+        assert_eq!(named_tool(&call), "add");
+        call.insert(METHOD_HEADER, HeaderValue::from_static("tools/list"));
+        assert_eq!(named_tool(&call), "");
+        call.insert(METHOD_HEADER, HeaderValue::from_static("tools/call"));
+        call.insert(NAME_HEADER, HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        assert_eq!(named_tool(&call), "");
+        assert_eq!(named_tool(&headers(&[])), "");
     }
 
     #[test]

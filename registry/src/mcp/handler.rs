@@ -39,7 +39,7 @@ use toolmesh_proto::pb;
 use toolmesh_telemetry::TraceContext;
 
 use super::{
-    listing, notify, results,
+    content, listing, notify, results,
     search::{self, SearchTool},
     serve::PeerAddr,
 };
@@ -47,7 +47,6 @@ use crate::{
     access::{Access, allows},
     auth::Caller,
     catalog::{Catalog, CatalogEvent},
-    error::RegistryError,
     invoke::{Call, Invoker},
     search::ToolSearch,
 };
@@ -294,12 +293,9 @@ impl McpHandler {
         let shared = &self.shared;
         if !allows(shared.access.policy().as_deref(), &requester.caller, name) {
             // As if the tool did not exist, as for `Invoke`.
-            let error = RegistryError::ToolNotFound {
-                tool: name.to_owned(),
-            };
             shared
                 .invoker
-                .refused(&invoke, &requester.caller.id, requester.peer, &error);
+                .denied(&invoke, &requester.caller.id, requester.peer);
             return Err(results::unknown_tool(name));
         }
         let call = Call {
@@ -319,7 +315,7 @@ impl McpHandler {
             }
         };
         match outcome {
-            Ok(response) => Ok(results::from_response(&response).into()),
+            Ok(response) => Ok(content::from_response(&response).into()),
             Err(error) => {
                 tracing::debug!(%error, "MCP call refused");
                 results::from_error(name, &error).map(Into::into)

@@ -92,6 +92,7 @@ mod tests {
                 name: tool.into(),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         }
     }
 

@@ -1,4 +1,5 @@
-//! What a call's outcome is to an MCP client.
+//! What a refused or failed call is to an MCP client (a call the tool
+//! answered is [`super::content`]'s).
 //!
 //! MCP has two ways to fail a `tools/call`: a JSON-RPC error, which
 //! clients seldom show a model, and a result with `isError: true`, which
@@ -14,7 +15,6 @@ use std::time::Duration;
 
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
 use serde_json::{Value, json};
-use toolmesh_proto::pb::InvokeResponse;
 use toolmesh_telemetry::shown::{QUOTED_MAX, Quoted, clip};
 
 use crate::error::{DETAILED_VIOLATIONS, RegistryError, Violation};
@@ -31,26 +31,6 @@ pub const VIOLATIONS_KEY: &str = "toolmesh/violations";
 
 /// Most bytes of one violation's description shown.
 const VIOLATION_MAX: usize = 256;
-
-/// The answer to a call the tool answered: its result as text (and as
-/// `structuredContent` when it is a JSON object), or, if it failed, its
-/// message with `isError`.
-pub fn from_response(response: &InvokeResponse) -> CallToolResult {
-    let parsed = serde_json::from_str::<Value>(&response.result_json).ok();
-    if response.is_error {
-        let text = match parsed {
-            Some(Value::String(message)) => message,
-            _ => response.result_json.clone(),
-        };
-        return CallToolResult::error(vec![ContentBlock::text(text)]);
-    }
-    let mut result =
-        CallToolResult::success(vec![ContentBlock::text(response.result_json.clone())]);
-    if let Some(object @ Value::Object(_)) = parsed {
-        result.structured_content = Some(object);
-    }
-    result
-}
 
 /// The JSON-RPC error for a tool that does not exist, or that the caller
 /// may not see (the two are told apart by no one).
@@ -188,36 +168,6 @@ mod tests {
 
     fn meta(result: &CallToolResult, key: &str) -> Value {
         result.meta.as_ref().unwrap().get(key).cloned().unwrap()
-    }
-
-    #[test]
-    fn object_results_are_structured_too() {
-        let result = from_response(&InvokeResponse {
-            result_json: r#"{"sum":3}"#.into(),
-            ..Default::default()
-        });
-        assert_eq!(result.is_error, Some(false));
-        assert_eq!(text(&result), r#"{"sum":3}"#);
-        assert_eq!(result.structured_content, Some(json!({"sum": 3})));
-
-        let result = from_response(&InvokeResponse {
-            result_json: "[1,2]".into(),
-            ..Default::default()
-        });
-        assert_eq!(result.structured_content, None);
-        assert_eq!(text(&result), "[1,2]");
-    }
-
-    #[test]
-    fn a_tool_error_is_its_message() {
-        let result = from_response(&InvokeResponse {
-            result_json: r#""13 is unlucky""#.into(),
-            is_error: true,
-            ..Default::default()
-        });
-        assert_eq!(result.is_error, Some(true));
-        assert_eq!(text(&result), "13 is unlucky");
-        assert_eq!(result.structured_content, None);
     }
 
     #[test]

@@ -188,6 +188,7 @@ mod tests {
                         ..Default::default()
                     })
                     .collect(),
+                execute_key: Vec::new(),
             })
             .await
             .unwrap();

@@ -15,7 +15,7 @@ use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
 use axum::{
     Router,
     extract::connect_info::Connected as AxumConnected,
-    middleware::from_fn_with_state,
+    middleware::{from_fn, from_fn_with_state},
     serve::{IncomingStream, Listener},
 };
 use futures::{Stream, StreamExt as _};
@@ -101,7 +101,7 @@ pub struct PeerAddr(pub Option<SocketAddr>);
 /// The MCP endpoint over the registry's parts.
 pub struct McpEndpoint {
     shared: Arc<Shared>,
-    access: Arc<Access>,
+    gate: auth::Gate,
     sessions: Arc<BoundedSessions>,
     settings: McpSettings,
 }
@@ -125,9 +125,13 @@ impl McpEndpoint {
                 .max(64 << 10),
             max_subscriptions: settings.max_sessions,
         };
+        let gate = auth::Gate {
+            access: access.clone(),
+            invoker: invoker.clone(),
+        };
         let shared = Arc::new(Shared::new(
             catalog,
-            access.clone(),
+            access,
             invoker,
             index,
             settings.search_tool,
@@ -139,7 +143,7 @@ impl McpEndpoint {
         ));
         Self {
             shared,
-            access,
+            gate,
             sessions,
             settings,
         }
@@ -170,11 +174,12 @@ impl McpEndpoint {
         );
         Router::new()
             .route_service(PATH, service)
+            .layer(from_fn(sessions::no_content_when_ended))
             .layer(from_fn_with_state(
                 (sessions, settings.max_body_bytes),
                 sessions::refuse_when_full,
             ))
-            .layer(from_fn_with_state(self.access.clone(), auth::authenticate))
+            .layer(from_fn_with_state(self.gate.clone(), auth::authenticate))
     }
 
     /// Serves on `listener` (in TLS if `tls` is set) until `drain` is

@@ -5,6 +5,11 @@
 //! The bound holds in [`BoundedSessions::create_session`]; the HTTP layer
 //! ([`refuse_when_full`]) answers a new handshake beyond it with 503 and
 //! `Retry-After` first, where the transport could only say 500.
+//!
+//! A client ends its session with a DELETE; the session is closed and the
+//! answer is 204 ([`no_content_when_ended`]: the transport says 202, which
+//! clients read as a failure, the Python SDK warning "Session termination
+//! failed: 202").
 
 use std::{sync::Arc, time::Duration};
 
@@ -189,6 +194,20 @@ pub async fn refuse_when_full(
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// Axum middleware: a DELETE the transport accepted (202, the session
+/// closed) is answered 204 No Content, what clients expect of a DELETE
+/// that succeeded. Any other answer passes as it is.
+pub async fn no_content_when_ended(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = Body::empty();
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
+    response
 }
 
 /// Whether `body` is an `initialize` request.

@@ -235,6 +235,7 @@ mod tests {
         ExecuteResponse {
             result_json: r#"{"ok":true}"#.into(),
             is_error: false,
+            content_json: String::new(),
         }
     }
 

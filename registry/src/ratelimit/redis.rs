@@ -25,7 +25,7 @@ use super::{CallDecision, CallLimits, Decision, LimiterError, LocalLimiter, Rate
 use crate::{
     descriptor::Limit,
     metrics::RedisOp,
-    redis_pool::{RedisError, RedisPool},
+    redis_pool::{Dependent, RedisError, RedisPool},
 };
 
 /// Longest emission interval sent to Redis, in microseconds (about 31
@@ -46,6 +46,30 @@ pub enum OutagePolicy {
     /// replicas stays close to the limit.
     #[value(name = "degrade")]
     Degrade,
+}
+
+impl std::fmt::Display for OutagePolicy {
+    /// The flag's own spelling: `fail-closed`, `degrade`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum as _;
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What rate-limited calls get while Redis is away under `policy`, with
+/// `replicas` live replicas last seen, as the pool's outage reports say it.
+fn outage_consequence(policy: OutagePolicy, replicas: usize) -> String {
+    match policy {
+        OutagePolicy::FailClosed => format!(
+            "calls to rate-limited tools are refused with UNAVAILABLE (--redis-outage {policy})"
+        ),
+        OutagePolicy::Degrade => format!(
+            "rate limits are enforced by each replica alone, with 1/{replicas} of each limit (--redis-outage {policy}, {replicas} replicas last seen)"
+        ),
+    }
 }
 
 /// GCRA in Redis, one key per limit key, shared by every replica.
@@ -71,6 +95,10 @@ impl RedisLimiter {
         policy: OutagePolicy,
         replicas: Arc<AtomicUsize>,
     ) -> Self {
+        pool.on_outage(Dependent::RateLimits, {
+            let replicas = replicas.clone();
+            move || outage_consequence(policy, replicas.load(Ordering::Relaxed).max(1))
+        });
         Self {
             pool,
             prefix: prefix.to_owned(),
@@ -120,27 +148,18 @@ impl RedisLimiter {
         Ok(refusal(reply))
     }
 
-    /// Notes that Redis failed; logs only the first failure of an outage.
+    /// Notes that Redis failed. The pool reports the outage, and what this
+    /// limiter does meanwhile ([`outage_consequence`]).
     fn enter_outage(&self, key: &str, error: &RedisError) {
         if !self.outage.swap(true, Ordering::Relaxed) {
-            match self.policy {
-                OutagePolicy::FailClosed => tracing::warn!(
-                    %key, %error,
-                    "redis unavailable: refusing rate-limited calls until it answers"
-                ),
-                OutagePolicy::Degrade => tracing::warn!(
-                    %key, %error,
-                    replicas = self.replica_count(),
-                    "redis unavailable: deciding rate limits locally with this replica's share"
-                ),
-            }
+            tracing::debug!(%key, %error, policy = %self.policy, "rate limits follow the outage policy");
         }
     }
 
-    /// Notes that Redis answered; logs only the end of an outage.
+    /// Notes that Redis answered.
     fn leave_outage(&self) {
         if self.outage.swap(false, Ordering::Relaxed) {
-            tracing::info!("redis available again: rate limits are global again");
+            tracing::debug!("rate limits are global again");
         }
     }
 
@@ -260,6 +279,13 @@ mod tests {
 
     fn limit(rate: f64, burst: u32) -> Limit {
         Limit { rate, burst }
+    }
+
+    #[test]
+    fn policies_read_as_the_flag_spells_them() {
+        assert_eq!(OutagePolicy::FailClosed.to_string(), "fail-closed");
+        assert_eq!(OutagePolicy::Degrade.to_string(), "degrade");
+        assert!(outage_consequence(OutagePolicy::Degrade, 3).contains("1/3 of each limit"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use super::corpus::{QUERIES, distractors, realistic};
 use super::*;
+use toolmesh_proto::pb;
 
 fn indexed(distractor_count: usize) -> ToolSearch {
     let search = ToolSearch::default();
@@ -13,7 +14,7 @@ fn indexed(distractor_count: usize) -> ToolSearch {
 
 fn first(search: &ToolSearch, query: &str) -> Option<String> {
     search
-        .search(query, 1, |_| true)
+        .search(query, 1, Scope::Everything)
         .first()
         .map(|f| f.name.clone())
 }
@@ -25,7 +26,7 @@ fn ranks() -> Vec<(&'static str, &'static str, Option<usize>, Vec<String>)> {
     QUERIES
         .iter()
         .map(|(query, expected)| {
-            let found = search.search(query, 10, |_| true);
+            let found = search.search(query, 10, Scope::Everything);
             let rank = found.iter().position(|f| f.name == *expected);
             let top: Vec<String> = found.iter().take(3).map(|f| f.name.clone()).collect();
             (*query, *expected, rank, top)
@@ -115,22 +116,100 @@ fn the_index_follows_changes() {
 #[test]
 fn results_are_filtered_bounded_and_stable() {
     let search = indexed(200);
-    let all = search.search("list records", 50, |_| true);
+    let all = search.search("list records", 50, Scope::Everything);
     assert!(all.len() <= 50 && all.len() > 5);
     assert!(all.windows(2).all(|w| w[0].score >= w[1].score));
-    let kept = search.search("list records", 50, |name| name.starts_with("list_"));
+    let kept = search.search("list records", 50, &|name: &str| name.starts_with("list_"));
     assert!(!kept.is_empty() && kept.iter().all(|f| f.name.starts_with("list_")));
     assert_eq!(
         search
-            .search("list records", 10, |_| true)
+            .search("list records", 10, Scope::Everything)
             .iter()
             .map(|f| &f.name)
             .collect::<Vec<_>>(),
         search
-            .search("list records", 10, |_| true)
+            .search("list records", 10, Scope::Everything)
             .iter()
             .map(|f| &f.name)
             .collect::<Vec<_>>()
     );
-    assert!(search.search("zzzz qqqq", 5, |_| true).is_empty());
+    assert!(search.search("zzzz qqqq", 5, Scope::Everything).is_empty());
+}
+
+/// The figures: her tool's score for "quasar" was 1.642 alone,
+/// 1.256 while a tool hidden from her also said "quasar".
+#[test]
+fn a_hidden_tool_changes_no_score_and_no_rank() {
+    let search = indexed(200);
+    let tool = |name: &str, description: &str| pb::ToolDescriptor {
+        name: name.into(),
+        description: description.into(),
+        ..Default::default()
+    };
+    search.upsert(&tool("observe_quasar", "Point the telescope at a quasar"));
+    search.upsert(&tool("telescope_status", "Status of the quasar telescope"));
+    let visible = |name: &str| name != "hidden_quasar_catalog";
+    let before = search.search("quasar telescope", 10, &visible);
+    assert_eq!(before.len(), 2, "{before:?}");
+    search.upsert(&tool(
+        "hidden_quasar_catalog",
+        "Quasar catalog: every quasar, quasar redshifts",
+    ));
+    let during = search.search("quasar telescope", 10, &visible);
+    let unscoped = search.search("quasar telescope", 10, Scope::Everything);
+    search.remove("hidden_quasar_catalog");
+    let after = search.search("quasar telescope", 10, &visible);
+    let figures = |found: &[Found]| {
+        found
+            .iter()
+            .map(|f| (f.name.clone(), f.score))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(figures(&during), figures(&before));
+    assert_eq!(figures(&after), figures(&before));
+    assert!(unscoped.iter().any(|f| f.name == "hidden_quasar_catalog"));
+    assert_ne!(
+        unscoped
+            .iter()
+            .find(|f| f.name == "observe_quasar")
+            .map(|f| f.score),
+        before
+            .iter()
+            .find(|f| f.name == "observe_quasar")
+            .map(|f| f.score),
+        "without a scope the hidden tool weighs in"
+    );
+}
+
+/// The scorer gives the scores the `bm25` crate's engine gave for a
+/// freshly built index, so a caller who sees everything ranks as before.
+#[test]
+fn a_caller_who_sees_everything_gets_the_crate_s_scores() {
+    let mut tools = realistic();
+    tools.extend(distractors(1_000));
+    let search = ToolSearch::default();
+    search.replace_all(&tools);
+    let documents: Vec<::bm25::Document<String>> = tools
+        .iter()
+        .map(|d| ::bm25::Document::new(d.name.clone(), text(d)))
+        .collect();
+    let engine =
+        ::bm25::SearchEngineBuilder::<String>::with_documents(::bm25::Language::English, documents)
+            .build();
+    for (query, _) in QUERIES {
+        let mut expected: Vec<(String, f32)> = engine
+            .search(&words(query).join(" "), None)
+            .into_iter()
+            .map(|r| (r.document.id, r.score))
+            .collect();
+        expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let found: Vec<(String, f32)> = search
+            .search(query, usize::MAX, Scope::Everything)
+            .into_iter()
+            .map(|f| (f.name, f.score))
+            .collect();
+        assert_eq!(found, expected, "{query}");
+        let all_visible = search.search(query, usize::MAX, &|_: &str| true);
+        assert_eq!(all_visible.len(), found.len(), "{query}");
+    }
 }

@@ -62,6 +62,8 @@ struct State {
     tools: HashMap<String, ToolRecord>,
     /// Live leases per owner.
     held: HashMap<String, usize>,
+    /// Tool names per owner.
+    owned: HashMap<String, usize>,
 }
 
 /// The in-memory [`CatalogStore`].
@@ -157,12 +159,7 @@ async fn sweep(store: Weak<MemoryStore>, every: Duration) {
 /// Takes a lease out of `state`, detaching its instance from its tools.
 fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     let record = state.leases.remove(lease_id)?;
-    if let Some(held) = state.held.get_mut(&record.owner) {
-        *held -= 1;
-        if *held == 0 {
-            state.held.remove(&record.owner);
-        }
-    }
+    release(&mut state.held, &record.owner);
     if state
         .lease_of_instance
         .get(&record.instance.id)
@@ -174,12 +171,24 @@ fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     for name in &record.tools {
         if let Some(tool) = state.tools.get_mut(name) {
             tool.instances.remove(&record.instance.id);
-            if tool.instances.is_empty() {
-                state.tools.remove(name);
+            if tool.instances.is_empty()
+                && let Some(gone) = state.tools.remove(name)
+            {
+                release(&mut state.owned, &gone.owner);
             }
         }
     }
     Some(record)
+}
+
+/// One fewer of what `owner` holds in `counts`, forgetting it at zero.
+fn release(counts: &mut HashMap<String, usize>, owner: &str) {
+    if let Some(count) = counts.get_mut(owner) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(owner);
+        }
+    }
 }
 
 /// Refuses an announce whose descriptors differ from live ones, or that would
@@ -241,6 +250,12 @@ fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), Reg
         .iter()
         .filter(|t| !state.tools.get(&t.name).is_some_and(kept))
         .count();
+    if let Some(max) = a.owner.max_tools {
+        let held = state.owned.get(&a.owner.name).copied().unwrap_or(0);
+        if held.saturating_sub(only_here) + added > max {
+            return Err(super::owner_tools_full(&a.owner.name, max));
+        }
+    }
     if remaining + added > limits.max_tools {
         return Err(RegistryError::CatalogFull(format!(
             "{} tools is the limit",
@@ -265,10 +280,14 @@ impl CatalogStore for MemoryStore {
         let instance = Arc::new(Instance {
             id: a.instance_id.clone(),
             endpoint: a.endpoint,
+            execute_key: a.execute_key,
         });
         let lease_id = uuid::Uuid::new_v4().to_string();
         let mut names = Vec::with_capacity(a.tools.len());
         for tool in a.tools {
+            if !state.tools.contains_key(&tool.name) {
+                *state.owned.entry(a.owner.name.clone()).or_default() += 1;
+            }
             let record = state
                 .tools
                 .entry(tool.name.clone())
@@ -383,6 +402,7 @@ mod tests {
         Announcement {
             instance_id: id.into(),
             endpoint: format!("http://127.0.0.1/{id}"),
+            execute_key: None,
             tools,
             owner: Owner::default(),
         }
@@ -398,9 +418,75 @@ mod tests {
             owner: Owner {
                 name: owner.into(),
                 max_instances: max,
+                max_tools: None,
             },
             ..announcement(id, tools)
         }
+    }
+
+    /// An announce by `owner`, who may hold at most `max_tools` names.
+    fn bounded(id: &str, names: &[&str], owner: &str, max_tools: usize) -> Announcement {
+        Announcement {
+            owner: Owner {
+                name: owner.into(),
+                max_instances: None,
+                max_tools: Some(max_tools),
+            },
+            ..announcement(id, names.iter().map(|n| tool(n, "1")).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registrant_at_its_tool_bound_takes_no_name_and_the_others_keep_theirs() {
+        let store = MemoryStore::new(
+            Duration::from_secs(10),
+            Limits {
+                max_instances: 100,
+                max_tools: 6,
+            },
+        );
+        store
+            .announce(bounded("m1", &["m_a", "m_b", "m_c"], "mallory", 3))
+            .await
+            .unwrap();
+        let refused = store
+            .announce(bounded("m2", &["m_d"], "mallory", 3))
+            .await
+            .expect_err("past her bound");
+        assert!(
+            refused
+                .to_string()
+                .contains("registrant \"mallory\" would hold more than 3 tools"),
+            "{refused}"
+        );
+        // Another instance of her own names is no new name.
+        store
+            .announce(bounded("m2", &["m_a"], "mallory", 3))
+            .await
+            .unwrap();
+        // An instance may swap its names for others within the bound.
+        store
+            .announce(bounded("m1", &["m_a", "m_x", "m_y"], "mallory", 3))
+            .await
+            .unwrap();
+        assert!(store.get("m_b").is_none());
+        // Inventory's share is untouched: its three names fit, each time.
+        let first = store
+            .announce(bounded("i1", &["i_a", "i_b"], "inventory", 3))
+            .await
+            .unwrap();
+        store.withdraw(&first.id, "inventory").await.unwrap();
+        assert!(
+            store
+                .announce(bounded("m3", &["m_z"], "mallory", 3))
+                .await
+                .is_err(),
+            "the freed names are not hers to take"
+        );
+        store
+            .announce(bounded("i1", &["i_a", "i_b", "i_c"], "inventory", 3))
+            .await
+            .expect("inventory's re-announce and a new tool of its own");
     }
 
     fn denied<T: std::fmt::Debug>(result: Result<T, RegistryError>) -> bool {

@@ -107,6 +107,13 @@ pub(crate) fn lease_held_by_another() -> RegistryError {
     }
 }
 
+/// An announce past the registrant's own bound on tool names.
+pub(crate) fn owner_tools_full(owner: &str, max: usize) -> RegistryError {
+    RegistryError::CatalogFull(format!(
+        "registrant {owner:?} would hold more than {max} tools, its max_tools (its own, or its share of --max-tools)"
+    ))
+}
+
 /// An announce past the registrant's own instance cap.
 pub(crate) fn owner_full(owner: &str, max: usize) -> RegistryError {
     RegistryError::CatalogFull(format!(

@@ -25,10 +25,11 @@ use std::{
     time::Duration,
 };
 
+use base64::{Engine as _, engine::general_purpose::STANDARD};
 use prost::Message as _;
 use redis::Script;
 use tokio::{sync::broadcast, time::Instant};
-use toolmesh_proto::pb::ToolDescriptor;
+use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
 
 use crate::{
     audit::AuditLog,
@@ -78,7 +79,8 @@ impl Scripts {
 #[derive(Debug, Clone)]
 struct LeaseRecord {
     instance: String,
-    endpoint: String,
+    /// The instance's endpoint and key as stored ([`stored_address`]).
+    address: String,
     tools: Vec<String>,
     owner: String,
 }
@@ -88,7 +90,7 @@ impl LeaseRecord {
     fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
         Some(Self {
             instance: fields.get("instance")?.clone(),
-            endpoint: fields.get("endpoint")?.clone(),
+            address: fields.get("endpoint")?.clone(),
             tools: fields
                 .get("tools")
                 .map(|t| t.lines().map(str::to_owned).collect())
@@ -394,7 +396,7 @@ impl RedisStore {
                         .collect();
                     invocation
                         .arg(&record.instance)
-                        .arg(&record.endpoint)
+                        .arg(&record.address)
                         .arg(&record.owner)
                         .arg(entries.len());
                     for (name, bytes) in entries {
@@ -446,7 +448,7 @@ impl RedisStore {
                 audit.record(super::expiry_record(
                     &record.owner,
                     &record.instance,
-                    &record.endpoint,
+                    endpoint_of(&record.address),
                     record.tools,
                 ));
             }
@@ -481,13 +483,14 @@ impl RedisStore {
             .key(self.key("tools"))
             .arg(&self.tag)
             .arg(&a.instance_id)
-            .arg(&a.endpoint)
+            .arg(stored_address(&a.endpoint, a.execute_key.as_ref()))
             .arg(lease_id)
             .arg(self.ttl_ms())
             .arg(self.settings.limits.max_instances)
             .arg(self.settings.limits.max_tools)
             .arg(&a.owner.name)
             .arg(a.owner.max_instances.unwrap_or(0))
+            .arg(a.owner.max_tools.unwrap_or(0))
             .arg(a.tools.len());
         for tool in &a.tools {
             invocation.arg(&tool.name).arg(tool.encode_to_vec());
@@ -524,6 +527,10 @@ impl RedisStore {
                 &a.owner.name,
                 a.owner.max_instances.unwrap_or(0),
             )),
+            "owner_tools_full" => Err(super::owner_tools_full(
+                &a.owner.name,
+                a.owner.max_tools.unwrap_or(0),
+            )),
             other => Err(unavailable(RedisError::Redis(format!(
                 "unexpected announce reply {other:?}"
             )))),
@@ -542,11 +549,49 @@ fn unavailable(error: RedisError) -> RegistryError {
     }
 }
 
+/// An instance's endpoint and execute key as one text, as Redis keeps them
+/// (in a tool's instances and in a lease): the endpoint, then, if the
+/// instance has a key, a space and the key in base64. An endpoint never
+/// has a space (`endpoint_policy`), so the two part cleanly.
+fn stored_address(endpoint: &str, key: Option<&CallKey>) -> String {
+    match key {
+        Some(key) => format!("{endpoint} {}", STANDARD.encode(key.as_bytes())),
+        None => endpoint.to_owned(),
+    }
+}
+
+/// The endpoint part of a [`stored_address`].
+fn endpoint_of(address: &str) -> &str {
+    address
+        .split_once(' ')
+        .map_or(address, |(endpoint, _)| endpoint)
+}
+
+/// The instance `id` whose [`stored_address`] is `address`; a key that
+/// does not decode (written by something else) is no key.
+fn instance(id: String, address: &str) -> Instance {
+    let (endpoint, key) = match address.split_once(' ') {
+        Some((endpoint, key)) => (
+            endpoint,
+            STANDARD
+                .decode(key)
+                .ok()
+                .and_then(|bytes| CallKey::from_bytes(&bytes).ok()),
+        ),
+        None => (address, None),
+    };
+    Instance {
+        id,
+        endpoint: endpoint.to_owned(),
+        execute_key: key,
+    }
+}
+
 fn tool_state(descriptor: Option<&[u8]>, instances: HashMap<String, String>) -> Option<ToolState> {
     let descriptor = ToolDescriptor::decode(descriptor?).ok()?;
     let mut instances: Vec<Arc<Instance>> = instances
         .into_iter()
-        .map(|(id, endpoint)| Arc::new(Instance { id, endpoint }))
+        .map(|(id, address)| Arc::new(instance(id, &address)))
         .collect();
     instances.sort_by(|a, b| a.id.cmp(&b.id));
     Some(ToolState {
@@ -569,7 +614,7 @@ impl CatalogStore for RedisStore {
                         lease_id.clone(),
                         LeaseRecord {
                             instance: a.instance_id.clone(),
-                            endpoint: a.endpoint.clone(),
+                            address: stored_address(&a.endpoint, a.execute_key.as_ref()),
                             tools: a.tools.iter().map(|t| t.name.clone()).collect(),
                             owner: a.owner.name.clone(),
                         },
@@ -705,5 +750,29 @@ impl CatalogStore for RedisStore {
         let mut loaded = self.loaded.subscribe();
         // The sender lives as long as the store, and so does `self`.
         let _ = loaded.wait_for(|loaded| *loaded).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_keeps_the_endpoint_and_the_key_apart() {
+        let key = CallKey::from_bytes(&[9; 32]).expect("32 bytes");
+        let stored = stored_address("http://10.0.0.7:50061", Some(&key));
+        assert_eq!(endpoint_of(&stored), "http://10.0.0.7:50061");
+        let read = instance("i".into(), &stored);
+        assert_eq!(read.endpoint, "http://10.0.0.7:50061");
+        assert_eq!(read.execute_key, Some(key));
+
+        let plain = stored_address("http://10.0.0.7:50061", None);
+        assert_eq!(plain, "http://10.0.0.7:50061");
+        assert_eq!(instance("i".into(), &plain).execute_key, None);
+        let garbled = instance("i".into(), "http://10.0.0.7:50061 not-base64!");
+        assert_eq!(
+            (garbled.endpoint.as_str(), garbled.execute_key),
+            ("http://10.0.0.7:50061", None)
+        );
     }
 }

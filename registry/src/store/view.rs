@@ -126,6 +126,7 @@ mod tests {
                     Arc::new(Instance {
                         id: (*id).into(),
                         endpoint: "http://x".into(),
+                        execute_key: None,
                     })
                 })
                 .collect(),

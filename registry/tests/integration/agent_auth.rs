@@ -137,6 +137,8 @@ fn hmac_with_public_key(keys: &Keys, claims: &serde_json::Value) -> String {
 struct Mesh {
     registry: RegistryProcess,
     addr: SocketAddr,
+    /// The registry's admin port (metrics).
+    admin: SocketAddr,
     _sidecar: LoopbackServer,
     dir: tempfile::TempDir,
     issuer: Keys,
@@ -187,10 +189,13 @@ async fn mesh() -> Option<Mesh> {
             &policy,
             "--audit-log",
             &audit,
+            "--admin-listen",
+            "127.0.0.1:0",
         ],
         &[],
     )
     .await;
+    let admin = super::metrics::admin_address(&registry.log()).expect("the admin address");
     let runs = Arc::new(AtomicUsize::new(0));
     let sidecar = sidecar_on(
         loopback_listener().await,
@@ -201,6 +206,7 @@ async fn mesh() -> Option<Mesh> {
     let mesh = Mesh {
         registry,
         addr,
+        admin,
         _sidecar: sidecar,
         dir,
         issuer,
@@ -364,6 +370,14 @@ async fn only_valid_credentials_get_in_and_the_caller_reaches_the_tool() {
                 &claims("jwt-agent", later, AUDIENCE, "https://evil.test"),
             )),
             "issuer",
+        ),
+        (
+            "a JWT whose iss is a list holding ours",
+            Some(sign(
+                issuer,
+                &serde_json::json!({"sub": "jwt-agent", "exp": later, "aud": AUDIENCE, "iss": ["https://evil.test", ISSUER]}),
+            )),
+            "`iss` must be one string",
         ),
         ("alg: none", Some(unsigned(&good)), "alg"),
         ("a JWT signed by another key", Some(sign(&other, &good)), ""),
@@ -558,6 +572,106 @@ async fn the_audit_log_says_who_did_what_and_hides_what_the_schema_marks() {
     );
     let text = std::fs::read_to_string(mesh.dir.path().join("audit.jsonl")).expect("audit");
     assert!(!text.contains("SECRET"), "{text}");
+}
+
+/// The agent cannot tell a tool it may not call from one that does not
+/// exist; the operator's records (audit, call line, metrics) can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_denial_reads_as_not_found_to_the_agent_and_as_permission_denied_to_the_operator()
+{
+    let Some(mesh) = mesh().await else {
+        return;
+    };
+    let mut support = mesh.as_(Some(SUPPORT_KEY)).await;
+    let denied = support
+        .invoke(invoke("billing.charge", r#"{"amount": 1, "card": "x"}"#))
+        .await
+        .expect_err("not allowed");
+    let missing = support
+        .invoke(invoke("no.such.tool", "{}"))
+        .await
+        .expect_err("no such tool");
+    assert_eq!(denied.code(), Code::NotFound);
+    assert_eq!(missing.code(), Code::NotFound);
+    assert_eq!(
+        denied.message().replace("billing.charge", "T"),
+        missing.message().replace("no.such.tool", "T")
+    );
+    let resource = |status: &tonic::Status| {
+        let info = status.get_error_details().resource_info().cloned();
+        info.map(|i| i.resource_type)
+    };
+    assert_eq!(resource(&denied), resource(&missing));
+
+    let mut billing = mesh.as_(Some(BILLING_KEY)).await;
+    let unknown = billing
+        .invoke(invoke("no.such.tool", "{}"))
+        .await
+        .expect_err("no such tool");
+    assert_eq!(unknown.code(), Code::NotFound);
+
+    eventually(Duration::from_secs(10), "the three calls audited", || {
+        let lines = mesh.audit_lines();
+        async move {
+            lines
+                .iter()
+                .filter(|l| l["kind"] == "invoke" && l["tool"] != "lookup")
+                .count()
+                >= 3
+        }
+    })
+    .await;
+    let lines = mesh.audit_lines();
+    let outcome = |caller: &str, tool: &str| {
+        lines
+            .iter()
+            .find(|l| l["kind"] == "invoke" && l["caller"] == caller && l["tool"] == tool)
+            .map(|l| l["outcome"].clone())
+    };
+    assert_eq!(
+        outcome("support-agent", "billing.charge"),
+        Some("permission_denied".into())
+    );
+    // The policy refuses before the catalog is read: a name no rule gives
+    // the caller is a denial whether or not the tool exists.
+    assert_eq!(
+        outcome("support-agent", "no.such.tool"),
+        Some("permission_denied".into())
+    );
+    assert_eq!(
+        outcome("billing-agent", "no.such.tool"),
+        Some("not_found".into())
+    );
+
+    let log = mesh.registry.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(" call ") && l.contains(r#"tool="billing.charge""#))
+        .unwrap_or_else(|| panic!("no call line for the denied call:\n{log}"));
+    assert!(line.contains("outcome=PERMISSION_DENIED"), "{line}");
+
+    let metrics = reqwest::Client::new()
+        .get(format!("http://{}/metrics", mesh.admin))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("metrics text");
+    let sample = |tool: &str, outcome: &str| {
+        let head = format!(r#"toolmesh_invocations_total{{tool="{tool}",outcome="{outcome}"}} "#);
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(head.as_str()))
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        sample("billing.charge", "PERMISSION_DENIED").as_deref(),
+        Some("1"),
+        "{metrics}"
+    );
+    assert_eq!(sample("billing.charge", "NOT_FOUND"), None, "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,6 +71,7 @@ async fn failing_instances(
                     idempotent,
                     ..Default::default()
                 }],
+                execute_key: Vec::new(),
             })
             .await
             .unwrap();
@@ -167,6 +168,7 @@ async fn an_unreachable_instance_is_ejected_but_keeps_its_lease() {
             instance_id: "dead".into(),
             endpoint: format!("http://127.0.0.1:{}", reserved_port()),
             tools: descriptor.into_iter().collect(),
+            execute_key: Vec::new(),
         })
         .await
         .unwrap();

@@ -333,6 +333,7 @@ async fn leases_logged(binary: &std::path::Path, extra: &[&str]) {
             description: "Never called".into(),
             ..Default::default()
         }],
+        execute_key: Vec::new(),
     };
     let withdrawn = registration
         .announce(announce("withdrawn"))

@@ -58,6 +58,7 @@ async fn announce(registry: &TestRegistry, name: &str, endpoint: &str, timeout: 
                 timeout: timeout.map(|t| prost_types::Duration::try_from(t).expect("duration")),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         })
         .await
         .expect("announce");

@@ -54,6 +54,7 @@ fn announce(instance: &str, tools: Vec<pb::ToolDescriptor>) -> pb::AnnounceReque
         instance_id: instance.into(),
         endpoint: "http://127.0.0.1:9".into(),
         tools,
+        execute_key: Vec::new(),
     }
 }
 

@@ -55,6 +55,7 @@ fn outcome(n: u32) -> StoredOutcome {
         is_error: n == 13,
         instance_id: "s1".into(),
         attempts: 2,
+        content_json: String::new(),
     }
 }
 

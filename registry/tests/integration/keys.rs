@@ -236,6 +236,8 @@ async fn a_first_call_that_could_not_connect_frees_its_key() {
             instance_id: "not-yet".into(),
             endpoint: format!("http://127.0.0.1:{port}"),
             tools: vec![tool.descriptor().clone()],
+            // The key of the sidecar that comes up on this port, below.
+            execute_key: toolmesh_test_support::grants::key().as_bytes().to_vec(),
         })
         .await
         .unwrap();

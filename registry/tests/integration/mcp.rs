@@ -119,6 +119,26 @@ pub(crate) async fn standard_sidecar(registry: &McpRegistry, rpc: &Rpc) -> Loopb
     sidecar
 }
 
+/// The MCP address the registry binary `registry` logs it listens on
+/// (waited for up to 20 s).
+pub(crate) async fn logged_mcp_address(
+    registry: &toolmesh_test_support::registry_process::RegistryProcess,
+) -> std::net::SocketAddr {
+    let mut address = None;
+    eventually(Duration::from_secs(20), "the MCP listening line", || {
+        address = registry
+            .log()
+            .lines()
+            .filter(|line| line.contains("MCP endpoint listening"))
+            .flat_map(str::split_whitespace)
+            .find_map(|word| word.strip_prefix("address="))
+            .and_then(|addr| addr.parse().ok());
+        std::future::ready(address.is_some())
+    })
+    .await;
+    address.expect("an address")
+}
+
 /// One answer to a POST: the status, the headers, and the JSON-RPC
 /// response in it (JSON or the first response event of an SSE stream).
 #[derive(Debug)]
@@ -479,6 +499,7 @@ async fn calls_get_the_mcp_deadline_and_outages_are_results() {
                 description: "Nobody runs it".into(),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         })
         .await
         .unwrap();

@@ -51,7 +51,7 @@ async fn an_mcp_server_behind_a_sidecar_reaches_mcp_clients_through_the_registry
     assert_ne!(called["isError"], true, "{called}");
     assert_eq!(
         called["content"][0]["text"],
-        json!("\"The sum of 1 and 2 is 3.\"")
+        json!("The sum of 1 and 2 is 3.")
     );
 
     // The registry refuses what the server's schema forbids, before the

@@ -17,6 +17,7 @@ use toolmesh_registry::Config;
 use toolmesh_test_support::{mcp::python_with_sdk, server::sidecar, tools::adder};
 
 use crate::mcp::{HANDSHAKE, MODERN, McpRegistry, Rpc, config, standard_sidecar};
+use crate::mcp_content::everything_behind_a_sidecar;
 
 /// Longest the client may be silent.
 const LINE_WITHIN: Duration = Duration::from_secs(90);
@@ -100,12 +101,21 @@ impl PythonClient {
     }
 
     /// Waits for the client to exit, and says whether it succeeded.
-    async fn succeeded(mut self) -> bool {
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+    async fn succeeded(self) -> bool {
+        self.finish().await.0
+    }
+
+    /// Waits for the client to exit: whether it succeeded, and what it
+    /// wrote to stderr (the SDK's warnings).
+    async fn finish(self) -> (bool, String) {
+        let output = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
             .await
             .expect("the client exits")
-            .expect("its status")
-            .success()
+            .expect("its status");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 }
 
@@ -227,7 +237,11 @@ async fn interop_at(revision: &str) {
     assert!(!names(&left).contains(&"late"), "{left}");
 
     client.step("done").await;
-    assert!(client.succeeded().await);
+    let (succeeded, stderr) = client.finish().await;
+    assert!(succeeded, "{stderr}");
+    // A handshake revision's session ends with a DELETE the SDK checks.
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
+    assert!(stderr.trim().is_empty(), "no SDK warning: {stderr}");
     registry.stop().await;
 }
 
@@ -290,6 +304,47 @@ async fn python_sdk_with_and_without_a_key() {
             "{revision}: {failed}"
         );
         assert!(!client.succeeded().await, "{revision}");
+    }
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_gets_a_wrapped_servers_text_and_image_as_blocks() {
+    let Some(python) = python_with_sdk() else {
+        return;
+    };
+    let registry = McpRegistry::start(config()).await;
+    let Some(_sidecar) = everything_behind_a_sidecar(&registry, &["echo", "get-tiny-image"]).await
+    else {
+        return;
+    };
+    for revision in [MODERN, HANDSHAKE[0]] {
+        let mut client = PythonClient::spawn(&python, &registry.mcp, revision, None, "content");
+        let echo = client.step("content").await;
+        assert_eq!(echo["tool"], "everything.echo", "{echo}");
+        assert_eq!(
+            echo["blocks"],
+            serde_json::json!([{"class": "TextContent", "type": "text", "text": "Echo: hi"}]),
+            "{revision}"
+        );
+        let image = client.step("content").await;
+        assert_eq!(image["isError"], false, "{image}");
+        let blocks = image["blocks"].as_array().expect("blocks");
+        let kinds: Vec<&str> = blocks.iter().filter_map(|b| b["class"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["TextContent", "ImageContent", "TextContent"],
+            "{image}"
+        );
+        assert_eq!(blocks[1]["mimeType"], "image/png", "{image}");
+        assert!(
+            blocks[1]["data"].as_str().is_some_and(|d| d.len() > 100),
+            "{image}"
+        );
+        client.step("done").await;
+        let (succeeded, stderr) = client.finish().await;
+        assert!(succeeded, "{revision}: {stderr}");
+        assert!(stderr.trim().is_empty(), "{revision}: {stderr}");
     }
     registry.stop().await;
 }

@@ -11,7 +11,7 @@ use toolmesh_test_support::{server::loopback_listener, wait::eventually};
 
 use crate::mcp::{
     HANDSHAKE, MODERN, McpRegistry, REPLY_WITHIN, Rpc, config, first_response, initialize,
-    modern_request, standard_sidecar,
+    logged_mcp_address, modern_request, standard_sidecar,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,7 +40,7 @@ async fn sessions_are_bounded_and_refused_with_503() {
         .send()
         .await
         .unwrap();
-    assert!(closed.status().is_success(), "{}", closed.status());
+    assert_eq!(closed.status(), 204, "a DELETE that ended the session");
     toolmesh_test_support::wait::eventually(Duration::from_secs(10), "a session again", || async {
         rpc.post(&initialize(HANDSHAKE[0]), &[]).await.status == 200
     })
@@ -202,19 +202,7 @@ async fn the_binary_serves_mcp_from_its_environment_and_stops_on_sigterm() {
         ],
     )
     .await;
-    let mut mcp = None;
-    eventually(Duration::from_secs(20), "the MCP listening line", || {
-        mcp = registry
-            .log()
-            .lines()
-            .filter(|line| line.contains("MCP endpoint listening"))
-            .flat_map(str::split_whitespace)
-            .find_map(|word| word.strip_prefix("address="))
-            .and_then(|addr| addr.parse::<std::net::SocketAddr>().ok());
-        std::future::ready(mcp.is_some())
-    })
-    .await;
-    let url = format!("http://{}/mcp", mcp.unwrap());
+    let url = format!("http://{}/mcp", logged_mcp_address(&registry).await);
     let reply = Rpc::new(&url).modern(1, "tools/list", json!({})).await;
     let result = reply.message.expect("an answer")["result"].clone();
     assert_eq!(

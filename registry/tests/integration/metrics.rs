@@ -29,7 +29,7 @@ const CALLER: &str = "metrics-caller-5150";
 const KEY: &str = "metrics-test-key-9b1f2c";
 
 /// The address in an `admin listening address=…` log line, text or JSON.
-fn admin_address(log: &str) -> Option<SocketAddr> {
+pub(crate) fn admin_address(log: &str) -> Option<SocketAddr> {
     log.lines().find_map(|line| {
         if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
             return (json["message"] == "admin listening")

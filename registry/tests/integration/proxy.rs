@@ -15,8 +15,9 @@ use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::Code;
+use tonic::metadata::AsciiMetadataValue;
+use toolmesh_proto::grant::{self, CallKey};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
-use toolmesh_proto::token::Token;
 use toolmesh_registry::proxy::{Proxy, ProxyError};
 use toolmesh_telemetry::TraceContext;
 
@@ -154,6 +155,7 @@ async fn serve(
             let message = grpc_message(&ExecuteResponse {
                 result_json,
                 is_error: false,
+                content_json: String::new(),
             });
             let _ = stream.send_data(message, false);
             let _ = stream.send_trailers(grpc_ok());
@@ -202,7 +204,15 @@ async fn call(
     arguments: &str,
     within: Duration,
 ) -> Result<ExecuteResponse, ProxyError> {
-    call_traced(proxy, endpoint, arguments, within, &TraceContext::default()).await
+    call_traced(
+        proxy,
+        endpoint,
+        arguments,
+        within,
+        &TraceContext::default(),
+        None,
+    )
+    .await
 }
 
 async fn call_traced(
@@ -211,6 +221,7 @@ async fn call_traced(
     arguments: &str,
     within: Duration,
     trace: &TraceContext,
+    grant: Option<AsciiMetadataValue>,
 ) -> Result<ExecuteResponse, ProxyError> {
     let request = proxy
         .encode(&ExecuteRequest {
@@ -221,33 +232,50 @@ async fn call_traced(
         })
         .unwrap();
     proxy
-        .execute(endpoint, request, Instant::now() + within, trace)
+        .execute(endpoint, request, grant, Instant::now() + within, trace)
         .await
 }
 
 const WITHIN: Duration = Duration::from_secs(10);
 
 #[tokio::test]
-async fn a_call_carries_its_deadline_token_and_trace_and_reads_the_answer() {
+async fn a_call_carries_its_deadline_grant_and_trace_and_reads_the_answer() {
     let sidecar = fake(Answer::Echo).await;
-    let proxy = proxy().with_token(Some(Token::new("s3cr3t-t0ken-0123456789abcdef").unwrap()));
+    let proxy = proxy();
+    let key = CallKey::from_bytes(&[5; 32]).unwrap();
+    let call = grant::Call {
+        instance: "i",
+        invocation: "i-1",
+        tool: "echo",
+        caller: "",
+        arguments: grant::ArgumentsDigest::of(r#"{"a":1}"#),
+    };
+    let minted = grant::mint(&key, &call, grant::now_ms(), 1);
     let mut incoming = HeaderMap::new();
     let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     incoming.insert("traceparent", traceparent.parse().unwrap());
     let trace = TraceContext::from_headers(&incoming);
 
-    let answer = call_traced(&proxy, &sidecar.endpoint(), r#"{"a":1}"#, WITHIN, &trace)
-        .await
-        .unwrap();
+    let answer = call_traced(
+        &proxy,
+        &sidecar.endpoint(),
+        r#"{"a":1}"#,
+        WITHIN,
+        &trace,
+        Some(minted.clone()),
+    )
+    .await
+    .unwrap();
 
     assert_eq!(answer.result_json, r#"{"a":1}"#);
     let seen = sidecar.seen.lock().unwrap();
     let headers = &seen[0];
     assert_eq!(headers["content-type"], "application/grpc");
     assert_eq!(headers["te"], "trailers");
-    assert_eq!(
-        headers["authorization"],
-        "Bearer s3cr3t-t0ken-0123456789abcdef"
+    assert_eq!(headers[grant::HEADER], minted.to_str().unwrap());
+    assert!(
+        headers.get("authorization").is_none(),
+        "no credential but the call's own grant"
     );
     assert_eq!(headers["traceparent"], traceparent);
     let timeout = toolmesh_proto::timeout::parse(headers["grpc-timeout"].to_str().unwrap())

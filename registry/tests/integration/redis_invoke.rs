@@ -389,6 +389,7 @@ async fn idempotency_keys_through_invoke_over_redis() {
             instance_id: "dead".into(),
             endpoint: format!("http://{dead}"),
             tools: descriptor.into_iter().collect(),
+            execute_key: Vec::new(),
         })
         .await
         .unwrap()

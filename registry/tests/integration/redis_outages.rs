@@ -289,6 +289,7 @@ fn announce(descriptor: &pb::ToolDescriptor, instance: &str) -> pb::AnnounceRequ
         instance_id: instance.into(),
         endpoint: "http://127.0.0.1:9".into(),
         tools: vec![descriptor.clone()],
+        execute_key: Vec::new(),
     }
 }
 

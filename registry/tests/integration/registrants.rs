@@ -54,6 +54,11 @@ struct Mesh {
 
 /// The registry with the registrants file, over Redis if `redis`.
 async fn registry(redis: bool) -> Option<Mesh> {
+    registry_with(redis, &[]).await
+}
+
+/// [`registry`] with more flags.
+async fn registry_with(redis: bool, flags: &[&str]) -> Option<Mesh> {
     let binary = process::binary("toolmesh-registry")?;
     let redis = if redis {
         Some(RedisServer::start()?)
@@ -69,6 +74,7 @@ async fn registry(redis: bool) -> Option<Mesh> {
     if let Some(url) = &url {
         args.extend(["--redis", url]);
     }
+    args.extend(flags);
     let (registry, addr) = RegistryProcess::start(&binary, &args, &[]).await;
     Some(Mesh {
         registry,
@@ -138,6 +144,7 @@ fn announce(instance: &str, endpoint: &str, descriptor: pb::ToolDescriptor) -> p
         instance_id: instance.into(),
         endpoint: endpoint.into(),
         tools: vec![descriptor],
+        execute_key: Vec::new(),
     }
 }
 
@@ -350,6 +357,83 @@ async fn leases_answer_only_their_credential_and_caps_stop_lock_outs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_answer_only_their_credential_and_caps_stop_lock_outs_over_redis() {
     leases_and_caps_hold(true).await;
+}
+
+/// `count` tools named `<prefix>0`, `<prefix>1`, … for one announce.
+fn tools(prefix: &str, range: std::ops::Range<usize>) -> Vec<pb::ToolDescriptor> {
+    range.map(|i| descriptor(&format!("{prefix}{i}"))).collect()
+}
+
+/// The lock-out of the issue, at `--max-tools 60`: a registrant that may
+/// announce anything (`*`) fills its share of the names, not the catalog,
+/// and cannot take the names another registrant's restart frees.
+async fn tool_names_are_shared(redis: bool) {
+    let Some(mesh) = registry_with(redis, &["--max-tools", "60"]).await else {
+        return;
+    };
+    let mut registration = mesh.registration().await;
+    let mut announce_tools = async |token: &str, instance: &str, tools: Vec<pb::ToolDescriptor>| {
+        registration
+            .announce(with_token(
+                pb::AnnounceRequest {
+                    instance_id: instance.into(),
+                    endpoint: "http://127.0.0.1:9".into(),
+                    tools,
+                    execute_key: Vec::new(),
+                },
+                Some(token),
+            ))
+            .await
+            .map(|r| r.into_inner().lease_id)
+    };
+    let lease = announce_tools(INVENTORY, "inv-1", tools("inventory.t", 0..20))
+        .await
+        .expect("inventory's twenty");
+    announce_tools(MALLORY, "m-1", tools("m", 0..30))
+        .await
+        .expect("mallory's share: half of 60");
+    let refused = announce_tools(MALLORY, "m-2", tools("m", 30..31))
+        .await
+        .expect_err("past her share");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("max_tools"), "{refused:?}");
+
+    // Inventory's instance restarts: its names are free for a moment.
+    mesh.registration()
+        .await
+        .withdraw(with_token(
+            pb::WithdrawRequest { lease_id: lease },
+            Some(INVENTORY),
+        ))
+        .await
+        .expect("withdraw");
+    let rush = announce_tools(MALLORY, "m-2", tools("m", 30..50)).await;
+    assert_eq!(
+        rush.map(|_| ()).map_err(|s| s.code()),
+        Err(Code::ResourceExhausted),
+        "the freed names are not mallory's to take"
+    );
+    announce_tools(INVENTORY, "inv-1", tools("inventory.t", 0..21))
+        .await
+        .expect("inventory's re-announce, and a new tool of its own");
+    let listed = mesh
+        .agent()
+        .await
+        .list_tools(pb::ListToolsRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(listed.total_size, 51);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrant_at_its_tool_bound_cannot_take_anothers_names() {
+    tool_names_are_shared(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registrant_at_its_tool_bound_cannot_take_anothers_names_over_redis() {
+    tool_names_are_shared(true).await;
 }
 
 #[test]

@@ -392,6 +392,7 @@ async fn a_rotated_certificate_serves_new_connections_and_keeps_open_ones() {
                 name: "late".into(),
                 ..Default::default()
             }],
+            execute_key: Vec::new(),
         })
         .await
         .expect("announce over a new connection");
@@ -456,6 +457,7 @@ async fn a_registrant_may_be_its_client_certificate() {
             name: tool.into(),
             ..Default::default()
         }],
+        execute_key: Vec::new(),
     };
     let as_ = |identity: Option<(&str, &str)>| {
         let tls = pki.client(identity);

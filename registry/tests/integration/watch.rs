@@ -91,6 +91,7 @@ async fn a_watcher_that_falls_1024_events_behind_is_aborted() {
                 instance_id: format!("i{i}"),
                 endpoint: "http://127.0.0.1:9".into(),
                 tools: vec![descriptor.clone()],
+                execute_key: Vec::new(),
             })
             .await
             .unwrap()

@@ -14,6 +14,9 @@ Scenarios (`--scenario`):
   two `tools/list_changed` notifications, the test adding then removing a
   tool after each `waiting` line.
 - `connect`: connect and list, and print what failed if anything did.
+- `content`: call `everything.echo` and `everything.get-tiny-image` (the
+  test wraps server-everything behind a sidecar) and print each content
+  block as the SDK parsed it.
 """
 
 from __future__ import annotations
@@ -128,6 +131,13 @@ async def calls(session: ClientSession) -> None:
     emit("search", **summary(found))
 
 
+async def content(session: ClientSession) -> None:
+    for name, arguments in (("everything.echo", {"message": "hi"}), ("everything.get-tiny-image", {})):
+        result = await session.call_tool(name, arguments)
+        blocks = [{"class": type(block).__name__, **dump(block)} for block in result.content]
+        emit("content", tool=name, isError=bool(result.is_error), blocks=blocks)
+
+
 class Changes:
     """`tools/list_changed` notifications of a handshake-era session: the
     next one after `expect()`."""
@@ -173,8 +183,15 @@ async def main() -> int:
     parser.add_argument("--url", required=True)
     parser.add_argument("--revision", required=True)
     parser.add_argument("--token")
-    parser.add_argument("--scenario", default="interop", choices=["interop", "connect"])
+    parser.add_argument("--scenario", default="interop", choices=["interop", "connect", "content"])
     args = parser.parse_args()
+
+    # The SDK's warnings on stderr, where the test looks for them (the
+    # transport's logger gets a handler below, so Python's last resort
+    # would not print them).
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(warnings)
 
     opened = GetStreamOpened()
     transport_log = logging.getLogger("mcp.client.streamable_http")
@@ -217,6 +234,8 @@ async def main() -> int:
                     if args.scenario == "connect":
                         names, pages, _ = await list_all(session)
                         emit("list", names=names, pages=pages)
+                    elif args.scenario == "content":
+                        await content(session)
                     else:
                         await interop(session, args.revision, opened, changes)
     except BaseException as error:  # noqa: BLE001 - the test reads what failed

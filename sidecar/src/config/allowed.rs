@@ -167,6 +167,14 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     ("tools[].backend.mcp.env.*", "a text, e.g. abc"),
     (
+        "tools[].backend.mcp.env_pass",
+        "a list of names of the sidecar's environment variables the server gets, e.g. [GITHUB_TOKEN]",
+    ),
+    (
+        "tools[].backend.mcp.env_pass[]",
+        "a variable name: letters, digits and _, not starting with a digit, e.g. GITHUB_TOKEN",
+    ),
+    (
         "tools[].backend.mcp.cwd",
         "a folder, relative to the config file's folder, e.g. work",
     ),

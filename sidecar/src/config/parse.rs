@@ -141,7 +141,7 @@ fn plain(expected: &str) -> String {
 
 /// The name in `names` that `given` was most likely meant to be: the same
 /// but for case, `_` and `-`, or at most a third of its letters away.
-fn closest<'a>(given: &str, names: &[&'a str]) -> Option<&'a str> {
+pub(super) fn closest<'a>(given: &str, names: &[&'a str]) -> Option<&'a str> {
     let fold = |s: &str| s.to_lowercase().replace(['_', '-'], "");
     if let Some(same) = names.iter().find(|name| fold(name) == fold(given)) {
         return Some(same);

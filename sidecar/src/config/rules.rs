@@ -321,6 +321,7 @@ fn check_mcp(mcp: &McpConfig, at: &KeyPath) -> Result<(), Problem> {
         (None, None) => return Err(Problem::found(at.clone(), "neither command nor url")),
         (Some(command), None) => {
             check_command(command, &at.key("command"))?;
+            check_env_pass(&mcp.env_pass, &at.key("env_pass"))?;
             if !mcp.headers.is_empty() {
                 return Err(Problem::new(
                     at.key("headers"),
@@ -332,7 +333,11 @@ fn check_mcp(mcp: &McpConfig, at: &KeyPath) -> Result<(), Problem> {
             http_url(url)
                 .map_err(|why| Problem::found(at.key("url"), format!("{url:?} ({why})")))?;
             check_headers(&mcp.headers, &at.key("headers"))?;
-            for (key, set) in [("env", !mcp.env.is_empty()), ("cwd", mcp.cwd.is_some())] {
+            for (key, set) in [
+                ("env", !mcp.env.is_empty()),
+                ("env_pass", !mcp.env_pass.is_empty()),
+                ("cwd", mcp.cwd.is_some()),
+            ] {
                 if set {
                     return Err(Problem::new(
                         at.key(key),
@@ -355,6 +360,18 @@ fn check_mcp(mcp: &McpConfig, at: &KeyPath) -> Result<(), Problem> {
         return Err(Problem::found(at.key("relist_interval"), "0s"));
     }
     Ok(())
+}
+
+/// An MCP server's `env_pass`: portable variable names.
+fn check_env_pass(names: &[String], at: &KeyPath) -> Result<(), Problem> {
+    match names
+        .iter()
+        .enumerate()
+        .find(|(_, name)| !crate::mcp::is_variable_name(name))
+    {
+        Some((index, name)) => Err(Problem::found(at.index(index), format!("{name:?}"))),
+        None => Ok(()),
+    }
 }
 
 /// Why the YAML may not set the caller's or invocation's header or variable.

@@ -556,15 +556,16 @@ fn mcp_error(entry: &str) -> String {
 
 #[test]
 fn an_mcp_entry_stands_for_the_servers_tools() {
-    let yaml = "tools:\n  - backend: {mcp: {command: [sh, server.sh], env: {A: b}, prefix: everything., allow: [get-*, echo], deny: [get-env], relist_interval: 10s}}\n    tags: [demo]\n    rate_limit: {rate: 5, burst: 2}\n    timeout: 3s\n  - backend: {mcp: {url: 'http://127.0.0.1:8000/mcp', headers: {Authorization: Bearer x}}}\n  - {name: wc, description: Count words, backend: {command: [wc]}}\n";
+    let yaml = "tools:\n  - backend: {mcp: {command: [sh, server.sh], env: {A: b}, env_pass: [GITHUB_TOKEN], prefix: everything., allow: [get-*, echo], deny: [get-env], relist_interval: 10s}}\n    tags: [demo]\n    rate_limit: {rate: 5, burst: 2}\n    timeout: 3s\n  - backend: {mcp: {url: 'http://127.0.0.1:8000/mcp', headers: {Authorization: Bearer x}}}\n  - {name: wc, description: Count words, backend: {command: [wc]}}\n";
     let config = SidecarConfig::from_yaml_str(yaml).expect("valid");
     let servers = config.mcp_servers(Path::new("")).expect("servers");
     assert_eq!(servers.len(), 2);
     let everything = &servers[0];
     assert!(matches!(
         &everything.transport,
-        crate::mcp::McpTransport::Stdio { program, env, .. }
+        crate::mcp::McpTransport::Stdio { program, env, pass, .. }
             if program == Path::new("sh") && env.get("A").map(String::as_str) == Some("b")
+                && pass == &["GITHUB_TOKEN"]
     ));
     assert_eq!(
         everything.selection.publish("get-sum").as_deref(),
@@ -623,7 +624,15 @@ fn an_mcp_entry_says_what_is_wrong_in_the_users_words() {
         ),
         (
             "{backend: {mcp: {command: [x], relist: 5s}}}",
-            "line 2, column 36: tools[0].backend.mcp.relist: unknown key (allowed here: command, env, cwd, url, headers, prefix, allow, deny, relist_interval)",
+            "line 2, column 36: tools[0].backend.mcp.relist: unknown key (allowed here: command, env, env_pass, cwd, url, headers, prefix, allow, deny, relist_interval)",
+        ),
+        (
+            "{backend: {mcp: {command: [x], env_pass: [HOME, 'A-B']}}}",
+            "line 2, column 53: tools[0].backend.mcp.env_pass[1]: found \"A-B\", expected a variable name: letters, digits and _, not starting with a digit, e.g. GITHUB_TOKEN",
+        ),
+        (
+            "{backend: {mcp: {url: 'http://y', env_pass: [TOKEN]}}}",
+            "line 2, column 49: tools[0].backend.mcp.env_pass: only applies to a command; remove it",
         ),
         (
             "{backend: {mcp: {command: [x]}, command: [y]}}",

@@ -130,6 +130,22 @@ pub(crate) fn outcome(result: &CallToolResult) -> Outcome {
     Outcome {
         result_json,
         is_error,
+        content_json: blocks(&result.content),
+    }
+}
+
+/// `content` as the JSON array an MCP client of the registry gets, unless
+/// it is one plain text (no annotations, no `_meta`), which `result_json`
+/// says whole.
+fn blocks(content: &[ContentBlock]) -> String {
+    let plain_text = |block: &ContentBlock| {
+        block
+            .as_text()
+            .is_some_and(|text| text.annotations.is_none() && text.meta.is_none())
+    };
+    match content {
+        [only] if plain_text(only) => String::new(),
+        _ => serde_json::to_string(content).unwrap_or_default(),
     }
 }
 

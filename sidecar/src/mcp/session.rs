@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{
-    ClientConfig, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ClientConfig, ErrorCode, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion,
     RequestMetaObject, SubscriptionFilter, Tool as McpTool,
 };
 use rmcp::service::{
@@ -28,6 +28,7 @@ use tracing::Instrument as _;
 
 use super::McpTransport;
 use super::convert;
+use super::environment::environment;
 use crate::context::CallContext;
 use crate::tool::{Backend, BackendError, Outcome};
 
@@ -93,6 +94,9 @@ pub(crate) enum SessionError {
         /// Why.
         reason: String,
     },
+    /// The server answered that it has no such method (`-32601`).
+    #[error("{0}: the server has no such method (-32601)")]
+    MethodNotFound(&'static str),
     /// The server did not answer in time.
     #[error("{0} timed out")]
     Timeout(&'static str),
@@ -114,10 +118,15 @@ pub(crate) async fn connect(
                 program,
                 args,
                 env,
+                pass,
                 cwd,
             } => {
                 let mut command = tokio::process::Command::new(program);
-                command.args(args).envs(env).kill_on_drop(true);
+                command
+                    .args(args)
+                    .env_clear()
+                    .envs(environment(std::env::vars_os(), pass, env))
+                    .kill_on_drop(true);
                 if let Some(cwd) = cwd {
                     command.current_dir(cwd);
                 }
@@ -180,16 +189,29 @@ fn lifecycle() -> ClientLifecycleMode {
 }
 
 /// Opens the stream a 2026-07-28 server sends
-/// `notifications/tools/list_changed` on, within [`LIST_TIMEOUT`].
+/// `notifications/tools/list_changed` on, within [`LIST_TIMEOUT`]; a server
+/// without it is [`SessionError::MethodNotFound`].
 pub(crate) async fn listen(peer: &Peer<RoleClient>) -> Result<Subscription, SessionError> {
+    const WHAT: &str = "subscriptions/listen";
     let filter = SubscriptionFilter::builder().tools_list_changed().build();
     tokio::time::timeout(LIST_TIMEOUT, peer.listen(filter))
         .await
-        .map_err(|_| SessionError::Timeout("subscriptions/listen"))?
-        .map_err(|e| SessionError::Request {
-            what: "subscriptions/listen",
-            reason: e.to_string(),
-        })
+        .map_err(|_| SessionError::Timeout(WHAT))?
+        .map_err(|error| request_error(WHAT, &error))
+}
+
+/// `error` of the request `what`: a `-32601` answer is
+/// [`SessionError::MethodNotFound`].
+fn request_error(what: &'static str, error: &ServiceError) -> SessionError {
+    match error {
+        ServiceError::McpError(answer) if answer.code == ErrorCode::METHOD_NOT_FOUND => {
+            SessionError::MethodNotFound(what)
+        }
+        other => SessionError::Request {
+            what,
+            reason: other.to_string(),
+        },
+    }
 }
 
 /// Every tool the server lists, page by page, each page within
@@ -272,7 +294,8 @@ pub(crate) struct McpBackend {
     /// The server, for logs.
     pub(crate) label: Arc<str>,
     pub(crate) peer: Peer<RoleClient>,
-    /// Woken when the server refuses a call: its list may be stale.
+    /// Woken when the server refuses a call (its list may be stale) or
+    /// cannot be reached (it may be gone).
     pub(crate) tools_changed: Arc<Notify>,
 }
 
@@ -315,10 +338,43 @@ impl Backend for McpBackend {
                     error.message
                 )))
             }
-            Err(error) => Err(BackendError::Unavailable(format!(
-                "MCP server {}: {error}",
-                self.label
-            ))),
+            Err(error) => {
+                // The loop lists again at once: a server that has gone
+                // (one reached over HTTP may say so no other way) has its
+                // tools withdrawn.
+                self.tools_changed.notify_one();
+                Err(BackendError::Unavailable(format!(
+                    "MCP server {}: {error}",
+                    self.label
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::ErrorData;
+
+    use super::*;
+
+    #[test]
+    fn a_missing_method_is_told_apart_from_a_failed_request() {
+        let missing = ServiceError::McpError(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            "Method not found",
+            None,
+        ));
+        assert!(matches!(
+            request_error("subscriptions/listen", &missing),
+            SessionError::MethodNotFound("subscriptions/listen")
+        ));
+        let refused = ServiceError::McpError(ErrorData::internal_error("boom", None));
+        for error in [refused, ServiceError::TransportClosed] {
+            assert!(matches!(
+                request_error("subscriptions/listen", &error),
+                SessionError::Request { .. }
+            ));
         }
     }
 }

@@ -11,11 +11,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use toolmesh_telemetry::shown::{Clipped, Quoted};
+
 use super::McpServer;
 use super::convert::{self, Skipped};
-use rmcp::service::Subscription;
-
 use super::session::{self, Handler, McpBackend, SessionError};
+use super::watch::Watch;
 use crate::announcer::Backoff;
 use crate::metrics::Metrics;
 use crate::tool::Tool;
@@ -93,9 +94,19 @@ async fn supervise(
     let label: Arc<str> = Arc::from(server.label.as_str());
     // Retried for as long as the sidecar runs, at most once per cap.
     let mut delays = Backoff::between(RESTART_START, RESTART_CAP);
+    let mut refused_listen = false;
     loop {
         let started = Instant::now();
-        let ended = connected(index, &server, &label, &tools, &metrics, &stop).await;
+        let ended = connected(
+            index,
+            &server,
+            &label,
+            &tools,
+            &metrics,
+            &stop,
+            &mut refused_listen,
+        )
+        .await;
         tools.publish(index, Vec::new());
         let error = match ended {
             Ended::Stopped => {
@@ -109,7 +120,8 @@ async fn supervise(
             delays.reset();
         }
         let delay = delays.next_delay();
-        tracing::warn!(server = %label, %error, ?delay, "MCP server unavailable; its tools are withdrawn until it is back");
+        let error = error.to_string();
+        tracing::warn!(server = %label, error = %Clipped(&error), ?delay, "MCP server unavailable; its tools are withdrawn until it is back");
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = stop.cancelled() => return,
@@ -118,7 +130,8 @@ async fn supervise(
 }
 
 /// One connection: lists and publishes until the server goes away or the
-/// sidecar stops.
+/// sidecar stops. `refused_listen` is whether this server already refused the change
+/// stream it advertises.
 async fn connected(
     index: usize,
     server: &McpServer,
@@ -126,6 +139,7 @@ async fn connected(
     tools: &ToolSet,
     metrics: &Metrics,
     stop: &CancellationToken,
+    refused_listen: &mut bool,
 ) -> Ended {
     let tools_changed = Arc::new(Notify::new());
     let handler = Handler {
@@ -140,19 +154,25 @@ async fn connected(
         Err(error) => return Ended::Failed(error),
     };
     let peer = session.peer().clone();
-    let Some(version) = peer.peer_info().map(|info| info.protocol_version.clone()) else {
+    let Some(info) = peer.peer_info() else {
         return Ended::Failed(SessionError::Handshake("no server info".to_owned()));
     };
-    tracing::info!(server = %label, protocol = %version, "MCP server connected");
-    // A server on the current revision sends its changes on a stream of
-    // their own, and has no ping: that stream ending says it is gone.
-    let mut changes = None;
-    if !version.has_initialize() {
-        match session::listen(&peer).await {
-            Ok(subscription) => changes = Some(subscription),
-            Err(error) => return Ended::Failed(error),
-        }
-    }
+    let mut watch = match Watch::open(&peer, &info, label, refused_listen).await {
+        Ok(watch) => watch,
+        Err(error) => return Ended::Failed(error),
+    };
+    let (name, version) = info.server_info.as_ref().map_or(("", ""), |about| {
+        (about.name.as_str(), about.version.as_str())
+    });
+    tracing::info!(
+        server = %label,
+        protocol = %info.protocol_version,
+        name = %Quoted(name),
+        version = %Quoted(version),
+        follows = watch.follows(),
+        relist_interval = ?server.relist_interval,
+        "MCP server connected"
+    );
     let cancel = session.cancellation_token();
     let closed = session.waiting();
     tokio::pin!(closed);
@@ -181,8 +201,8 @@ async fn connected(
             tokio::select! {
                 () = tools_changed.notified() => break Ok(Wake::Relist),
                 () = tokio::time::sleep_until(relist_at) => break Ok(Wake::Relist),
-                changed = next_change(&mut changes) => break changed.map(|()| Wake::Relist),
-                () = tokio::time::sleep(PING_INTERVAL), if changes.is_none() => {
+                changed = watch.next_change() => break changed.map(|()| Wake::Relist),
+                () = tokio::time::sleep(PING_INTERVAL), if watch.pings() => {
                     if let Err(error) = session::ping(&peer).await {
                         break Err(error);
                     }
@@ -213,25 +233,6 @@ fn gone(reason: &impl std::fmt::Debug) -> SessionError {
     }
 }
 
-/// The next notification on a 2026-07-28 server's change stream (never,
-/// without one); its end is the server's.
-async fn next_change(changes: &mut Option<Subscription>) -> Result<(), SessionError> {
-    let Some(subscription) = changes else {
-        return std::future::pending().await;
-    };
-    match subscription.next().await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(SessionError::Request {
-            what: "subscriptions/listen",
-            reason: format!("the stream ended ({:?})", subscription.end()),
-        }),
-        Err(error) => Err(SessionError::Request {
-            what: "subscriptions/listen",
-            reason: error.to_string(),
-        }),
-    }
-}
-
 /// The listed tools the selection keeps and the registry would take, as
 /// tools calling the server; the others are logged.
 fn publishable(
@@ -258,7 +259,7 @@ fn publishable(
             }
             Err(Skipped::NotSelected) => {}
             Err(why) => {
-                tracing::warn!(server = %label, tool = %tool.name, %why, "MCP tool left out");
+                tracing::warn!(server = %label, tool = %Quoted(&tool.name), why = %Clipped(&why.to_string()), "MCP tool left out");
             }
         }
     }

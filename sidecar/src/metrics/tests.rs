@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pb::tool_runtime_server::ToolRuntime as _;
+use toolmesh_proto::grant::{self, CallKey, Verifier};
 
 use super::*;
 use crate::context::CallContext;
@@ -48,19 +49,29 @@ fn service(metrics: &Metrics) -> Metered<RuntimeService> {
         ])
         .unwrap(),
     );
+    let grants = Verifier::new(key(), INSTANCE, grant::DEFAULT_MAX_AGE);
     Metered::new(
-        RuntimeService::new(runtime.clone()),
+        RuntimeService::new(runtime.clone(), Arc::new(grants)),
         &runtime,
         metrics.clone(),
     )
 }
 
+const INSTANCE: &str = "metered";
+
+fn key() -> CallKey {
+    CallKey::from_bytes(&[3; grant::KEY_LEN]).unwrap()
+}
+
+/// A call of `tool`, signed as the registry signs it.
 fn call(tool: &str) -> tonic::Request<pb::ExecuteRequest> {
-    tonic::Request::new(pb::ExecuteRequest {
+    let mut request = tonic::Request::new(pb::ExecuteRequest {
         tool: tool.into(),
         arguments_json: "{}".into(),
         ..Default::default()
-    })
+    });
+    grant::sign(&key(), INSTANCE, &mut request);
+    request
 }
 
 fn exposition(metrics: &Metrics) -> String {

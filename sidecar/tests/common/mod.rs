@@ -309,13 +309,10 @@ pub async fn fake_registry(ttl: Duration) -> (FakeRegistry, LoopbackServer) {
     (registry, server)
 }
 
-/// A `ToolRuntime` client for the sidecar at `url`.
-pub async fn runtime_client(
-    url: String,
-) -> pb::tool_runtime_client::ToolRuntimeClient<tonic::transport::Channel> {
-    pb::tool_runtime_client::ToolRuntimeClient::connect(url)
-        .await
-        .unwrap()
+/// A `ToolRuntime` client for the library sidecar at `url`, announced as
+/// `instance`, signing its calls as the registry does.
+pub async fn runtime_client(url: String, instance: &str) -> toolmesh_test_support::grants::Runtime {
+    toolmesh_test_support::grants::Runtime::connect(url, instance).await
 }
 
 /// Tools built from a YAML config whose directory is `dir`.

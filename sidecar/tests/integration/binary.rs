@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use toolmesh_proto::pb;
 use toolmesh_sidecar::server::DRAIN_GRACE;
 
 use crate::common::{
@@ -165,7 +166,6 @@ async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
             "0.0.0.0:0",
             "--instance-id",
             "everywhere",
-            "--insecure",
         ],
         &[],
     );
@@ -183,29 +183,52 @@ async fn listening_on_0_0_0_0_advertises_127_0_0_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beyond_loopback_it_needs_a_way_to_keep_callers_out_or_insecure() {
+async fn beyond_loopback_it_serves_and_takes_only_calls_the_registry_signed() {
     let Some(bin) = binary("toolmesh-sidecar") else {
         return;
     };
-    let (_registry, server) = fake_registry(TTL).await;
+    let (registry, server) = fake_registry(TTL).await;
     let yaml = format!("tools:\n{}", echo_tool("echo", "Echo"));
-    let args = ["--registry", &server.url(), "--listen", "0.0.0.0:0"];
-    let mut refused = SidecarProcess::spawn(&bin, &yaml, &args, &[]);
-    let status = refused.exited(PATIENCE).await;
-    assert!(!status.success());
-    let log = refused.log();
-    assert!(
-        log.contains("beyond loopback, with no --execute-token-file or --registry-identity")
-            && log.contains("--insecure"),
-        "{log}"
-    );
-    let mut warned =
-        SidecarProcess::spawn(&bin, &yaml, &args, &[("TOOLMESH_SIDECAR_INSECURE", "true")]);
-    warned.bound(PATIENCE).await;
-    wait_until(PATIENCE, "the warning", || {
-        warned.log().contains("(--insecure)")
+    let args = [
+        "--registry",
+        &server.url(),
+        "--listen",
+        "0.0.0.0:0",
+        "--insecure",
+    ];
+    let mut sidecar = SidecarProcess::spawn(&bin, &yaml, &args, &[]);
+    let bound = sidecar.bound(PATIENCE).await;
+    wait_until(PATIENCE, "the announce", || {
+        !registry.announces().is_empty()
     })
     .await;
+    let (_, announce, _) = registry.announces().remove(0);
+    assert_eq!(announce.execute_key.len(), toolmesh_proto::grant::KEY_LEN);
+    let refused = pb::tool_runtime_client::ToolRuntimeClient::connect(format!(
+        "http://127.0.0.1:{}",
+        bound.port()
+    ))
+    .await
+    .unwrap()
+    .execute(pb::ExecuteRequest {
+        tool: "echo".into(),
+        arguments_json: "{}".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+    assert!(
+        refused.message().contains("no execute grant"),
+        "{refused:?}"
+    );
+    assert!(
+        sidecar
+            .log()
+            .contains("--insecure is deprecated and ignored"),
+        "{}",
+        sidecar.log()
+    );
 }
 
 /// A sidecar whose admin port is taken says so and exits before it logs

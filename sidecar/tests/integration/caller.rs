@@ -106,7 +106,7 @@ tools:
     let mut tools = tools_from_yaml(&yaml, dir.path());
     tools.push(sdk_who());
     let sidecar = sidecar(&registry.url(), "caller-1", tools).await;
-    let mut client = runtime_client(sidecar.url()).await;
+    let mut client = runtime_client(sidecar.url(), "caller-1").await;
     let mut run = async |tool: &str, caller: &str, invocation_id: &str| -> Value {
         let response = client
             .execute(execute(tool, caller, invocation_id))
@@ -239,7 +239,7 @@ tools:
         .build(),
     );
     let sidecar = sidecar(&registry.url(), "trace-1", tools).await;
-    let mut client = runtime_client(sidecar.url()).await;
+    let mut client = runtime_client(sidecar.url(), "trace-1").await;
     let mut run = async |tool: &str, parent: &str| -> Value {
         let mut request = tonic::Request::new(execute(tool, "alice", "inv-1"));
         request

@@ -41,7 +41,7 @@ async fn execute_over_grpc() {
         tools_from_yaml(TOOLS, dir.path()),
     )
     .await;
-    let mut client = runtime_client(sidecar.url()).await;
+    let mut client = runtime_client(sidecar.url(), "test-instance").await;
 
     let ok = client
         .execute(request("echo", Some(Duration::from_secs(10))))

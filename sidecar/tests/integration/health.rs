@@ -110,6 +110,7 @@ async fn a_withdraw_request_leaves_the_registry_and_keeps_serving_until_shutdown
     let options = ServeOptions {
         registry: registry.url(),
         instance_id: Some("leaving".into()),
+        execute_key: Some(toolmesh_test_support::grants::key()),
         ..ServeOptions::default()
     };
     let tools = vec![gate(started_tx, release.clone()), noop()];
@@ -148,7 +149,7 @@ async fn a_withdraw_request_leaves_the_registry_and_keeps_serving_until_shutdown
     // ...and still serves: the call in flight, and new ones.
     assert!(!sidecar.is_finished());
     assert!(!call.is_finished());
-    let direct = runtime_client(sidecar.url())
+    let direct = runtime_client(sidecar.url(), "leaving")
         .await
         .execute(pb::ExecuteRequest {
             tool: "noop".into(),

@@ -20,7 +20,7 @@ use crate::metrics::{admin_address, get};
 
 /// Registry lease: longer than any wait here, so a tool that leaves the
 /// catalog was withdrawn, not expired.
-const TTL: Duration = Duration::from_secs(30);
+pub(crate) const TTL: Duration = Duration::from_secs(30);
 /// How long a server may take to start and list its tools on a busy
 /// machine (Node and Python start in seconds).
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -36,13 +36,15 @@ const EVERYTHING_TOOLS: [&str; 4] = [
 const PYTHON_TOOLS: [&str; 4] = ["py.add", "py.add_tool", "py.divide", "py.whoami"];
 
 /// The sidecar binary serving `yaml` on a loopback port, announcing to
-/// `registry` as `instance`, with `extra` flags.
-fn spawn(
+/// `registry` as `instance`, with `extra` flags and `envs` added to its
+/// environment.
+pub(crate) fn spawn(
     bin: &Path,
     yaml: &str,
     registry: &TestRegistry,
     instance: &str,
     extra: &[&str],
+    envs: &[(&str, &str)],
 ) -> SidecarProcess {
     let url = registry.url();
     let mut args = vec![
@@ -54,26 +56,37 @@ fn spawn(
         instance,
     ];
     args.extend_from_slice(extra);
-    SidecarProcess::spawn(bin, yaml, &args, &[])
+    SidecarProcess::spawn(bin, yaml, &args, envs)
 }
 
 /// Waits until each of `tools` has a live instance: the registry's reads
 /// take an announce's tools one by one, so one tool listed does not mean
 /// all are.
-async fn wait_for_all(registry: &TestRegistry, tools: &[&str]) {
+pub(crate) async fn wait_for_all(registry: &TestRegistry, tools: &[&str]) {
     for tool in tools {
         registry.wait_for_instances(tool, 1, PATIENCE).await;
     }
 }
 
 /// The result of a call that ran, as JSON.
-fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
+pub(crate) fn ran(response: &toolmesh_proto::pb::InvokeResponse) -> Value {
     serde_json::from_str(&response.result_json).expect("the result is JSON")
+}
+
+/// The result of calling `tool` with `arguments`, which ran and failed
+/// (the tool's own error, not the registry's refusal).
+pub(crate) async fn tool_error(registry: &TestRegistry, tool: &str, arguments: &Value) -> String {
+    let answer = registry
+        .invoke(tool, &arguments.to_string())
+        .await
+        .expect("ran");
+    assert!(answer.is_error, "{}", answer.result_json);
+    answer.result_json
 }
 
 /// The field the registry's `BadRequest` names first when it refuses
 /// `arguments` for `tool` (the server never sees the call).
-async fn violated(registry: &TestRegistry, tool: &str, arguments: &str) -> String {
+pub(crate) async fn violated(registry: &TestRegistry, tool: &str, arguments: &str) -> String {
     let refused = registry.invoke(tool, arguments).await.expect_err("refused");
     assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
     let violations = refused
@@ -103,6 +116,32 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Kills `sidecar`'s one MCP server process and waits until its `tools`
+/// have left the catalog and come back; returns the pid of the server
+/// started again.
+pub(crate) async fn killed_and_restarted(
+    sidecar: &SidecarProcess,
+    registry: &TestRegistry,
+    tools: &[&str],
+) -> u32 {
+    let servers = children(sidecar.pid);
+    assert_eq!(servers.len(), 1, "one MCP server process: {servers:?}");
+    send(servers[0], Signal::SIGKILL);
+    eventually(
+        TTL / 2,
+        "the killed server's tools to leave the catalog",
+        || async { registry.tool(tools[0]).await.is_none() },
+    )
+    .await;
+    wait_for_all(registry, tools).await;
+    let restarted = children(sidecar.pid);
+    assert!(
+        restarted.len() == 1 && restarted != servers,
+        "a new server process: {restarted:?}, was {servers:?}"
+    );
+    restarted[0]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     let (Some(bin), Some(everything)) = (binary("toolmesh-sidecar"), everything_server()) else {
@@ -119,6 +158,7 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
         &registry,
         "everything",
         &["--admin-listen", "127.0.0.1:0"],
+        &[],
     );
     sidecar.bound(PATIENCE).await;
     let admin = admin_address(&sidecar).await;
@@ -179,20 +219,13 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
 
     // The server's isError: it cannot fetch from a closed loopback port.
     let closed = reserved_port();
-    let failed = registry
-        .invoke(
-            "everything.gzip-file-as-resource",
-            &json!({"name": "x.gz", "data": format!("http://127.0.0.1:{closed}/x"), "outputType": "resource"})
-                .to_string(),
-        )
-        .await
-        .expect("ran");
-    assert!(failed.is_error, "{}", failed.result_json);
-    assert!(
-        failed.result_json.contains("fetch failed"),
-        "{}",
-        failed.result_json
-    );
+    let failed = tool_error(
+        &registry,
+        "everything.gzip-file-as-resource",
+        &json!({"name": "x.gz", "data": format!("http://127.0.0.1:{closed}/x"), "outputType": "resource"}),
+    )
+    .await;
+    assert!(failed.contains("fetch failed"), "{failed}");
 
     // A schema violation the registry catches before the server sees it:
     // the registry's BadRequest names the field.
@@ -204,26 +237,12 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     // Kill the server: its tools leave the catalog (the sidecar serves
     // nothing else, so it leaves the registry), then come back once it is
     // restarted.
-    let servers = children(sidecar.pid);
-    assert_eq!(servers.len(), 1, "one MCP server process: {servers:?}");
-    send(servers[0], Signal::SIGKILL);
-    eventually(
-        TTL / 2,
-        "the killed server's tools to leave the catalog",
-        || async { registry.tool("everything.echo").await.is_none() },
-    )
-    .await;
-    wait_for_all(&registry, &EVERYTHING_TOOLS).await;
+    let restarted = killed_and_restarted(&sidecar, &registry, &EVERYTHING_TOOLS).await;
     let echo = registry
         .invoke("everything.echo", r#"{"message": "back"}"#)
         .await
         .expect("ran");
     assert_eq!(ran(&echo), json!("Echo: back"));
-    let restarted = children(sidecar.pid);
-    assert!(
-        restarted.len() == 1 && restarted != servers,
-        "a new server process: {restarted:?}, was {servers:?}"
-    );
     let log = sidecar.log();
     assert!(log.contains("MCP server unavailable"), "{log}");
     // server-everything speaks the handshake revisions only.
@@ -240,9 +259,66 @@ async fn server_everything_over_stdio_is_listed_invoked_and_restarted() {
     let status = sidecar.exited(PATIENCE).await;
     assert!(status.success(), "{status}\n{}", sidecar.log());
     eventually(PATIENCE, "the server to stop with the sidecar", || async {
-        restarted.iter().all(|pid| crate::common::is_dead(*pid))
+        crate::common::is_dead(restarted)
     })
     .await;
+}
+
+/// A stdio server's environment is not the sidecar's: server-everything's
+/// `get-env`, called through the registry, shows the minimal set, the
+/// variable its entry passes through and the one it sets, and never a
+/// secret of the sidecar's (nor the sidecar's own `RUST_LOG`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_sees_only_the_environment_its_entry_names() {
+    let (Some(bin), Some(everything)) = (binary("toolmesh-sidecar"), everything_server()) else {
+        return;
+    };
+    let registry = TestRegistry::start(TTL).await;
+    let yaml = format!(
+        "tools:\n  - backend:\n      mcp:\n        command: [{}]\n        allow: [get-env]\n        env_pass: [TOOLMESH_TEST_PASSED, TOOLMESH_TEST_UNSET]\n        env: {{TOOLMESH_TEST_SET: from-the-entry}}\n",
+        everything.display()
+    );
+    let _sidecar = spawn(
+        &bin,
+        &yaml,
+        &registry,
+        "environment",
+        &[],
+        &[
+            ("TOOLMESH_TEST_SECRET", "hunter2"),
+            ("TOOLMESH_TEST_PASSED", "passed-through"),
+        ],
+    );
+    wait_for_all(&registry, &["get-env"]).await;
+    let answer = registry.invoke("get-env", "{}").await.expect("ran");
+    assert!(!answer.is_error, "{}", answer.result_json);
+    assert!(
+        !answer.result_json.contains("hunter2"),
+        "{}",
+        answer.result_json
+    );
+    // The tool's text is the environment as JSON.
+    let env: serde_json::Map<String, Value> = match ran(&answer) {
+        Value::String(text) => serde_json::from_str(&text).expect("the environment as JSON"),
+        Value::Object(env) => env,
+        other => panic!("not an environment: {other}"),
+    };
+    assert_eq!(env["TOOLMESH_TEST_PASSED"], "passed-through", "{env:?}");
+    assert_eq!(env["TOOLMESH_TEST_SET"], "from-the-entry", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    let named = ["TOOLMESH_TEST_PASSED", "TOOLMESH_TEST_SET"];
+    let unexpected: Vec<&String> = env
+        .keys()
+        .filter(|name| {
+            !toolmesh_sidecar::mcp::INHERITED.contains(&name.as_str())
+                && !name.starts_with(toolmesh_sidecar::mcp::LOCALE_PREFIX)
+                && !named.contains(&name.as_str())
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "variables the entry does not name: {unexpected:?}"
+    );
 }
 
 /// The Python SDK server on `port`, killed when dropped.
@@ -285,7 +361,14 @@ async fn a_stdio_servers_stderr_is_logged_as_the_sidecars_own_events() {
         "tools:\n  - backend:\n      mcp:\n        command: [{}]\n",
         everything.display()
     );
-    let sidecar = spawn(&bin, &yaml, &registry, "stderr", &["--log-format", "json"]);
+    let sidecar = spawn(
+        &bin,
+        &yaml,
+        &registry,
+        "stderr",
+        &["--log-format", "json"],
+        &[],
+    );
     let label = everything.display().to_string();
     let from_server = |log: &str| -> Vec<Value> {
         log.lines()

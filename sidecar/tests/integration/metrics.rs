@@ -10,9 +10,7 @@ use prometheus_parse::{Scrape, Value};
 use tonic::Code;
 use toolmesh_proto::pb;
 
-use crate::common::{
-    SidecarProcess, TestRegistry, binary, eventually, reserved_port, runtime_client, wait_until,
-};
+use crate::common::{SidecarProcess, TestRegistry, binary, eventually, reserved_port, wait_until};
 
 /// Short, so that heartbeats come every few hundred milliseconds.
 const TTL: Duration = Duration::from_secs(1);
@@ -197,8 +195,12 @@ async fn the_admin_port_counts_every_execution_and_follows_the_lease() {
         let status = registry.invoke("slow", "{}").await.unwrap_err();
         assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     }
-    // The registry refuses unknown tools itself: ask the sidecar directly.
-    let mut direct = runtime_client(format!("http://{sidecar}")).await;
+    // Calls that do not come from the registry are refused and counted:
+    // ask the sidecar directly, without a grant.
+    let mut direct =
+        pb::tool_runtime_client::ToolRuntimeClient::connect(format!("http://{sidecar}"))
+            .await
+            .unwrap();
     for n in 0..unknown {
         let status = direct
             .execute(pb::ExecuteRequest {
@@ -208,7 +210,7 @@ async fn the_admin_port_counts_every_execution_and_follows_the_lease() {
             })
             .await
             .unwrap_err();
-        assert_eq!(status.code(), Code::NotFound);
+        assert_eq!(status.code(), Code::Unauthenticated);
     }
 
     let after = Metrics::scrape(admin).await;
@@ -216,7 +218,7 @@ async fn the_admin_port_counts_every_execution_and_follows_the_lease() {
         ("echo", "OK", ok),
         ("fails", "tool_error", tool_errors),
         ("slow", "DEADLINE_EXCEEDED", timeouts),
-        ("(unknown)", "NOT_FOUND", unknown),
+        ("(unknown)", "UNAUTHENTICATED", unknown),
     ] {
         let count = f64::from(count);
         assert_eq!(

@@ -100,6 +100,7 @@ async fn round_trip_through_an_embedded_sidecar() {
     let sidecar = LoopbackServer::spawn(listener, |listener, shutdown| {
         sdk::Sidecar::new(url)
             .instance_id("sdk-1")
+            .execute_key(toolmesh_test_support::grants::key())
             .tool(add_tool())
             .serve(listener, shutdown)
     });
@@ -123,7 +124,7 @@ async fn round_trip_through_an_embedded_sidecar() {
     );
 
     // Straight to the sidecar, for what the registry would stop first.
-    let mut client = runtime_client(sidecar.url()).await;
+    let mut client = runtime_client(sidecar.url(), "sdk-1").await;
     let call = |args: &str| pb::ExecuteRequest {
         tool: "add".into(),
         arguments_json: args.into(),

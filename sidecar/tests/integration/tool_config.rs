@@ -86,7 +86,7 @@ tools:
     tools.push(sdk_joke("sdk_pun", "pun"));
     tools.push(sdk_joke("sdk_dad", "dad"));
     let sidecar = sidecar(&registry.url(), "jokes", tools).await;
-    let mut client = runtime_client(sidecar.url()).await;
+    let mut client = runtime_client(sidecar.url(), "jokes").await;
     let mut run = async |tool: &str| -> Value {
         let response = client
             .execute(pb::ExecuteRequest {

@@ -84,7 +84,7 @@ tools:
         &bin,
         &yaml,
         &["--registry", &registry.url(), "--instance-id", "leaving"],
-        &[("TOOLMESH_SIDECAR_INSECURE", "true")],
+        &[],
     );
     let bound = process.bound(PATIENCE).await;
     registry.wait_for_instances("slow", 1, PATIENCE).await;

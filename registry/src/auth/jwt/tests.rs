@@ -24,6 +24,13 @@ fn default_verifier() -> JwtVerifier {
     JwtVerifier::new(JwtSettings::default())
 }
 
+fn invalid(claim: &str, expected: &'static str) -> AuthError {
+    AuthError::InvalidClaim {
+        claim: claim.into(),
+        expected,
+    }
+}
+
 #[test]
 fn accepts_rs256_es256_and_eddsa() {
     for key in [test_keys::rsa(), test_keys::ec(), test_keys::ed()] {
@@ -71,19 +78,23 @@ fn refuses_bad_caller_and_groups_claims() {
         ),
         (
             json!({ "sub": "", "exp": now() + 60 }),
-            AuthError::InvalidClaim("sub".into()),
+            invalid("sub", "a non-empty string"),
         ),
         (
             json!({ "sub": 7, "exp": now() + 60 }),
-            AuthError::InvalidClaim("sub".into()),
+            invalid("sub", claims::ONE_STRING),
+        ),
+        (
+            json!({ "sub": ["a", "b"], "exp": now() + 60 }),
+            invalid("sub", claims::ONE_STRING),
         ),
         (
             json!({ "sub": "a", "exp": now() + 60, "groups": "billing" }),
-            AuthError::InvalidClaim("groups".into()),
+            invalid("groups", "an array of strings"),
         ),
         (
             json!({ "sub": "a", "exp": now() + 60, "groups": ["x", 1] }),
-            AuthError::InvalidClaim("groups".into()),
+            invalid("groups", "an array of strings"),
         ),
     ];
     for (claims, expected) in cases {
@@ -179,6 +190,97 @@ fn checks_issuer_and_audience_when_configured() {
     assert_eq!(
         verify(&unconfigured, &keys, &with_aud),
         Err(AuthError::WrongAudience)
+    );
+}
+
+/// RFC 7519 makes `iss` one StringOrURI: a list is malformed, refused
+/// whether or not an issuer is configured, even one holding the
+/// configured issuer (jsonwebtoken's own check reads it as a set).
+#[test]
+fn refuses_an_iss_that_is_not_one_string() {
+    let key = test_keys::ec();
+    let keys = pem_keys(key);
+    let ours = "https://idp.example";
+    let configured = JwtVerifier::new(JwtSettings {
+        issuer: Some(ours.into()),
+        ..JwtSettings::default()
+    });
+    let exp = now() + 60;
+    for iss in [
+        json!(["https://evil.example", ours]),
+        json!([ours]),
+        json!([]),
+        json!(7),
+        json!({ "iss": ours }),
+    ] {
+        let token = key.sign(&json!({ "sub": "a", "exp": exp, "iss": iss }), None);
+        for verifier in [&configured, &default_verifier()] {
+            let refused = verify(verifier, &keys, &token).expect_err("a malformed iss");
+            assert_eq!(refused, invalid("iss", claims::ONE_STRING), "{iss}");
+            assert!(
+                refused.to_string().contains("`iss` must be one string"),
+                "{refused}"
+            );
+        }
+    }
+    let good = key.sign(&json!({ "sub": "a", "exp": exp, "iss": ours }), None);
+    assert!(verify(&configured, &keys, &good).is_ok());
+    let null = key.sign(&json!({ "sub": "a", "exp": exp, "iss": null }), None);
+    assert!(verify(&default_verifier(), &keys, &null).is_ok());
+    assert_eq!(
+        verify(&configured, &keys, &null),
+        Err(AuthError::WrongIssuer)
+    );
+}
+
+#[test]
+fn registered_claims_of_the_wrong_type_are_refused_whatever_is_configured() {
+    let key = test_keys::rsa();
+    let keys = pem_keys(key);
+    let verifier = JwtVerifier::new(JwtSettings {
+        caller_claim: "client_id".into(),
+        ..JwtSettings::default()
+    });
+    let exp = now() + 60;
+    let cases = [
+        (json!({ "sub": ["x"] }), invalid("sub", claims::ONE_STRING)),
+        (
+            json!({ "aud": 5 }),
+            invalid("aud", "a string or an array of strings"),
+        ),
+        (
+            json!({ "aud": ["toolmesh", 5] }),
+            invalid("aud", "a string or an array of strings"),
+        ),
+        (
+            json!({ "nbf": "2000-01-01" }),
+            invalid("nbf", "a number (seconds since the epoch)"),
+        ),
+    ];
+    for (extra, expected) in cases {
+        let mut claims = json!({ "client_id": "svc", "exp": exp });
+        for (name, value) in extra.as_object().expect("an object") {
+            claims[name] = value.clone();
+        }
+        let token = key.sign(&claims, None);
+        assert_eq!(verify(&verifier, &keys, &token), Err(expected), "{claims}");
+    }
+    let forged = test_keys::other_rsa().sign(
+        &json!({ "client_id": "svc", "exp": exp, "sub": ["x"] }),
+        None,
+    );
+    assert_eq!(
+        verify(&verifier, &keys, &forged),
+        Err(AuthError::BadSignature),
+        "the signature is checked before the claims are read"
+    );
+    let fine = key.sign(
+        &json!({ "client_id": "svc", "exp": exp, "sub": "user-1", "nbf": now() - 5 }),
+        None,
+    );
+    assert_eq!(
+        verify(&verifier, &keys, &fine).map(|c| c.id),
+        Ok("svc".into())
     );
 }
 

@@ -11,6 +11,7 @@ use futures::StreamExt as _;
 use tokio::time::Instant;
 
 use super::{MAX_RECONNECT_DELAY, RESYNC_EVERY, RedisStore};
+use crate::redis_pool::Dependent;
 
 /// Follows the change channel, reloading each changed tool; resyncs on every
 /// (re)subscribe. Reconnects with backoff; ends when the store is dropped.
@@ -62,7 +63,8 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
                 tracing::debug!(%error, tool = %name, "reload failed; the next resync heals it");
             }
         }
-        tracing::warn!("redis change channel lost; resubscribing");
+        // An outage is the pool's to report; a lost channel alone is news.
+        tracing::info!("redis change channel lost; resubscribing");
         // Redis may have restarted empty, and come back before a presence
         // check saw it gone: write back before trusting it again, or the
         // resync on resubscribe would empty the view.
@@ -70,6 +72,22 @@ pub(super) async fn subscribe(store: Weak<RedisStore>) {
             store.local().awaiting_write_back = true;
         }
         tokio::time::sleep(delays.next().unwrap_or(MAX_RECONNECT_DELAY)).await;
+    }
+}
+
+/// What the catalog does while Redis is away, as the pool's outage
+/// reports say it. The maintenance loop below asks Redis at least once a
+/// second, so an outage is seen and reported even with no traffic.
+fn outage_consequence(store: &Weak<RedisStore>) -> String {
+    match store.upgrade() {
+        Some(store) if *store.loaded.borrow() => "the catalog is served from this replica's view \
+            (announces are refused with UNAVAILABLE; heartbeats are kept here and written back \
+            once Redis answers)"
+            .into(),
+        Some(_) => "the catalog is not loaded, so the registry is not ready (gRPC health \
+            NOT_SERVING, /readyz 503) and lists no tools; announces are refused with UNAVAILABLE"
+            .into(),
+        None => String::new(),
     }
 }
 
@@ -87,8 +105,14 @@ fn reconnect_delays() -> backon::ExponentialBackoff {
 /// replicas, and resyncs periodically.
 pub(super) async fn maintain(store: Weak<RedisStore>) {
     let interval = {
-        let Some(store) = store.upgrade() else { return };
-        (store.settings.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+        let Some(strong) = store.upgrade() else {
+            return;
+        };
+        let weak = store.clone();
+        strong
+            .pool
+            .on_outage(Dependent::Catalog, move || outage_consequence(&weak));
+        (strong.settings.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
     };
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

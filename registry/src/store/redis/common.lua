@@ -29,6 +29,7 @@ local function drop_lease(lease, touched)
       if redis.call('HLEN', ikey) == 0 then
         redis.call('DEL', p .. ':tool:' .. name, ikey, p .. ':tool:' .. name .. ':owner')
         redis.call('SREM', p .. ':tools', name)
+        redis.call('SREM', p .. ':owned:' .. owner, name)
       end
       touched[#touched + 1] = name
     end
@@ -71,6 +72,7 @@ local function add_lease(lease, inst, endpoint, ttl, entries, touched, owner)
     redis.call('SET', p .. ':tool:' .. name .. ':owner', owner)
     redis.call('HSET', p .. ':tool:' .. name .. ':inst', inst, endpoint)
     redis.call('SADD', p .. ':tools', name)
+    redis.call('SADD', p .. ':owned:' .. owner, name)
     names[#names + 1] = name
     touched[#touched + 1] = name
   end

@@ -92,16 +92,29 @@ fn what_the_registry_would_refuse_is_fixed_or_left_out() {
 
 #[test]
 fn results_become_outcomes() {
+    // The blocks as JSON values: key order is serde's to choose.
+    let with_blocks =
+        |outcome: Outcome, blocks: Value| (outcome.result_json, outcome.is_error, blocks);
+    let seen = |outcome: Outcome| {
+        let blocks = serde_json::from_str(&outcome.content_json).expect("blocks");
+        (outcome.result_json, outcome.is_error, blocks)
+    };
     let structured = result(json!({
         "content": [{"type": "text", "text": "{\"sum\":3}"}],
         "structuredContent": {"sum": 3}
     }));
-    assert_eq!(outcome(&structured), Outcome::ok("{\"sum\":3}"));
-
-    let text = result(
-        json!({"content": [{"type": "text", "text": "Echo: hi"}, {"type": "text", "text": "bye"}]}),
+    assert_eq!(
+        outcome(&structured),
+        Outcome::ok("{\"sum\":3}"),
+        "one plain text: no blocks"
     );
-    assert_eq!(outcome(&text), Outcome::ok("Echo: hi\nbye"));
+
+    let two = json!([{"type": "text", "text": "Echo: hi"}, {"type": "text", "text": "bye"}]);
+    let text = result(json!({"content": two}));
+    assert_eq!(
+        seen(outcome(&text)),
+        with_blocks(Outcome::ok("Echo: hi\nbye"), two)
+    );
 
     let failed = result(json!({
         "content": [{"type": "text", "text": "no such city"}],
@@ -110,16 +123,32 @@ fn results_become_outcomes() {
     }));
     assert_eq!(outcome(&failed), Outcome::error("no such city"));
 
+    let annotated =
+        json!([{"type": "text", "text": "for the user", "annotations": {"audience": ["user"]}}]);
+    assert_eq!(
+        seen(outcome(&result(json!({"content": annotated})))),
+        with_blocks(Outcome::ok("for the user"), annotated),
+        "an annotated text keeps its annotations"
+    );
+
     let image = result(json!({"content": [
         {"type": "text", "text": "a pixel"},
         {"type": "image", "data": "AA==", "mimeType": "image/png"}
     ]}));
-    let blocks: Value = serde_json::from_str(&outcome(&image).result_json).expect("JSON");
+    let answer = outcome(&image);
+    let blocks: Value = serde_json::from_str(&answer.result_json).expect("JSON");
     assert_eq!(blocks[1]["type"], "image");
     assert_eq!(blocks[1]["mimeType"], "image/png");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer.content_json).expect("JSON"),
+        blocks
+    );
 
     let empty = result(json!({"content": []}));
-    assert_eq!(outcome(&empty), Outcome::ok("null"));
+    assert_eq!(
+        seen(outcome(&empty)),
+        with_blocks(Outcome::ok("null"), json!([]))
+    );
 }
 
 #[test]
