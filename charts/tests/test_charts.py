@@ -821,7 +821,7 @@ def test_dashboard_json():
     ("expr", "names"),
     [
         ("sum(rate(toolmesh_invocations_total[5m]))", {"toolmesh_invocations_total"}),
-        ('histogram_quantile(0.99, sum by (le, tool) (rate(a_seconds_bucket{tool=~"$tool", outcome!="OK"}'
+        ('histogram_quantile(0.99, sum by (le, tool) (rate(a_seconds_bucket{tool=~"$tool", outcome!="ok"}'
          '[$__rate_interval])))', {"a_seconds_bucket"}),
         ("sum(rate(x_total[5m])) by (tool) / on (tool) group_left (version) y offset 1h", {"x_total", "y"}),
         ('max without (instance) (up{job="by(x)"}) > bool 1e3 and z', {"up", "z"}),

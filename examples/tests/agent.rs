@@ -45,10 +45,10 @@ const WRONG_KEY: &str = "not-a-key-the-registry-knows-0123456789";
 /// The demo's tool names, each returning its arguments.
 const STAND_INS: &str = r#"
 tools:
-  - {name: divide, description: Stand-in, timeout: 2s, backend: {command: ["cat"]}}
-  - {name: lookup, description: Stand-in, timeout: 2s, backend: {command: ["cat"]}}
-  - {name: slow_report, description: Stand-in, timeout: 2s, backend: {command: ["cat"]}}
-  - {name: word_count, description: Stand-in, timeout: 2s, backend: {command: ["cat"]}}
+  - {name: divide, description: Stand-in, timeout: 30s, backend: {command: ["cat"]}}
+  - {name: lookup, description: Stand-in, timeout: 30s, backend: {command: ["cat"]}}
+  - {name: slow_report, description: Stand-in, timeout: 30s, backend: {command: ["cat"]}}
+  - {name: word_count, description: Stand-in, timeout: 30s, backend: {command: ["cat"]}}
 "#;
 
 fn sha256_hex(key: &str) -> String {

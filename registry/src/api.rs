@@ -459,7 +459,7 @@ impl pb::registration_server::Registration for RegistrationApi {
             }
             Err(error) => {
                 self.metrics
-                    .announced(toolmesh_proto::code::name(error.code()));
+                    .announced(toolmesh_proto::code::outcome(error.code()));
                 tracing::warn!(%error, "announce refused");
                 record.action = RegistrationAction::Refused;
                 record.outcome = Outcome::Failed(error.code());

@@ -69,7 +69,7 @@ impl CallLog {
             tool: tool.to_owned(),
             started: Instant::now(),
             enabled,
-            outcome: toolmesh_proto::code::name(Code::Cancelled),
+            outcome: toolmesh_proto::code::outcome(Code::Cancelled),
             instance: None,
             attempts: 0,
             replayed: false,
@@ -152,7 +152,7 @@ impl CallLog {
     /// The call was refused with `error` before it was looked at; its
     /// line is written now.
     pub fn refused(mut self, error: &RegistryError) {
-        self.outcome = toolmesh_proto::code::name(error.code());
+        self.outcome = toolmesh_proto::code::outcome(error.code());
         if let Some(audit) = &mut self.audit {
             audit.outcome = Outcome::Failed(error.code());
         }
@@ -173,12 +173,7 @@ impl CallLog {
 impl Drop for CallLog {
     fn drop(&mut self) {
         if let Some(metrics) = &self.metrics {
-            let outcome = if self.outcome == "ok" {
-                toolmesh_proto::code::name(Code::Ok)
-            } else {
-                self.outcome
-            };
-            metrics.invoked(&self.tool, outcome, self.started.elapsed());
+            metrics.invoked(&self.tool, self.outcome, self.started.elapsed());
             if self.replayed {
                 metrics.replayed(&self.tool);
             }
@@ -231,12 +226,13 @@ impl Drop for CallLog {
 }
 
 /// `ok`, `tool_error` (the tool ran and reported a failure), or the gRPC
-/// code's name (`INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED`, ...).
+/// code as an outcome (`invalid_argument`, `resource_exhausted`, ...): the
+/// spelling the audit log and the metrics use too.
 pub fn outcome(result: &Result<InvokeResponse, RegistryError>) -> &'static str {
     match result {
-        Ok(response) if response.is_error => "tool_error",
+        Ok(response) if response.is_error => toolmesh_proto::code::TOOL_ERROR,
         Ok(_) => "ok",
-        Err(error) => toolmesh_proto::code::name(error.code()),
+        Err(error) => toolmesh_proto::code::outcome(error.code()),
     }
 }
 
@@ -253,6 +249,6 @@ mod tests {
         assert_eq!(outcome(&Ok(response(false))), "ok");
         assert_eq!(outcome(&Ok(response(true))), "tool_error");
         let not_found = RegistryError::ToolNotFound { tool: "t".into() };
-        assert_eq!(outcome(&Err(not_found)), "NOT_FOUND");
+        assert_eq!(outcome(&Err(not_found)), "not_found");
     }
 }

@@ -246,7 +246,7 @@ impl Metrics {
         let r = &mut registry;
         r.register(
             "toolmesh_invocations",
-            "Invoke calls by tool and outcome (OK, tool_error or the gRPC code), refusals included",
+            "Invoke calls by tool and outcome (ok, tool_error, or the gRPC code in snake case), refusals included",
             Always(metrics.invocations.clone()),
         );
         r.register(
@@ -456,7 +456,7 @@ impl Metrics {
             .inc();
     }
 
-    /// An announce ended: `accepted`, or the refusal's gRPC code name.
+    /// An announce ended: `accepted`, or the refusal's gRPC code as an outcome.
     pub fn announced(&self, result: &'static str) {
         self.announces
             .get_or_create(&AnnounceResult { result })
@@ -543,14 +543,14 @@ mod tests {
     #[test]
     fn every_family_is_exposed_by_its_contract_name() {
         let metrics = Metrics::new(1);
-        metrics.invoked("a", "OK", Duration::from_millis(3));
-        metrics.invoked("b", "OK", Duration::from_millis(3));
+        metrics.invoked("a", "ok", Duration::from_millis(3));
+        metrics.invoked("b", "ok", Duration::from_millis(3));
         metrics.redis_call(RedisOp::RateLimit, Duration::from_millis(1), false);
         let text = exposition(&metrics);
         for line in [
             "# TYPE toolmesh_invocations counter",
-            r#"toolmesh_invocations_total{tool="a",outcome="OK"} 1"#,
-            r#"toolmesh_invocations_total{tool="(other)",outcome="OK"} 1"#,
+            r#"toolmesh_invocations_total{tool="a",outcome="ok"} 1"#,
+            r#"toolmesh_invocations_total{tool="(other)",outcome="ok"} 1"#,
             "# TYPE toolmesh_invoke_duration_seconds histogram",
             r#"toolmesh_redis_errors_total{op="rate_limit"} 1"#,
             "toolmesh_tools 0",

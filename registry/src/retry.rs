@@ -313,7 +313,10 @@ impl Attempts {
                     attempt_outcome(&outcome),
                     started.elapsed(),
                 );
-                spans::rpc_status(&tracing::Span::current(), attempt_code(&outcome));
+                spans::rpc_status(
+                    &tracing::Span::current(),
+                    toolmesh_proto::code::name(attempt_code(&outcome)),
+                );
                 (instance, outcome)
             }
             .instrument(span),
@@ -499,15 +502,14 @@ impl Kind {
     }
 }
 
-/// The gRPC code an attempt ended with, as its client span records it.
-fn attempt_code(outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>) -> &'static str {
-    let code = match outcome {
+/// The gRPC code an attempt ended with.
+fn attempt_code(outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>) -> Code {
+    match outcome {
         Ok(_) => Code::Ok,
         Err(ProxyError::Status(status)) => status.code(),
         Err(ProxyError::Timeout) => Code::DeadlineExceeded,
         Err(ProxyError::NotSent { .. } | ProxyError::Transport(_)) => Code::Unavailable,
-    };
-    toolmesh_proto::code::name(code)
+    }
 }
 
 /// The host and port of a sidecar's endpoint URL.
@@ -517,13 +519,14 @@ fn server_address(endpoint: &str) -> Option<(String, u16)> {
 }
 
 /// One attempt's outcome as the metrics name it: its gRPC code
-/// ([`attempt_code`]), or `tool_error` for an answer that is one.
+/// ([`attempt_code`]) as an outcome, or `tool_error` for an answer that
+/// is one.
 fn attempt_outcome(
     outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
 ) -> &'static str {
     match outcome {
-        Ok(response) if response.is_error => "tool_error",
-        _ => attempt_code(outcome),
+        Ok(response) if response.is_error => toolmesh_proto::code::TOOL_ERROR,
+        _ => toolmesh_proto::code::outcome(attempt_code(outcome)),
     }
 }
 

@@ -281,12 +281,12 @@ impl Announcer {
                 }
             }
             Err(status) if refusal::is_final(status.code()) => {
-                tracing::error!(instance, registry = %self.registry, code = ?status.code(), "announce refused; stopping");
+                tracing::error!(instance, registry = %self.registry, code = toolmesh_proto::code::name(status.code()), "announce refused; stopping");
                 return Err(AnnounceRefused::new(&self.registry, &status));
             }
             Err(status) => {
                 let delay = self.backoff.next_delay();
-                tracing::warn!(instance, registry = %self.registry, code = ?status.code(), reason = %reason(&status), ?delay, "announce failed, retrying");
+                tracing::warn!(instance, registry = %self.registry, code = toolmesh_proto::code::name(status.code()), reason = %reason(&status), ?delay, "announce failed, retrying");
                 tokio::time::sleep(delay).await;
             }
         }
@@ -323,7 +323,7 @@ impl Announcer {
             }
             Err(status) => {
                 let delay = self.backoff.next_delay().min(timeout);
-                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = %reason(&status), "heartbeat failed");
+                tracing::warn!(lease = %secret_tag(&lease.id), code = toolmesh_proto::code::name(status.code()), reason = %reason(&status), "heartbeat failed");
                 // The regular interval sleep follows; this only spaces out a
                 // failing registry further.
                 tokio::time::sleep(delay.saturating_sub(MIN_INTERVAL)).await;
@@ -369,7 +369,7 @@ impl Announcer {
         match answer {
             Ok(_) => tracing::info!(lease = %secret_tag(&lease.id), "withdrawn from the registry"),
             Err(status) => {
-                tracing::warn!(lease = %secret_tag(&lease.id), code = ?status.code(), reason = status.message(), "withdraw failed; the lease will expire")
+                tracing::warn!(lease = %secret_tag(&lease.id), code = toolmesh_proto::code::name(status.code()), reason = status.message(), "withdraw failed; the lease will expire")
             }
         }
     }

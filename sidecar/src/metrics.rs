@@ -17,8 +17,9 @@
 //!
 //! `tool` is a tool this sidecar serves (its config bounds them), or
 //! [`UNKNOWN_TOOL`] for any other name a caller sent. `outcome` is the gRPC
-//! code name (`OK`, `DEADLINE_EXCEEDED`, ...) or [`TOOL_ERROR`] for a
-//! result with `is_error`; a call its caller abandoned is `CANCELLED`.
+//! code as an outcome (`ok`, `deadline_exceeded`, ...: the spelling of the
+//! registry's logs, metrics and audit log) or [`TOOL_ERROR`] for a result
+//! with `is_error`; a call its caller abandoned is `cancelled`.
 //!
 //! [`Metered`] records executions in front of the `ToolRuntime` service;
 //! the announcer records announces, heartbeats and the lease.
@@ -46,7 +47,7 @@ use crate::toolset::ToolSet;
 pub const UNKNOWN_TOOL: &str = "(unknown)";
 
 /// The `outcome` of an execution whose result has `is_error` set.
-pub const TOOL_ERROR: &str = "tool_error";
+pub const TOOL_ERROR: &str = toolmesh_proto::code::TOOL_ERROR;
 
 /// The `result` of an announce or heartbeat the registry accepted.
 pub const ACCEPTED: &str = "accepted";
@@ -109,7 +110,7 @@ impl Metrics {
         let executions = Family::<ToolOutcome, Counter>::default();
         registry.register(
             "executions",
-            "Execute calls, by tool and outcome (gRPC code name, or tool_error)",
+            "Execute calls, by tool and outcome (ok, tool_error, or the gRPC code in snake case)",
             Always(executions.clone()),
         );
         let durations: Family<ToolOutcome, Histogram, fn() -> Histogram> =
@@ -264,7 +265,7 @@ impl Metrics {
 fn result(answer: Result<(), Code>) -> &'static str {
     match answer {
         Ok(()) => ACCEPTED,
-        Err(code) => toolmesh_proto::code::name(code),
+        Err(code) => toolmesh_proto::code::outcome(code),
     }
 }
 
@@ -296,7 +297,7 @@ impl Drop for Execution {
             tool,
             outcome: self
                 .outcome
-                .unwrap_or_else(|| toolmesh_proto::code::name(Code::Cancelled)),
+                .unwrap_or_else(|| toolmesh_proto::code::outcome(Code::Cancelled)),
         };
         families.executions.get_or_create(&labels).inc();
         families
@@ -310,8 +311,8 @@ impl Drop for Execution {
 fn outcome(answer: &Result<tonic::Response<pb::ExecuteResponse>, tonic::Status>) -> &'static str {
     match answer {
         Ok(response) if response.get_ref().is_error => TOOL_ERROR,
-        Ok(_) => toolmesh_proto::code::name(Code::Ok),
-        Err(status) => toolmesh_proto::code::name(status.code()),
+        Ok(_) => toolmesh_proto::code::outcome(Code::Ok),
+        Err(status) => toolmesh_proto::code::outcome(status.code()),
     }
 }
 

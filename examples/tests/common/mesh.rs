@@ -23,6 +23,15 @@ use toolmesh_test_support::wait::{eventually, wait_until};
 /// How long processes may take to start and tools to appear.
 pub const STARTUP: Duration = Duration::from_secs(20);
 
+/// Every tool's timeout in the tests ([`TIMEOUT`]). The shipped files say
+/// 2 s, which a Node or Python tool's first call took on a starved
+/// machine (beside two busy neighbours): long enough for any call to run
+/// and for [`Mesh::times_out`] to see the tool's processes start, short
+/// enough for a test to wait out.
+pub const TOOL_TIMEOUT: &str = "8s";
+/// [`TOOL_TIMEOUT`].
+pub const TIMEOUT: Duration = Duration::from_secs(8);
+
 /// The URL the shipped Node YAML gives `slugify_http`; the test's server
 /// listens elsewhere.
 pub const SHIPPED_HTTP_URL: &str = "http://127.0.0.1:8091";
@@ -58,13 +67,14 @@ impl Registry {
 /// would run it in place, for a sidecar whose config lives in a temp dir:
 /// command programs with a `/` made absolute and every command run in the
 /// example's folder (what relative paths mean in the shipped file), and
-/// the HTTP URL pointed at `http_url`.
+/// the HTTP URL pointed at `http_url`, and every timeout [`TOOL_TIMEOUT`].
 pub fn effective_yaml(language: &str, http_url: Option<&str>) -> String {
     let dir = tools_dir().join(language);
     let text = std::fs::read_to_string(dir.join("sidecar.yaml")).expect("read the shipped YAML");
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
     let dir_value = serde_yaml_ng::Value::String(dir.display().to_string());
     for tool in config["tools"].as_sequence_mut().expect("tools") {
+        tool["timeout"] = serde_yaml_ng::Value::String(TOOL_TIMEOUT.into());
         let backend = &mut tool["backend"];
         if let Some(command) = backend.get_mut("command") {
             let program = &mut command[0];
@@ -177,12 +187,12 @@ impl Mesh {
         }
     }
 
-    /// Calls `tool` with `arguments` that outlast its 2 s timeout: the agent
-    /// gets `DEADLINE_EXCEEDED` in about that time. With `group`, the
-    /// process whose command line contains `group[0]` (the tool) must be
-    /// seen running, with processes of its process group containing each
-    /// other name (what the tool started), and all of them must be gone
-    /// after the deadline.
+    /// Calls `tool` with `arguments` that outlast its timeout
+    /// ([`TIMEOUT`]): the agent gets `DEADLINE_EXCEEDED` at about that
+    /// time. With `group`, the process whose command line contains
+    /// `group[0]` (the tool) must be seen running, with processes of its
+    /// process group containing each other name (what the tool started),
+    /// and all of them must be gone after the deadline.
     pub async fn times_out(&self, tool: &str, arguments: Value, group: &[&str]) {
         let started = Instant::now();
         let call = tokio::spawn({
@@ -193,7 +203,7 @@ impl Mesh {
         let mut seen = Vec::new();
         if let Some((leader, members)) = group.split_first() {
             eventually(
-                Duration::from_secs(2),
+                TIMEOUT - Duration::from_secs(1),
                 &format!("{leader:?} running with {members:?} in its process group"),
                 || {
                     seen = running_group(leader, members);
@@ -209,11 +219,12 @@ impl Mesh {
             other => panic!("{tool}: expected DEADLINE_EXCEEDED, got {other:?}"),
         }
         assert!(
-            elapsed >= Duration::from_millis(1500) && elapsed < Duration::from_secs(5),
-            "{tool}: DEADLINE_EXCEEDED after {elapsed:?}, the timeout is 2s"
+            elapsed >= TIMEOUT - Duration::from_secs(1)
+                && elapsed < TIMEOUT + Duration::from_secs(10),
+            "{tool}: DEADLINE_EXCEEDED after {elapsed:?}, the timeout is {TIMEOUT:?}"
         );
         wait_until(
-            Duration::from_secs(3),
+            Duration::from_secs(10),
             &format!("{tool}'s processes {seen:?} killed at the deadline"),
             || seen.iter().all(|pid| is_dead(*pid)),
         )

@@ -52,9 +52,9 @@ impl Outcome {
     /// (`invalid_argument`, `resource_exhausted`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Ok | Self::Failed(Code::Ok) => "ok",
-            Self::ToolError => "tool_error",
-            Self::Failed(code) => snake_case(code),
+            Self::Ok => "ok",
+            Self::ToolError => toolmesh_proto::code::TOOL_ERROR,
+            Self::Failed(code) => toolmesh_proto::code::outcome(code),
         }
     }
 }
@@ -62,28 +62,6 @@ impl Outcome {
 impl Serialize for Outcome {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
-    }
-}
-
-fn snake_case(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "ok",
-        Code::Cancelled => "cancelled",
-        Code::Unknown => "unknown",
-        Code::InvalidArgument => "invalid_argument",
-        Code::DeadlineExceeded => "deadline_exceeded",
-        Code::NotFound => "not_found",
-        Code::AlreadyExists => "already_exists",
-        Code::PermissionDenied => "permission_denied",
-        Code::ResourceExhausted => "resource_exhausted",
-        Code::FailedPrecondition => "failed_precondition",
-        Code::Aborted => "aborted",
-        Code::OutOfRange => "out_of_range",
-        Code::Unimplemented => "unimplemented",
-        Code::Internal => "internal",
-        Code::Unavailable => "unavailable",
-        Code::DataLoss => "data_loss",
-        Code::Unauthenticated => "unauthenticated",
     }
 }
 

@@ -648,7 +648,7 @@ async fn a_policy_denial_reads_as_not_found_to_the_agent_and_as_permission_denie
         .lines()
         .find(|l| l.contains(" call ") && l.contains(r#"tool="billing.charge""#))
         .unwrap_or_else(|| panic!("no call line for the denied call:\n{log}"));
-    assert!(line.contains("outcome=PERMISSION_DENIED"), "{line}");
+    assert!(line.contains("outcome=permission_denied"), "{line}");
 
     let metrics = reqwest::Client::new()
         .get(format!("http://{}/metrics", mesh.admin))
@@ -667,11 +667,11 @@ async fn a_policy_denial_reads_as_not_found_to_the_agent_and_as_permission_denie
             .map(str::to_owned)
     };
     assert_eq!(
-        sample("billing.charge", "PERMISSION_DENIED").as_deref(),
+        sample("billing.charge", "permission_denied").as_deref(),
         Some("1"),
         "{metrics}"
     );
-    assert_eq!(sample("billing.charge", "NOT_FOUND"), None, "{metrics}");
+    assert_eq!(sample("billing.charge", "not_found"), None, "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -121,13 +121,13 @@ async fn make_calls(client: &mut ToolRegistryClient<Channel>) -> Vec<Fields> {
         .invoke(invoke("add", r#"{"a": "SECRET-ARGUMENT"}"#))
         .await
         .expect_err("invalid");
-    expected.push(fields("add", "INVALID_ARGUMENT", None, 0, false));
+    expected.push(fields("add", "invalid_argument", None, 0, false));
 
     client
         .invoke(invoke("nope", "{}"))
         .await
         .expect_err("unknown");
-    expected.push(fields("nope", "NOT_FOUND", None, 0, false));
+    expected.push(fields("nope", "not_found", None, 0, false));
 
     client
         .invoke(invoke("limited", r#"{"a": 1, "b": 1}"#))
@@ -138,7 +138,7 @@ async fn make_calls(client: &mut ToolRegistryClient<Channel>) -> Vec<Fields> {
         .invoke(invoke("limited", r#"{"a": 1, "b": 1}"#))
         .await
         .expect_err("limited");
-    expected.push(fields("limited", "RESOURCE_EXHAUSTED", None, 0, false));
+    expected.push(fields("limited", "resource_exhausted", None, 0, false));
 
     for replayed in [false, true] {
         client
@@ -155,7 +155,7 @@ async fn make_calls(client: &mut ToolRegistryClient<Channel>) -> Vec<Fields> {
     )
     .await;
     assert!(abandoned.is_err(), "the call should still be running");
-    expected.push(fields("sleep", "CANCELLED", None, 0, false));
+    expected.push(fields("sleep", "cancelled", None, 0, false));
 
     expected
 }

@@ -269,11 +269,11 @@ async fn every_call_moves_its_counters_by_exactly_one() {
 
     let n = |count: usize| f64::from(u32::try_from(count).unwrap());
     for (tool, outcome, count) in [
-        ("add", "OK", OK),
+        ("add", "ok", OK),
         ("add", "tool_error", TOOL_ERRORS),
-        ("add", "INVALID_ARGUMENT", SCHEMA + MALFORMED),
-        ("limited", "OK", 2),
-        ("limited", "RESOURCE_EXHAUSTED", LIMITED),
+        ("add", "invalid_argument", SCHEMA + MALFORMED),
+        ("limited", "ok", 2),
+        ("limited", "resource_exhausted", LIMITED),
     ] {
         let labels = [("tool", tool), ("outcome", outcome)];
         for name in [
@@ -289,11 +289,11 @@ async fn every_call_moves_its_counters_by_exactly_one() {
         }
     }
     for (tool, outcome, count) in [
-        ("add", "OK", OK),
+        ("add", "ok", OK),
         ("add", "tool_error", TOOL_ERRORS),
-        ("add", "INVALID_ARGUMENT", 0),
-        ("limited", "OK", 2),
-        ("limited", "RESOURCE_EXHAUSTED", 0),
+        ("add", "invalid_argument", 0),
+        ("limited", "ok", 2),
+        ("limited", "resource_exhausted", 0),
     ] {
         let labels = [("tool", tool), ("outcome", outcome)];
         let name = "toolmesh_attempt_duration_seconds_count";
@@ -326,7 +326,7 @@ async fn every_call_moves_its_counters_by_exactly_one() {
             "{labels:?}"
         );
     }
-    let other = [("tool", "(other)"), ("outcome", "NOT_FOUND")];
+    let other = [("tool", "(other)"), ("outcome", "not_found")];
     assert_eq!(
         delta(&before, &after, "toolmesh_invocations_total", &other),
         1.0,
@@ -405,7 +405,7 @@ async fn tools_past_the_cap_are_counted_as_other() {
     );
     for (tool, count) in [("t1", 1.0), ("t2", 1.0), ("(other)", 2.0)] {
         assert_eq!(
-            scrape.value(name, &[("tool", tool), ("outcome", "OK")]),
+            scrape.value(name, &[("tool", tool), ("outcome", "ok")]),
             count
         );
     }

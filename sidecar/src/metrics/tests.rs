@@ -114,7 +114,7 @@ async fn executions_are_counted_and_timed_by_tool_and_outcome() {
     assert_eq!(
         value(
             &metrics,
-            &format!(r#"{executions}{{tool="ok",outcome="OK"}}"#)
+            &format!(r#"{executions}{{tool="ok",outcome="ok"}}"#)
         ),
         Some(3.0)
     );
@@ -128,7 +128,7 @@ async fn executions_are_counted_and_timed_by_tool_and_outcome() {
     assert_eq!(
         value(
             &metrics,
-            &format!(r#"{executions}{{tool="hangs",outcome="DEADLINE_EXCEEDED"}}"#)
+            &format!(r#"{executions}{{tool="hangs",outcome="deadline_exceeded"}}"#)
         ),
         Some(1.0)
     );
@@ -137,7 +137,7 @@ async fn executions_are_counted_and_timed_by_tool_and_outcome() {
         assert_eq!(
             value(
                 &metrics,
-                &format!(r#"{durations}_bucket{{le="{le}",tool="ok",outcome="OK"}}"#)
+                &format!(r#"{durations}_bucket{{le="{le}",tool="ok",outcome="ok"}}"#)
             ),
             Some(count),
             "le={le}"
@@ -146,14 +146,14 @@ async fn executions_are_counted_and_timed_by_tool_and_outcome() {
     assert_eq!(
         value(
             &metrics,
-            &format!(r#"{durations}_count{{tool="hangs",outcome="DEADLINE_EXCEEDED"}}"#)
+            &format!(r#"{durations}_count{{tool="hangs",outcome="deadline_exceeded"}}"#)
         ),
         Some(1.0)
     );
     assert_eq!(
         value(
             &metrics,
-            &format!(r#"{durations}_sum{{tool="ok",outcome="OK"}}"#)
+            &format!(r#"{durations}_sum{{tool="ok",outcome="ok"}}"#)
         )
         .map(|s| (s * 1000.0).round()),
         Some(90.0)
@@ -171,7 +171,7 @@ async fn an_unknown_name_is_counted_under_one_fixed_tool() {
     assert_eq!(
         value(
             &metrics,
-            r#"toolmesh_sidecar_executions_total{tool="(unknown)",outcome="NOT_FOUND"}"#
+            r#"toolmesh_sidecar_executions_total{tool="(unknown)",outcome="not_found"}"#
         ),
         Some(3.0)
     );
@@ -206,7 +206,7 @@ async fn in_flight_counts_running_calls_and_an_abandoned_call_is_cancelled() {
     assert_eq!(
         value(
             &metrics,
-            r#"toolmesh_sidecar_executions_total{tool="hangs",outcome="CANCELLED"}"#
+            r#"toolmesh_sidecar_executions_total{tool="hangs",outcome="cancelled"}"#
         ),
         Some(1.0)
     );
@@ -243,7 +243,7 @@ fn announces_heartbeats_and_the_lease() {
             2.0,
         ),
         (
-            r#"toolmesh_sidecar_announces_total{result="UNAVAILABLE"}"#,
+            r#"toolmesh_sidecar_announces_total{result="unavailable"}"#,
             1.0,
         ),
         (
@@ -251,11 +251,11 @@ fn announces_heartbeats_and_the_lease() {
             2.0,
         ),
         (
-            r#"toolmesh_sidecar_heartbeats_total{result="DEADLINE_EXCEEDED"}"#,
+            r#"toolmesh_sidecar_heartbeats_total{result="deadline_exceeded"}"#,
             1.0,
         ),
         (
-            r#"toolmesh_sidecar_heartbeats_total{result="NOT_FOUND"}"#,
+            r#"toolmesh_sidecar_heartbeats_total{result="not_found"}"#,
             1.0,
         ),
     ] {

@@ -215,10 +215,10 @@ async fn the_admin_port_counts_every_execution_and_follows_the_lease() {
 
     let after = Metrics::scrape(admin).await;
     for (tool, outcome, count) in [
-        ("echo", "OK", ok),
+        ("echo", "ok", ok),
         ("fails", "tool_error", tool_errors),
-        ("slow", "DEADLINE_EXCEEDED", timeouts),
-        ("(unknown)", "UNAUTHENTICATED", unknown),
+        ("slow", "deadline_exceeded", timeouts),
+        ("(unknown)", "unauthenticated", unknown),
     ] {
         let count = f64::from(count);
         assert_eq!(
