@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it starts, in seconds since the suite did, so that a
+# slow run (CI's log) shows where its time went.
+step() { printf '\n==> [%d s] %s\n' "$((SECONDS - started))" "$*"; }
 started=$SECONDS
 
 step "system packages"
@@ -66,6 +68,10 @@ status=0
 # (installs buf from npm).
 step "contract (scripts/proto.sh: buf lint, buf breaking)"
 bash scripts/proto.sh || status=1
+
+# Built apart from the run, so that the log tells compiling from testing.
+step "cargo test --no-run (the test binaries)"
+cargo test --workspace --locked --no-run 2>&1 | tail -n 3 || status=1
 
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
