@@ -5,7 +5,7 @@ use std::{pin::Pin, sync::Arc};
 use futures::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-use toolmesh_proto::{pb, timeout, tls};
+use toolmesh_proto::{deadline::Deadline, pb, tls};
 use toolmesh_telemetry::{
     TraceContext,
     shown::{QUOTED_MAX, clip},
@@ -88,7 +88,7 @@ impl ToolRegistryApi {
         request: Request<pb::InvokeRequest>,
         trace: TraceContext,
     ) -> Result<Response<pb::InvokeResponse>, Status> {
-        let caller_timeout = timeout::of(&request);
+        let deadline = Deadline::of(&request);
         let peer = tls::peer(&request).remote_addr;
         let caller = match self.access.caller(request.metadata()) {
             Ok(caller) => caller,
@@ -113,7 +113,7 @@ impl ToolRegistryApi {
         let call = Call {
             caller: &caller.id,
             peer,
-            caller_timeout,
+            deadline,
             trace,
         };
         match self.invoker.invoke(request.into_inner(), call).await {

@@ -6,6 +6,8 @@
 //! [`CatalogStore`](crate::store::CatalogStore), so the same logic runs on
 //! every engine.
 
+mod entry;
+
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
@@ -13,14 +15,11 @@ use tokio::sync::broadcast;
 use toolmesh_proto::{grant::CallKey, pb};
 
 use crate::{
-    audit::Redactor,
-    descriptor,
-    endpoint_policy::EndpointPolicy,
-    error::RegistryError,
-    registrants::Owner,
-    store::CatalogStore,
-    validate::{self, ArgumentValidator},
+    descriptor, endpoint_policy::EndpointPolicy, error::RegistryError, registrants::Owner,
+    store::CatalogStore, validate,
 };
+use entry::Compiled;
+pub use entry::Entry;
 
 /// Most tools one announce may carry.
 pub const MAX_TOOLS_PER_ANNOUNCE: usize = 1024;
@@ -158,24 +157,12 @@ pub fn lease_tag(lease_id: &str) -> String {
     toolmesh_telemetry::shown::secret_tag(lease_id)
 }
 
-/// A tool's compiled input schema, and the descriptor it was compiled for.
-/// `Invoke` recognizes that descriptor by pointer, so the hot path never
-/// compares schema texts.
-struct Compiled {
-    descriptor: Arc<pb::ToolDescriptor>,
-    validator: Arc<ArgumentValidator>,
-    /// Built on the first audited call.
-    redactor: std::sync::OnceLock<Arc<Redactor>>,
-    /// The output schema, compiled on the first result to check (`None`:
-    /// the tool declares none).
-    output: std::sync::OnceLock<Option<Arc<ArgumentValidator>>>,
-}
-
 /// The catalog: checks announces, holds compiled schemas, delegates state to
 /// its store.
 pub struct Catalog {
     store: Arc<dyn CatalogStore>,
-    validators: DashMap<String, Compiled>,
+    /// What is compiled from each tool's current descriptor.
+    compiled: DashMap<String, Arc<Compiled>>,
     limits: AnnounceLimits,
     endpoints: Arc<EndpointPolicy>,
 }
@@ -196,7 +183,7 @@ impl Catalog {
     ) -> Self {
         Self {
             store,
-            validators: DashMap::new(),
+            compiled: DashMap::new(),
             limits,
             endpoints,
         }
@@ -264,7 +251,8 @@ impl Catalog {
         let lease = self.store.announce(announcement).await?;
         for (name, validator) in compiled {
             if let Some(live) = self.store.get(&name) {
-                self.remember(&live.descriptor, validator);
+                let compiled = Compiled::new(live.descriptor.clone(), Ok(validator));
+                self.compiled.insert(name, Arc::new(compiled));
             }
         }
         Ok(lease)
@@ -301,85 +289,36 @@ impl Catalog {
         self.store.published_bytes()
     }
 
-    /// The compiled input schema of `tool`, compiling it if this replica has
-    /// not seen it yet (a tool announced to another replica).
-    pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
-        let reusable = self.validators.get(tool.name()).and_then(|entry| {
-            if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) {
-                Some((entry.validator.clone(), true))
-            } else {
-                // The same tool reloaded (another replica's change, a new
-                // instance): reuse the validator if the schema is unchanged.
-                (entry.descriptor.input_schema_json == tool.descriptor.input_schema_json)
-                    .then(|| (entry.validator.clone(), false))
+    /// One tool, if it has a live instance, with what is compiled from its
+    /// descriptor: compiled now if this replica has not seen it yet (a tool
+    /// announced to another replica); a reloaded descriptor with the same
+    /// input schema keeps its validator.
+    pub fn entry(&self, name: &str) -> Option<Entry> {
+        let tool = self.store.get(name)?;
+        let known = self.compiled.get(name).map(|entry| entry.value().clone());
+        let compiled = match known {
+            Some(known) if Arc::ptr_eq(&known.descriptor, &tool.descriptor) => known,
+            known => {
+                let reused = known
+                    .as_ref()
+                    .filter(|known| {
+                        known.descriptor.input_schema_json == tool.descriptor.input_schema_json
+                    })
+                    .and_then(|known| known.input().cloned());
+                let compiled = Arc::new(match reused {
+                    Some(input) => Compiled::new(tool.descriptor.clone(), Ok(input)),
+                    None => Compiled::compile(tool.descriptor.clone()),
+                });
+                self.compiled.insert(name.to_owned(), compiled.clone());
+                compiled
             }
-        });
-        if let Some((validator, current)) = reusable {
-            if !current {
-                self.remember(&tool.descriptor, validator.clone());
-            }
-            return Ok(validator);
-        }
-        let validator = Arc::new(
-            validate::compile(&tool.descriptor.input_schema_json).map_err(|reason| {
-                RegistryError::InvalidSchema {
-                    tool: tool.name().to_owned(),
-                    field: "input_schema_json".into(),
-                    reason,
-                }
-            })?,
-        );
-        self.remember(&tool.descriptor, validator.clone());
-        Ok(validator)
-    }
-
-    fn remember(&self, descriptor: &Arc<pb::ToolDescriptor>, validator: Arc<ArgumentValidator>) {
-        self.validators.insert(
-            descriptor.name.clone(),
-            Compiled {
-                descriptor: descriptor.clone(),
-                validator,
-                redactor: std::sync::OnceLock::new(),
-                output: std::sync::OnceLock::new(),
-            },
-        );
-    }
-
-    /// What hides the sensitive fields of `tool`'s arguments in the audit
-    /// log, built once per input schema.
-    pub fn redactor(&self, tool: &ToolState) -> Arc<Redactor> {
-        let build = || {
-            Arc::new(Redactor::from_schema_json(
-                &tool.descriptor.input_schema_json,
-            ))
         };
-        match self.validators.get(tool.name()) {
-            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
-                entry.redactor.get_or_init(build).clone()
-            }
-            _ => build(),
-        }
-    }
-
-    /// The compiled output schema of `tool`, if it declares one: compiled
-    /// once per descriptor (the announce checked that it compiles).
-    pub fn output_validator(&self, tool: &ToolState) -> Option<Arc<ArgumentValidator>> {
-        let text = &tool.descriptor.output_schema_json;
-        if text.trim().is_empty() {
-            return None;
-        }
-        let build = || validate::compile(text).ok().map(Arc::new);
-        match self.validators.get(tool.name()) {
-            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
-                entry.output.get_or_init(build).clone()
-            }
-            _ => build(),
-        }
+        Some(Entry::new(tool, compiled))
     }
 
     /// Drops what the catalog keeps for a removed tool.
     pub fn forget(&self, tool: &str) {
-        self.validators.remove(tool);
+        self.compiled.remove(tool);
     }
 }
 
@@ -479,11 +418,15 @@ mod tests {
         let mut announce = request();
         announce.tools[0].input_schema_json = r#"{"type":"object"}"#.into();
         catalog.announce(announce.clone()).await.expect("announce");
-        let tool = catalog.get("t").expect("tool");
-        let first = catalog.validator(&tool).expect("validator");
+        let entry = catalog.entry("t").expect("tool");
+        let first = entry.validator().expect("validator").clone();
         assert!(Arc::ptr_eq(
             &first,
-            &catalog.validator(&tool).expect("again")
+            catalog
+                .entry("t")
+                .expect("again")
+                .validator()
+                .expect("again")
         ));
 
         announce.tools[0].input_schema_json = r#"{"type":"object","required":["x"]}"#.into();
@@ -491,9 +434,9 @@ mod tests {
             .announce(announce)
             .await
             .expect("the sole instance changes its schema");
-        let tool = catalog.get("t").expect("tool");
-        let second = catalog.validator(&tool).expect("validator");
-        assert!(!Arc::ptr_eq(&first, &second));
+        let entry = catalog.entry("t").expect("tool");
+        let second = entry.validator().expect("validator");
+        assert!(!Arc::ptr_eq(&first, second));
         assert!(second.check(&serde_json::json!({})).is_err());
     }
 

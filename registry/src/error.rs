@@ -190,6 +190,23 @@ pub enum RegistryError {
         /// Which limit, and its flag.
         reason: String,
     },
+    /// A watch stream ended because the registry cannot go on feeding it
+    /// (it is shutting down, its catalog closed): watch again, elsewhere.
+    #[error("{reason}; watch again")]
+    WatchInterrupted {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A watch stream ended because what it shows no longer holds (the
+    /// watcher fell behind, the call policy changed): watch again, and the
+    /// new stream starts from what is true now.
+    #[error("{reason}; watch again ({again})")]
+    WatchOutdated {
+        /// Why.
+        reason: String,
+        /// What the new stream starts with.
+        again: &'static str,
+    },
     /// The idempotency store holds as many calls in progress as it may.
     #[error("too many calls with idempotency keys in progress")]
     IdempotencyFull,
@@ -292,7 +309,9 @@ impl RegistryError {
             | Self::TooManyWatchers { .. } => Code::ResourceExhausted,
             Self::NoHealthyInstance { .. }
             | Self::StoreUnavailable { .. }
-            | Self::LimiterUnavailable { .. } => Code::Unavailable,
+            | Self::LimiterUnavailable { .. }
+            | Self::WatchInterrupted { .. } => Code::Unavailable,
+            Self::WatchOutdated { .. } => Code::Aborted,
             Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             Self::Cancelled { .. } => Code::Cancelled,
             Self::Unauthenticated { .. } => Code::Unauthenticated,
@@ -416,6 +435,8 @@ impl RegistryError {
             | Self::LimiterUnavailable { .. }
             | Self::IdempotencyFull
             | Self::TooManyWatchers { .. }
+            | Self::WatchInterrupted { .. }
+            | Self::WatchOutdated { .. }
             | Self::Unauthenticated { .. }
             | Self::PermissionDenied { .. }
             | Self::Replayed { .. } => return Status::new(code, message),

@@ -138,7 +138,7 @@ mod tests {
             &self,
             arguments_json: &str,
             _: &CallContext,
-            _: tokio::time::Instant,
+            _: toolmesh_proto::deadline::Deadline,
         ) -> Result<Outcome, BackendError> {
             Ok(Outcome::ok(arguments_json))
         }

@@ -2,8 +2,9 @@
 //!
 //! Writes take one mutex, so an announce's conflict check and its effect are
 //! atomic, and changes reach the [`CatalogView`] in the order they happen.
-//! Reads go to the view and never touch the mutex. Expired leases are swept by a background task that lives
-//! as long as the store.
+//! Reads go to the view and never touch the mutex. Expired leases are swept
+//! by a background task that lives as long as the store, from an index of
+//! leases by expiry: a sweep costs what expires, not what is held.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -58,6 +59,8 @@ struct ToolRecord {
 #[derive(Default)]
 struct State {
     leases: HashMap<String, LeaseRecord>,
+    /// Every lease in `leases`, by when it expires.
+    expiries: BTreeSet<(Instant, String)>,
     lease_of_instance: HashMap<String, String>,
     tools: HashMap<String, ToolRecord>,
     /// Live leases per owner.
@@ -101,12 +104,12 @@ impl MemoryStore {
     /// Removes every lease whose time has passed; returns how many.
     pub fn expire(&self, now: Instant) -> usize {
         let mut state = self.lock();
-        let expired: Vec<String> = state
-            .leases
-            .iter()
-            .filter(|(_, lease)| lease.expires <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let mut expired = Vec::new();
+        while state.expiries.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, lease_id)) = state.expiries.pop_first() {
+                expired.push(lease_id);
+            }
+        }
         let mut touched = BTreeSet::new();
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
@@ -159,6 +162,9 @@ async fn sweep(store: Weak<MemoryStore>, every: Duration) {
 /// Takes a lease out of `state`, detaching its instance from its tools.
 fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     let record = state.leases.remove(lease_id)?;
+    state
+        .expiries
+        .remove(&(record.expires, lease_id.to_owned()));
     release(&mut state.held, &record.owner);
     if state
         .lease_of_instance
@@ -310,12 +316,14 @@ impl CatalogStore for MemoryStore {
             .lease_of_instance
             .insert(instance.id.clone(), lease_id.clone());
         *state.held.entry(a.owner.name.clone()).or_default() += 1;
+        let expires = Instant::now() + self.ttl;
+        state.expiries.insert((expires, lease_id.clone()));
         state.leases.insert(
             lease_id.clone(),
             LeaseRecord {
                 instance,
                 tools: names,
-                expires: Instant::now() + self.ttl,
+                expires,
                 owner: a.owner.name,
             },
         );
@@ -337,7 +345,10 @@ impl CatalogStore for MemoryStore {
         if lease.owner != owner {
             return Err(super::lease_held_by_another());
         }
-        lease.expires = Instant::now() + self.ttl;
+        let was = std::mem::replace(&mut lease.expires, Instant::now() + self.ttl);
+        let expires = lease.expires;
+        state.expiries.remove(&(was, lease_id.to_owned()));
+        state.expiries.insert((expires, lease_id.to_owned()));
         Ok(self.ttl)
     }
 
@@ -665,6 +676,12 @@ mod tests {
                     let live: BTreeSet<String> = state.leases.values().map(|l| l.instance.id.clone()).collect();
                     let expected: BTreeSet<String> = model.keys().map(|i| format!("i{i}")).collect();
                     assert_eq!(live, expected);
+                    let indexed: BTreeSet<(Instant, String)> = state
+                        .leases
+                        .iter()
+                        .map(|(id, lease)| (lease.expires, id.clone()))
+                        .collect();
+                    assert_eq!(state.expiries, indexed, "the expiry index is the leases'");
                 }
             });
         }
