@@ -14,9 +14,17 @@ use dashmap::DashMap;
 use tokio::sync::broadcast;
 use toolmesh_proto::{grant::CallKey, pb};
 
+pub use crate::store::model::{
+    Announcement, CatalogEvent, ChangeKind, Instance, Lease, ToolState, lease_tag,
+};
 use crate::{
-    descriptor, endpoint_policy::EndpointPolicy, error::RegistryError, registrants::Owner,
-    store::CatalogStore, validate,
+    descriptor,
+    endpoint_policy::EndpointPolicy,
+    error::RegistryError,
+    metrics::{LiveCatalog, LiveCounts},
+    registrants::Owner,
+    store::CatalogStore,
+    validate,
 };
 use entry::Compiled;
 pub use entry::Entry;
@@ -57,104 +65,6 @@ impl Default for AnnounceLimits {
             max_announce_bytes: 1 << 20,
         }
     }
-}
-
-/// A live sidecar instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    /// The id the sidecar announced with.
-    pub id: String,
-    /// The URL its `ToolRuntime` answers on.
-    pub endpoint: String,
-    /// The key its `Execute` grants are signed with (`None`: it announced
-    /// none, and takes calls unsigned).
-    pub execute_key: Option<CallKey>,
-}
-
-/// A tool as it is now: its descriptor and live instances (sorted by id).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolState {
-    /// The descriptor every instance announced.
-    pub descriptor: Arc<pb::ToolDescriptor>,
-    /// The live instances, never empty while the tool is in the catalog.
-    pub instances: Vec<Arc<Instance>>,
-}
-
-impl ToolState {
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        &self.descriptor.name
-    }
-
-    /// About how many bytes its wire form takes, for bounding what a
-    /// watcher may fall behind by.
-    pub fn size(&self) -> u64 {
-        use prost::Message as _;
-        let instances = 64 * self.instances.len();
-        u64::try_from(self.descriptor.encoded_len() + instances).unwrap_or(u64::MAX)
-    }
-
-    /// The wire form.
-    pub fn to_proto(&self) -> pb::Tool {
-        pb::Tool {
-            descriptor: Some(self.descriptor.as_ref().clone()),
-            instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
-        }
-    }
-}
-
-/// What happened to a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    /// The tool got its first instance.
-    Added,
-    /// Its instances (or, with a single instance, its descriptor) changed.
-    Updated,
-    /// Its last instance left.
-    Removed,
-}
-
-/// One change to the catalog.
-#[derive(Debug, Clone)]
-pub struct CatalogEvent {
-    /// What happened.
-    pub kind: ChangeKind,
-    /// The tool after the change; for `Removed`, as it was.
-    pub tool: Arc<ToolState>,
-    /// Bytes of every event published up to and including this one
-    /// ([`ToolState::size`]).
-    pub published: u64,
-}
-
-/// A validated announce.
-#[derive(Debug, Clone)]
-pub struct Announcement {
-    /// The sidecar's instance id.
-    pub instance_id: String,
-    /// Where its `ToolRuntime` answers.
-    pub endpoint: String,
-    /// The key to sign its `Execute` grants with.
-    pub execute_key: Option<CallKey>,
-    /// Its tools; names are unique.
-    pub tools: Vec<pb::ToolDescriptor>,
-    /// Who announced it: only the same owner may add instances of its
-    /// tools, reuse its instance id, renew or withdraw its lease.
-    pub owner: Owner,
-}
-
-/// A granted lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The lease id to heartbeat and withdraw.
-    pub id: String,
-    /// How long it lasts without a heartbeat.
-    pub ttl: Duration,
-}
-
-/// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a
-/// lease id is a bearer token, never logged whole.
-pub fn lease_tag(lease_id: &str) -> String {
-    toolmesh_telemetry::shown::secret_tag(lease_id)
 }
 
 /// The catalog: checks announces, holds compiled schemas, delegates state to
@@ -319,6 +229,25 @@ impl Catalog {
     /// Drops what the catalog keeps for a removed tool.
     pub fn forget(&self, tool: &str) {
         self.compiled.remove(tool);
+    }
+}
+
+impl LiveCatalog for Catalog {
+    fn live(&self) -> LiveCounts {
+        let tools = self.list();
+        let instances: BTreeSet<&str> = tools
+            .iter()
+            .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
+            .collect();
+        LiveCounts {
+            tools: tools.len(),
+            instances: instances.len(),
+            leases: self.lease_count(),
+        }
+    }
+
+    fn has(&self, tool: &str) -> bool {
+        self.get(tool).is_some()
     }
 }
 

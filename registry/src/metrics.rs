@@ -15,7 +15,6 @@
 //! `max`, not `sum`, across replicas).
 
 use std::{
-    collections::HashSet,
     fmt,
     sync::{Arc, OnceLock, Weak},
     time::Duration,
@@ -37,7 +36,7 @@ use toolmesh_telemetry::{
     labels::{BoundedNames, OTHER},
 };
 
-use crate::{audit::AuditLog, catalog::Catalog};
+use crate::audit::AuditLog;
 
 /// Default of `--metrics-max-tools`.
 pub const DEFAULT_MAX_TOOLS: usize = 100;
@@ -345,8 +344,10 @@ impl Metrics {
 
     /// The live tools, instances and leases are read from `catalog` at
     /// each scrape (the first catalog given is kept).
-    pub fn observe_catalog(&self, catalog: &Arc<Catalog>) {
-        let _ = self.live.catalog.set(Arc::downgrade(catalog));
+    pub fn observe_catalog<C: LiveCatalog + 'static>(&self, catalog: &Arc<C>) {
+        let weak: Weak<C> = Arc::downgrade(catalog);
+        let catalog: Weak<dyn LiveCatalog> = weak;
+        let _ = self.live.catalog.set(catalog);
     }
 
     /// Dropped audit records are read from `audit` at each scrape (the
@@ -364,7 +365,7 @@ impl Metrics {
             .catalog
             .get()
             .and_then(Weak::upgrade)
-            .is_some_and(|catalog| catalog.get(tool).is_none());
+            .is_some_and(|catalog| !catalog.has(tool));
         if unknown {
             return self.other.clone();
         }
@@ -490,27 +491,54 @@ impl Metrics {
     }
 }
 
+/// What the metrics read of the catalog: at each scrape, and for the
+/// `tool` label.
+pub trait LiveCatalog: Send + Sync {
+    /// How many tools, instances and leases are live.
+    fn live(&self) -> LiveCounts;
+    /// Whether `tool` is in the catalog.
+    fn has(&self, tool: &str) -> bool;
+}
+
+/// What [`LiveCatalog::live`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Tools with a live instance.
+    pub tools: usize,
+    /// Distinct live instances.
+    pub instances: usize,
+    /// Live leases.
+    pub leases: usize,
+}
+
 /// What is read at scrape time from the parts that already count it.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Live {
-    catalog: OnceLock<Weak<Catalog>>,
+    catalog: OnceLock<Weak<dyn LiveCatalog>>,
     audit: OnceLock<AuditLog>,
+}
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Live")
+            .field("catalog", &self.catalog.get().is_some())
+            .field("audit", &self.audit)
+            .finish()
+    }
 }
 
 impl Collector for Live {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let (tools, instances, leases) =
-            self.catalog
-                .get()
-                .and_then(Weak::upgrade)
-                .map_or((0, 0, 0), |catalog| {
-                    let tools = catalog.list();
-                    let instances: HashSet<&str> = tools
-                        .iter()
-                        .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
-                        .collect();
-                    (tools.len(), instances.len(), catalog.lease_count())
-                });
+        let LiveCounts {
+            tools,
+            instances,
+            leases,
+        } = self
+            .catalog
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|catalog| catalog.live())
+            .unwrap_or_default();
         for (name, help, value) in [
             ("toolmesh_tools", "Tools with a live instance.", tools),
             ("toolmesh_instances", "Live sidecar instances.", instances),

@@ -51,6 +51,7 @@ mod machine;
 mod parse;
 mod problem;
 mod rules;
+pub(crate) mod schema;
 
 pub use key::{KeyPath, Segment};
 pub use problem::{Position, Problem};

@@ -51,7 +51,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod refusal;
 pub mod runtime;
-mod schema;
 pub mod sdk;
 pub mod server;
 pub mod shutdown;

@@ -18,25 +18,13 @@ use toolmesh_telemetry::{
 use tracing::Instrument as _;
 
 use crate::context::CallContext;
-use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string};
+use crate::tool::{BackendError, Outcome, Tool, json_string};
 use crate::toolset::ToolSet;
 
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Why a set of tools cannot be served.
-#[derive(Debug, thiserror::Error)]
-pub enum ToolSetError {
-    /// A tool name breaks the naming rule.
-    #[error(transparent)]
-    InvalidName(#[from] InvalidToolName),
-    /// Two tools share a name.
-    #[error("tool {0:?} is defined twice")]
-    Duplicate(String),
-    /// There is nothing to serve.
-    #[error("no tools to serve")]
-    Empty,
-}
+pub use crate::toolset::ToolSetError;
 
 /// Why an execution produced no result.
 #[derive(Debug, thiserror::Error)]

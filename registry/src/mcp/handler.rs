@@ -39,9 +39,10 @@ use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
 use super::{
-    content, listing, notify, results,
+    content, listing, notify,
+    peer::PeerAddr,
+    results,
     search::{self, SearchTool},
-    serve::PeerAddr,
 };
 use crate::{
     access::{Access, allows},

@@ -17,10 +17,10 @@ use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
     audit::AuditLog,
-    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
     metrics::Metrics,
+    store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     store::{CatalogStore, view::CatalogView},
 };
 
@@ -399,7 +399,7 @@ impl CatalogStore for MemoryStore {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::{catalog::ChangeKind, registrants::Owner};
+    use crate::{registrants::Owner, store::model::ChangeKind};
 
     fn tool(name: &str, version: &str) -> ToolDescriptor {
         ToolDescriptor {

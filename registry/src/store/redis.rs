@@ -33,11 +33,11 @@ use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
 
 use crate::{
     audit::AuditLog,
-    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
     metrics::{Metrics, RedisOp},
     redis_pool::{RedisError, RedisPool},
+    store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     store::{CatalogStore, memory::Limits, view::CatalogView},
 };
 
