@@ -1,3 +1,4 @@
+use super::records::instance;
 use super::*;
 
 #[test]
