@@ -14,6 +14,9 @@
 //! the shared catalog, so each replica reports the fleet's numbers (take
 //! `max`, not `sum`, across replicas).
 
+mod labels;
+mod live;
+
 use std::{
     fmt,
     sync::{Arc, OnceLock, Weak},
@@ -37,106 +40,12 @@ use toolmesh_telemetry::{
 };
 
 use crate::audit::AuditLog;
+pub use labels::{RateLimitDecision, RedisOp, ValidationFailure};
+use live::Live;
+pub use live::{LiveCatalog, LiveCounts};
 
 /// Default of `--metrics-max-tools`.
 pub const DEFAULT_MAX_TOOLS: usize = 100;
-
-/// What the rate limiter decided for one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateLimitDecision {
-    /// The call took its tokens.
-    Allowed,
-    /// The tool's own limit refused it.
-    LimitedTool,
-    /// The caller's limit on the tool refused it.
-    LimitedCaller,
-    /// The limiter could not decide (Redis away, fail-closed).
-    Error,
-}
-
-impl RateLimitDecision {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::LimitedTool => "limited_tool",
-            Self::LimitedCaller => "limited_caller",
-            Self::Error => "error",
-        }
-    }
-}
-
-/// Why arguments were refused before any sidecar saw them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValidationFailure {
-    /// They parse, but break the tool's input schema.
-    Schema,
-    /// They are not (acceptable) JSON: syntax, duplicate keys, too large.
-    Malformed,
-}
-
-impl ValidationFailure {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Schema => "schema",
-            Self::Malformed => "malformed",
-        }
-    }
-}
-
-/// Every kind of call the Redis pool makes: the `op` label, a closed set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RedisOp {
-    /// The announce script.
-    Announce,
-    /// The heartbeat script.
-    Heartbeat,
-    /// The withdraw script.
-    Withdraw,
-    /// The lease sweep script.
-    Sweep,
-    /// The write-back script after an outage.
-    Restore,
-    /// The replica presence script.
-    Presence,
-    /// One tool's descriptor and instances (a pipeline of GET and HGETALL).
-    LoadTool,
-    /// Every tool name and lease (SMEMBERS and ZRANGE), for a resync.
-    ListCatalog,
-    /// The lease an instance holds (GET).
-    InstanceLease,
-    /// A lease's record (HGETALL).
-    ReadLease,
-    /// The GCRA rate-limit script.
-    RateLimit,
-    /// Claiming an idempotency key.
-    IdempotencyClaim,
-    /// Storing an idempotency key's outcome.
-    IdempotencyComplete,
-    /// Releasing an idempotency key.
-    IdempotencyRelease,
-}
-
-impl RedisOp {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Announce => "announce",
-            Self::Heartbeat => "heartbeat",
-            Self::Withdraw => "withdraw",
-            Self::Sweep => "sweep",
-            Self::Restore => "restore",
-            Self::Presence => "presence",
-            Self::LoadTool => "load_tool",
-            Self::ListCatalog => "list_catalog",
-            Self::InstanceLease => "instance_lease",
-            Self::ReadLease => "read_lease",
-            Self::RateLimit => "rate_limit",
-            Self::IdempotencyClaim => "idempotency_claim",
-            Self::IdempotencyComplete => "idempotency_complete",
-            Self::IdempotencyRelease => "idempotency_release",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolOutcome {
@@ -488,72 +397,6 @@ impl Metrics {
     /// Whether the registry is ready now.
     pub fn ready(&self, ready: bool) {
         self.ready.set(i64::from(ready));
-    }
-}
-
-/// What the metrics read of the catalog: at each scrape, and for the
-/// `tool` label.
-pub trait LiveCatalog: Send + Sync {
-    /// How many tools, instances and leases are live.
-    fn live(&self) -> LiveCounts;
-    /// Whether `tool` is in the catalog.
-    fn has(&self, tool: &str) -> bool;
-}
-
-/// What [`LiveCatalog::live`] counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LiveCounts {
-    /// Tools with a live instance.
-    pub tools: usize,
-    /// Distinct live instances.
-    pub instances: usize,
-    /// Live leases.
-    pub leases: usize,
-}
-
-/// What is read at scrape time from the parts that already count it.
-#[derive(Default)]
-struct Live {
-    catalog: OnceLock<Weak<dyn LiveCatalog>>,
-    audit: OnceLock<AuditLog>,
-}
-
-impl fmt::Debug for Live {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Live")
-            .field("catalog", &self.catalog.get().is_some())
-            .field("audit", &self.audit)
-            .finish()
-    }
-}
-
-impl Collector for Live {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let LiveCounts {
-            tools,
-            instances,
-            leases,
-        } = self
-            .catalog
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|catalog| catalog.live())
-            .unwrap_or_default();
-        for (name, help, value) in [
-            ("toolmesh_tools", "Tools with a live instance.", tools),
-            ("toolmesh_instances", "Live sidecar instances.", instances),
-            ("toolmesh_leases", "Live leases.", leases),
-        ] {
-            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        let dropped = ConstCounter::new(self.audit.get().map_or(0, AuditLog::dropped));
-        dropped.encode(encoder.encode_descriptor(
-            "toolmesh_audit_records_dropped",
-            "Audit records dropped: queue full, log closed, or a failed write.",
-            None,
-            dropped.metric_type(),
-        )?)
     }
 }
 
