@@ -41,6 +41,7 @@
 //! - [`sdk`]: Rust tools with schemas derived from their types, and an
 //!   embedded [`sdk::Sidecar`].
 
+pub mod admin;
 mod announcer;
 pub mod arguments;
 pub mod backend;
@@ -53,6 +54,7 @@ pub mod refusal;
 pub mod runtime;
 pub mod sdk;
 pub mod server;
+pub mod settings;
 pub mod shutdown;
 pub mod tool;
 pub mod toolset;
