@@ -9,6 +9,8 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
 //! - [`timeout`]: the `grpc-timeout` header, read by both servers, and the
 //!   margin both keep back to answer within it.
+//! - [`deadline`]: a call's deadline, one value from the edge of each
+//!   process to the backend.
 //! - [`code`]: gRPC status codes by their canonical names.
 //! - [`tool_name`]: the tool-name rule registry and sidecar share.
 //! - [`pattern`]: glob patterns over tool names (the registry's policies,
@@ -47,11 +49,13 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use prost_types::Duration;
 
 pub mod code;
+pub mod deadline;
 pub mod endpoint;
 pub mod grant;
 pub mod listen;
 pub mod pattern;
 pub mod rules;
+pub mod shutdown;
 pub mod timeout;
 pub mod tls;
 pub mod token;

@@ -6,21 +6,28 @@
 //! [`CatalogStore`](crate::store::CatalogStore), so the same logic runs on
 //! every engine.
 
+mod entry;
+
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use dashmap::DashMap;
 use tokio::sync::broadcast;
 use toolmesh_proto::{grant::CallKey, pb};
 
+pub use crate::store::model::{
+    Announcement, CatalogEvent, ChangeKind, Instance, Lease, ToolState, lease_tag,
+};
 use crate::{
-    audit::Redactor,
     descriptor,
     endpoint_policy::EndpointPolicy,
     error::RegistryError,
+    metrics::{LiveCatalog, LiveCounts},
     registrants::Owner,
     store::CatalogStore,
-    validate::{self, ArgumentValidator},
+    validate,
 };
+use entry::Compiled;
+pub use entry::Entry;
 
 /// Most tools one announce may carry.
 pub const MAX_TOOLS_PER_ANNOUNCE: usize = 1024;
@@ -60,122 +67,12 @@ impl Default for AnnounceLimits {
     }
 }
 
-/// A live sidecar instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    /// The id the sidecar announced with.
-    pub id: String,
-    /// The URL its `ToolRuntime` answers on.
-    pub endpoint: String,
-    /// The key its `Execute` grants are signed with (`None`: it announced
-    /// none, and takes calls unsigned).
-    pub execute_key: Option<CallKey>,
-}
-
-/// A tool as it is now: its descriptor and live instances (sorted by id).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolState {
-    /// The descriptor every instance announced.
-    pub descriptor: Arc<pb::ToolDescriptor>,
-    /// The live instances, never empty while the tool is in the catalog.
-    pub instances: Vec<Arc<Instance>>,
-}
-
-impl ToolState {
-    /// The tool's name.
-    pub fn name(&self) -> &str {
-        &self.descriptor.name
-    }
-
-    /// About how many bytes its wire form takes, for bounding what a
-    /// watcher may fall behind by.
-    pub fn size(&self) -> u64 {
-        use prost::Message as _;
-        let instances = 64 * self.instances.len();
-        u64::try_from(self.descriptor.encoded_len() + instances).unwrap_or(u64::MAX)
-    }
-
-    /// The wire form.
-    pub fn to_proto(&self) -> pb::Tool {
-        pb::Tool {
-            descriptor: Some(self.descriptor.as_ref().clone()),
-            instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
-        }
-    }
-}
-
-/// What happened to a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    /// The tool got its first instance.
-    Added,
-    /// Its instances (or, with a single instance, its descriptor) changed.
-    Updated,
-    /// Its last instance left.
-    Removed,
-}
-
-/// One change to the catalog.
-#[derive(Debug, Clone)]
-pub struct CatalogEvent {
-    /// What happened.
-    pub kind: ChangeKind,
-    /// The tool after the change; for `Removed`, as it was.
-    pub tool: Arc<ToolState>,
-    /// Bytes of every event published up to and including this one
-    /// ([`ToolState::size`]).
-    pub published: u64,
-}
-
-/// A validated announce.
-#[derive(Debug, Clone)]
-pub struct Announcement {
-    /// The sidecar's instance id.
-    pub instance_id: String,
-    /// Where its `ToolRuntime` answers.
-    pub endpoint: String,
-    /// The key to sign its `Execute` grants with.
-    pub execute_key: Option<CallKey>,
-    /// Its tools; names are unique.
-    pub tools: Vec<pb::ToolDescriptor>,
-    /// Who announced it: only the same owner may add instances of its
-    /// tools, reuse its instance id, renew or withdraw its lease.
-    pub owner: Owner,
-}
-
-/// A granted lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// The lease id to heartbeat and withdraw.
-    pub id: String,
-    /// How long it lasts without a heartbeat.
-    pub ttl: Duration,
-}
-
-/// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a
-/// lease id is a bearer token, never logged whole.
-pub fn lease_tag(lease_id: &str) -> String {
-    toolmesh_telemetry::shown::secret_tag(lease_id)
-}
-
-/// A tool's compiled input schema, and the descriptor it was compiled for.
-/// `Invoke` recognizes that descriptor by pointer, so the hot path never
-/// compares schema texts.
-struct Compiled {
-    descriptor: Arc<pb::ToolDescriptor>,
-    validator: Arc<ArgumentValidator>,
-    /// Built on the first audited call.
-    redactor: std::sync::OnceLock<Arc<Redactor>>,
-    /// The output schema, compiled on the first result to check (`None`:
-    /// the tool declares none).
-    output: std::sync::OnceLock<Option<Arc<ArgumentValidator>>>,
-}
-
 /// The catalog: checks announces, holds compiled schemas, delegates state to
 /// its store.
 pub struct Catalog {
     store: Arc<dyn CatalogStore>,
-    validators: DashMap<String, Compiled>,
+    /// What is compiled from each tool's current descriptor.
+    compiled: DashMap<String, Arc<Compiled>>,
     limits: AnnounceLimits,
     endpoints: Arc<EndpointPolicy>,
 }
@@ -196,7 +93,7 @@ impl Catalog {
     ) -> Self {
         Self {
             store,
-            validators: DashMap::new(),
+            compiled: DashMap::new(),
             limits,
             endpoints,
         }
@@ -264,7 +161,8 @@ impl Catalog {
         let lease = self.store.announce(announcement).await?;
         for (name, validator) in compiled {
             if let Some(live) = self.store.get(&name) {
-                self.remember(&live.descriptor, validator);
+                let compiled = Compiled::new(live.descriptor.clone(), Ok(validator));
+                self.compiled.insert(name, Arc::new(compiled));
             }
         }
         Ok(lease)
@@ -301,85 +199,55 @@ impl Catalog {
         self.store.published_bytes()
     }
 
-    /// The compiled input schema of `tool`, compiling it if this replica has
-    /// not seen it yet (a tool announced to another replica).
-    pub fn validator(&self, tool: &ToolState) -> Result<Arc<ArgumentValidator>, RegistryError> {
-        let reusable = self.validators.get(tool.name()).and_then(|entry| {
-            if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) {
-                Some((entry.validator.clone(), true))
-            } else {
-                // The same tool reloaded (another replica's change, a new
-                // instance): reuse the validator if the schema is unchanged.
-                (entry.descriptor.input_schema_json == tool.descriptor.input_schema_json)
-                    .then(|| (entry.validator.clone(), false))
+    /// One tool, if it has a live instance, with what is compiled from its
+    /// descriptor: compiled now if this replica has not seen it yet (a tool
+    /// announced to another replica); a reloaded descriptor with the same
+    /// input schema keeps its validator.
+    pub fn entry(&self, name: &str) -> Option<Entry> {
+        let tool = self.store.get(name)?;
+        let known = self.compiled.get(name).map(|entry| entry.value().clone());
+        let compiled = match known {
+            Some(known) if Arc::ptr_eq(&known.descriptor, &tool.descriptor) => known,
+            known => {
+                let reused = known
+                    .as_ref()
+                    .filter(|known| {
+                        known.descriptor.input_schema_json == tool.descriptor.input_schema_json
+                    })
+                    .and_then(|known| known.input().cloned());
+                let compiled = Arc::new(match reused {
+                    Some(input) => Compiled::new(tool.descriptor.clone(), Ok(input)),
+                    None => Compiled::compile(tool.descriptor.clone()),
+                });
+                self.compiled.insert(name.to_owned(), compiled.clone());
+                compiled
             }
-        });
-        if let Some((validator, current)) = reusable {
-            if !current {
-                self.remember(&tool.descriptor, validator.clone());
-            }
-            return Ok(validator);
-        }
-        let validator = Arc::new(
-            validate::compile(&tool.descriptor.input_schema_json).map_err(|reason| {
-                RegistryError::InvalidSchema {
-                    tool: tool.name().to_owned(),
-                    field: "input_schema_json".into(),
-                    reason,
-                }
-            })?,
-        );
-        self.remember(&tool.descriptor, validator.clone());
-        Ok(validator)
-    }
-
-    fn remember(&self, descriptor: &Arc<pb::ToolDescriptor>, validator: Arc<ArgumentValidator>) {
-        self.validators.insert(
-            descriptor.name.clone(),
-            Compiled {
-                descriptor: descriptor.clone(),
-                validator,
-                redactor: std::sync::OnceLock::new(),
-                output: std::sync::OnceLock::new(),
-            },
-        );
-    }
-
-    /// What hides the sensitive fields of `tool`'s arguments in the audit
-    /// log, built once per input schema.
-    pub fn redactor(&self, tool: &ToolState) -> Arc<Redactor> {
-        let build = || {
-            Arc::new(Redactor::from_schema_json(
-                &tool.descriptor.input_schema_json,
-            ))
         };
-        match self.validators.get(tool.name()) {
-            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
-                entry.redactor.get_or_init(build).clone()
-            }
-            _ => build(),
-        }
-    }
-
-    /// The compiled output schema of `tool`, if it declares one: compiled
-    /// once per descriptor (the announce checked that it compiles).
-    pub fn output_validator(&self, tool: &ToolState) -> Option<Arc<ArgumentValidator>> {
-        let text = &tool.descriptor.output_schema_json;
-        if text.trim().is_empty() {
-            return None;
-        }
-        let build = || validate::compile(text).ok().map(Arc::new);
-        match self.validators.get(tool.name()) {
-            Some(entry) if Arc::ptr_eq(&entry.descriptor, &tool.descriptor) => {
-                entry.output.get_or_init(build).clone()
-            }
-            _ => build(),
-        }
+        Some(Entry::new(tool, compiled))
     }
 
     /// Drops what the catalog keeps for a removed tool.
     pub fn forget(&self, tool: &str) {
-        self.validators.remove(tool);
+        self.compiled.remove(tool);
+    }
+}
+
+impl LiveCatalog for Catalog {
+    fn live(&self) -> LiveCounts {
+        let tools = self.list();
+        let instances: BTreeSet<&str> = tools
+            .iter()
+            .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
+            .collect();
+        LiveCounts {
+            tools: tools.len(),
+            instances: instances.len(),
+            leases: self.lease_count(),
+        }
+    }
+
+    fn has(&self, tool: &str) -> bool {
+        self.get(tool).is_some()
     }
 }
 
@@ -479,11 +347,15 @@ mod tests {
         let mut announce = request();
         announce.tools[0].input_schema_json = r#"{"type":"object"}"#.into();
         catalog.announce(announce.clone()).await.expect("announce");
-        let tool = catalog.get("t").expect("tool");
-        let first = catalog.validator(&tool).expect("validator");
+        let entry = catalog.entry("t").expect("tool");
+        let first = entry.validator().expect("validator").clone();
         assert!(Arc::ptr_eq(
             &first,
-            &catalog.validator(&tool).expect("again")
+            catalog
+                .entry("t")
+                .expect("again")
+                .validator()
+                .expect("again")
         ));
 
         announce.tools[0].input_schema_json = r#"{"type":"object","required":["x"]}"#.into();
@@ -491,9 +363,9 @@ mod tests {
             .announce(announce)
             .await
             .expect("the sole instance changes its schema");
-        let tool = catalog.get("t").expect("tool");
-        let second = catalog.validator(&tool).expect("validator");
-        assert!(!Arc::ptr_eq(&first, &second));
+        let entry = catalog.entry("t").expect("tool");
+        let second = entry.validator().expect("validator");
+        assert!(!Arc::ptr_eq(&first, second));
         assert!(second.check(&serde_json::json!({})).is_err());
     }
 

@@ -3,10 +3,9 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::time::Instant;
 use toolmesh_proto::{
+    deadline::Deadline,
     pb::{ExecuteRequest, InvokeRequest, InvokeResponse},
-    timeout,
 };
 use toolmesh_telemetry::{
     TraceContext,
@@ -19,7 +18,7 @@ use crate::{
     audit::AuditLog,
     balance::Balancer,
     call_log::CallLog,
-    catalog::{Catalog, ToolState},
+    catalog::{Catalog, Entry, ToolState},
     descriptor::{self, Limit},
     error::RegistryError,
     idempotency::{
@@ -60,8 +59,9 @@ pub struct Call<'a> {
     pub caller: &'a str,
     /// The agent's address.
     pub peer: Option<SocketAddr>,
-    /// What remained of the caller's gRPC deadline when the request arrived.
-    pub caller_timeout: Option<Duration>,
+    /// The caller's deadline, read when the request arrived; the tool's
+    /// timeout limits it once the tool is known.
+    pub deadline: Deadline,
     /// The agent's trace context.
     pub trace: TraceContext,
 }
@@ -188,14 +188,14 @@ impl Invoker {
         log: &mut CallLog,
     ) -> Result<InvokeResponse, RegistryError> {
         let caller = call.caller;
-        let started = Instant::now();
         let span = tracing::Span::current();
-        let tool = self
-            .catalog
-            .get(&request.tool)
-            .ok_or_else(|| RegistryError::ToolNotFound {
-                tool: request.tool.clone(),
-            })?;
+        let entry =
+            self.catalog
+                .entry(&request.tool)
+                .ok_or_else(|| RegistryError::ToolNotFound {
+                    tool: request.tool.clone(),
+                })?;
+        let tool = entry.tool();
         let arguments =
             validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
                 .inspect_err(|_| {
@@ -203,34 +203,25 @@ impl Invoker {
                 self.metrics
                     .validation_failed(&request.tool, ValidationFailure::Malformed);
             })?;
-        self.catalog
-            .validator(&tool)?
-            .check(&arguments)
-            .map_err(|violations| {
-                spans::set(&span, "toolmesh.validation", "invalid");
-                self.metrics
-                    .validation_failed(&request.tool, ValidationFailure::Schema);
-                RegistryError::ArgumentsInvalid {
-                    tool: request.tool.clone(),
-                    violations,
-                }
-            })?;
+        entry.validator()?.check(&arguments).map_err(|violations| {
+            spans::set(&span, "toolmesh.validation", "invalid");
+            self.metrics
+                .validation_failed(&request.tool, ValidationFailure::Schema);
+            RegistryError::ArgumentsInvalid {
+                tool: request.tool.clone(),
+                violations,
+            }
+        })?;
         spans::set(&span, "toolmesh.validation", "valid");
         if log.wants_arguments(&tool.descriptor) {
-            log.arguments(
-                &tool.descriptor,
-                self.catalog.redactor(&tool),
-                arguments.clone(),
-            );
+            log.arguments(&tool.descriptor, entry.redactor(), arguments.clone());
         }
-        let budget = self.budget(&tool, call.caller_timeout);
-        let deadline = started + budget;
+        let deadline = call.deadline.limited(
+            descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout),
+        );
         let ticket = match request.idempotency_key.as_str() {
             "" => None,
-            key => match self
-                .claim(&tool, caller, key, &arguments, budget, deadline)
-                .await?
-            {
+            key => match self.claim(tool, caller, key, &arguments, deadline).await? {
                 Claim::Run(ticket) => Some(ticket),
                 Claim::Replay(outcome) => {
                     log.replayed();
@@ -245,7 +236,7 @@ impl Invoker {
                 }
             },
         };
-        let limited = self.take_token(&tool, caller).await;
+        let limited = self.take_token(tool, caller).await;
         spans::set(
             &span,
             "toolmesh.rate_limit",
@@ -276,7 +267,7 @@ impl Invoker {
         };
         let attempted = self
             .attempts
-            .run(&tool, execute, deadline, budget, &call.trace)
+            .run(tool, execute, deadline, &call.trace)
             .await;
         log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
         spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));
@@ -284,7 +275,7 @@ impl Invoker {
             spans::set(&span, "toolmesh.instance", instance.clone());
         }
         let result = match attempted.result {
-            Ok(response) if !response.is_error => Ok(self.conform(&tool, response)),
+            Ok(response) if !response.is_error => Ok(self.conform(&entry, response)),
             other => other,
         };
         if let Some(ticket) = ticket {
@@ -302,10 +293,11 @@ impl Invoker {
     /// tool declares none); else an error result naming each mismatch, so
     /// that a result breaking its contract never reaches the agent as if
     /// it were valid.
-    fn conform(&self, tool: &ToolState, response: InvokeResponse) -> InvokeResponse {
-        let Some(validator) = self.catalog.output_validator(tool) else {
+    fn conform(&self, entry: &Entry, response: InvokeResponse) -> InvokeResponse {
+        let Some(validator) = entry.output_validator() else {
             return response;
         };
+        let tool = entry.tool();
         let violations = match serde_json::from_str(&response.result_json) {
             Ok(result) => match validator.check(&result) {
                 Ok(()) => return response,
@@ -348,8 +340,7 @@ impl Invoker {
         caller: &str,
         key: &str,
         arguments: &serde_json::Value,
-        budget: Duration,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Claim, RegistryError> {
         if key.len() > MAX_IDEMPOTENCY_KEY_LEN {
             return Err(RegistryError::InvalidRequest {
@@ -362,14 +353,14 @@ impl Invoker {
             tool: tool.name().to_owned(),
             key: key.to_owned(),
         };
-        let hold_for = budget + IDEMPOTENCY_HOLD_MARGIN;
+        let hold_for = deadline.budget() + IDEMPOTENCY_HOLD_MARGIN;
         self.idempotency
-            .claim(&key, &fingerprint(arguments), hold_for, deadline)
+            .claim(&key, &fingerprint(arguments), hold_for, deadline.at())
             .await
             .map_err(|error| match error {
                 IdempotencyError::WaitTimedOut => RegistryError::DeadlineExceeded {
                     tool: tool.name().to_owned(),
-                    deadline: budget,
+                    deadline: deadline.budget(),
                 },
                 IdempotencyError::Unavailable(reason) => RegistryError::StoreUnavailable { reason },
                 IdempotencyError::Full => RegistryError::IdempotencyFull,
@@ -423,18 +414,6 @@ impl Invoker {
             rate: refusing.rate,
             burst: refusing.burst,
         })
-    }
-
-    /// min(the caller's deadline less its answer margin, the tool's
-    /// timeout): the registry answers DEADLINE_EXCEEDED itself before the
-    /// caller's own timer fires.
-    fn budget(&self, tool: &ToolState, caller_timeout: Option<Duration>) -> Duration {
-        let tool_timeout =
-            descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout);
-        match caller_timeout {
-            Some(caller) => tool_timeout.min(timeout::answer_within(caller)),
-            None => tool_timeout,
-        }
     }
 }
 

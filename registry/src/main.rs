@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use tokio::{
-    net::TcpListener,
-    signal::unix::{SignalKind, signal},
-};
+use tokio::net::TcpListener;
 use toolmesh_proto::listen::ListenAddr;
 use toolmesh_registry::Config;
 
@@ -157,15 +154,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
         registry = registry.with_admin(bind("--admin-listen", admin).await?);
     }
-    let mut terminate =
-        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    };
-    registry.serve(listener, shutdown).await?;
+    registry
+        .serve(listener, toolmesh_proto::shutdown::signal_received())
+        .await?;
     tracing::info!("toolmesh registry stopped");
     Ok(())
 }

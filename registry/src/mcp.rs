@@ -28,6 +28,7 @@ pub mod content;
 pub mod handler;
 pub mod listing;
 pub mod notify;
+pub mod peer;
 pub mod results;
 pub mod search;
 pub mod serve;

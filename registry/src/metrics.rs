@@ -14,8 +14,10 @@
 //! the shared catalog, so each replica reports the fleet's numbers (take
 //! `max`, not `sum`, across replicas).
 
+mod labels;
+mod live;
+
 use std::{
-    collections::HashSet,
     fmt,
     sync::{Arc, OnceLock, Weak},
     time::Duration,
@@ -37,107 +39,13 @@ use toolmesh_telemetry::{
     labels::{BoundedNames, OTHER},
 };
 
-use crate::{audit::AuditLog, catalog::Catalog};
+use crate::audit::AuditLog;
+pub use labels::{RateLimitDecision, RedisOp, ValidationFailure};
+use live::Live;
+pub use live::{LiveCatalog, LiveCounts};
 
 /// Default of `--metrics-max-tools`.
 pub const DEFAULT_MAX_TOOLS: usize = 100;
-
-/// What the rate limiter decided for one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateLimitDecision {
-    /// The call took its tokens.
-    Allowed,
-    /// The tool's own limit refused it.
-    LimitedTool,
-    /// The caller's limit on the tool refused it.
-    LimitedCaller,
-    /// The limiter could not decide (Redis away, fail-closed).
-    Error,
-}
-
-impl RateLimitDecision {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::LimitedTool => "limited_tool",
-            Self::LimitedCaller => "limited_caller",
-            Self::Error => "error",
-        }
-    }
-}
-
-/// Why arguments were refused before any sidecar saw them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValidationFailure {
-    /// They parse, but break the tool's input schema.
-    Schema,
-    /// They are not (acceptable) JSON: syntax, duplicate keys, too large.
-    Malformed,
-}
-
-impl ValidationFailure {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Schema => "schema",
-            Self::Malformed => "malformed",
-        }
-    }
-}
-
-/// Every kind of call the Redis pool makes: the `op` label, a closed set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RedisOp {
-    /// The announce script.
-    Announce,
-    /// The heartbeat script.
-    Heartbeat,
-    /// The withdraw script.
-    Withdraw,
-    /// The lease sweep script.
-    Sweep,
-    /// The write-back script after an outage.
-    Restore,
-    /// The replica presence script.
-    Presence,
-    /// One tool's descriptor and instances (a pipeline of GET and HGETALL).
-    LoadTool,
-    /// Every tool name and lease (SMEMBERS and ZRANGE), for a resync.
-    ListCatalog,
-    /// The lease an instance holds (GET).
-    InstanceLease,
-    /// A lease's record (HGETALL).
-    ReadLease,
-    /// The GCRA rate-limit script.
-    RateLimit,
-    /// Claiming an idempotency key.
-    IdempotencyClaim,
-    /// Storing an idempotency key's outcome.
-    IdempotencyComplete,
-    /// Releasing an idempotency key.
-    IdempotencyRelease,
-}
-
-impl RedisOp {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Announce => "announce",
-            Self::Heartbeat => "heartbeat",
-            Self::Withdraw => "withdraw",
-            Self::Sweep => "sweep",
-            Self::Restore => "restore",
-            Self::Presence => "presence",
-            Self::LoadTool => "load_tool",
-            Self::ListCatalog => "list_catalog",
-            Self::InstanceLease => "instance_lease",
-            Self::ReadLease => "read_lease",
-            Self::RateLimit => "rate_limit",
-            Self::IdempotencyClaim => "idempotency_claim",
-            Self::IdempotencyComplete => "idempotency_complete",
-            Self::IdempotencyRelease => "idempotency_release",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolOutcome {
@@ -345,8 +253,10 @@ impl Metrics {
 
     /// The live tools, instances and leases are read from `catalog` at
     /// each scrape (the first catalog given is kept).
-    pub fn observe_catalog(&self, catalog: &Arc<Catalog>) {
-        let _ = self.live.catalog.set(Arc::downgrade(catalog));
+    pub fn observe_catalog<C: LiveCatalog + 'static>(&self, catalog: &Arc<C>) {
+        let weak: Weak<C> = Arc::downgrade(catalog);
+        let catalog: Weak<dyn LiveCatalog> = weak;
+        let _ = self.live.catalog.set(catalog);
     }
 
     /// Dropped audit records are read from `audit` at each scrape (the
@@ -364,7 +274,7 @@ impl Metrics {
             .catalog
             .get()
             .and_then(Weak::upgrade)
-            .is_some_and(|catalog| catalog.get(tool).is_none());
+            .is_some_and(|catalog| !catalog.has(tool));
         if unknown {
             return self.other.clone();
         }
@@ -490,76 +400,5 @@ impl Metrics {
     }
 }
 
-/// What is read at scrape time from the parts that already count it.
-#[derive(Debug, Default)]
-struct Live {
-    catalog: OnceLock<Weak<Catalog>>,
-    audit: OnceLock<AuditLog>,
-}
-
-impl Collector for Live {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let (tools, instances, leases) =
-            self.catalog
-                .get()
-                .and_then(Weak::upgrade)
-                .map_or((0, 0, 0), |catalog| {
-                    let tools = catalog.list();
-                    let instances: HashSet<&str> = tools
-                        .iter()
-                        .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
-                        .collect();
-                    (tools.len(), instances.len(), catalog.lease_count())
-                });
-        for (name, help, value) in [
-            ("toolmesh_tools", "Tools with a live instance.", tools),
-            ("toolmesh_instances", "Live sidecar instances.", instances),
-            ("toolmesh_leases", "Live leases.", leases),
-        ] {
-            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        let dropped = ConstCounter::new(self.audit.get().map_or(0, AuditLog::dropped));
-        dropped.encode(encoder.encode_descriptor(
-            "toolmesh_audit_records_dropped",
-            "Audit records dropped: queue full, log closed, or a failed write.",
-            None,
-            dropped.metric_type(),
-        )?)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn exposition(metrics: &Metrics) -> String {
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &metrics.registry())
-            .unwrap_or_else(|e| panic!("encode: {e}"));
-        text
-    }
-
-    #[test]
-    fn every_family_is_exposed_by_its_contract_name() {
-        let metrics = Metrics::new(1);
-        metrics.invoked("a", "ok", Duration::from_millis(3));
-        metrics.invoked("b", "ok", Duration::from_millis(3));
-        metrics.redis_call(RedisOp::RateLimit, Duration::from_millis(1), false);
-        let text = exposition(&metrics);
-        for line in [
-            "# TYPE toolmesh_invocations counter",
-            r#"toolmesh_invocations_total{tool="a",outcome="ok"} 1"#,
-            r#"toolmesh_invocations_total{tool="(other)",outcome="ok"} 1"#,
-            "# TYPE toolmesh_invoke_duration_seconds histogram",
-            r#"toolmesh_redis_errors_total{op="rate_limit"} 1"#,
-            "toolmesh_tools 0",
-            "# TYPE toolmesh_hedges counter",
-            "toolmesh_audit_records_dropped_total 0",
-            r#"toolmesh_build_info{version=""#,
-            "# EOF",
-        ] {
-            assert!(text.contains(line), "{line:?} missing from\n{text}");
-        }
-    }
-}
+mod tests;

@@ -8,6 +8,7 @@
 //! ([`toolmesh_proto::grant`]) when the instance announced a key.
 
 mod connection;
+mod error;
 mod unary;
 
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use tokio::time::Instant;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
 use toolmesh_proto::tls::ClientTls;
 use toolmesh_proto::{grant, timeout};
@@ -24,33 +25,8 @@ use toolmesh_telemetry::TraceContext;
 
 use crate::endpoint_policy::EndpointPolicy;
 use connection::{Dialer, Slot};
+pub use error::{Health, ProxyError};
 use unary::Failure;
-
-/// How an `Execute` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    /// No connection could be made, or the sidecar refused the stream
-    /// unprocessed: the request never reached the tool, so any tool may be
-    /// retried elsewhere.
-    #[error("cannot connect to {endpoint}: {reason}")]
-    NotSent {
-        /// The sidecar's endpoint.
-        endpoint: String,
-        /// Why.
-        reason: String,
-    },
-    /// The connection failed mid-call: the sidecar may have run the tool.
-    #[error("transport failure mid-call: {0}")]
-    Transport(String),
-    /// The deadline passed before the sidecar answered: while connecting,
-    /// while waiting, or mid-call.
-    #[error("no answer within the deadline")]
-    Timeout,
-    /// The sidecar answered with a status (or the registry could not read
-    /// its answer: oversized, malformed).
-    #[error("{0}")]
-    Status(tonic::Status),
-}
 
 /// Sidecar connections, keyed by endpoint.
 pub struct Proxy {
@@ -107,14 +83,14 @@ impl Proxy {
         endpoint: &str,
         request: Bytes,
         grant: Option<AsciiMetadataValue>,
-        deadline: Instant,
+        deadline: Deadline,
         trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
         let call = self.call(endpoint, request, grant.as_ref(), deadline, trace);
-        match tokio::time::timeout_at(deadline, call).await {
+        match tokio::time::timeout_at(deadline.at(), call).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
-            Ok(Err(_)) if Instant::now() >= deadline => Err(ProxyError::Timeout),
+            Ok(Err(_)) if deadline.has_passed() => Err(ProxyError::Timeout),
             Ok(Err(error)) => Err(error),
             Err(_elapsed) => Err(ProxyError::Timeout),
         }
@@ -127,7 +103,7 @@ impl Proxy {
         endpoint: &str,
         request: Bytes,
         grant: Option<&AsciiMetadataValue>,
-        deadline: Instant,
+        deadline: Deadline,
         trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
         let not_sent = |reason: String| ProxyError::NotSent {
@@ -141,14 +117,13 @@ impl Proxy {
                 .get_or_dial(endpoint, &self.dialer)
                 .await
                 .map_err(not_sent)?;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
+            if deadline.has_passed() {
                 return Err(ProxyError::Timeout);
             }
             // A request sent again here never reached the sidecar (the
             // connection was closed, the stream refused unprocessed): the
             // same grant stays good for it.
-            let headers = headers(remaining, grant, trace);
+            let headers = headers(&deadline, grant, trace);
             let outcome = unary::call(
                 live.send.clone(),
                 live.uri.clone(),
@@ -161,7 +136,7 @@ impl Proxy {
                 Ok(response) => return Ok(response),
                 Err(Failure::NotSent(reason)) => {
                     slot.discard(&live);
-                    if fresh || redialled {
+                    if !Failure::may_redial(fresh, redialled) {
                         return Err(not_sent(reason));
                     }
                     redialled = true;
@@ -197,12 +172,12 @@ impl Proxy {
 
 /// The request's metadata: its deadline, its grant, the trace context.
 fn headers(
-    remaining: Duration,
+    deadline: &Deadline,
     grant: Option<&AsciiMetadataValue>,
     trace: &TraceContext,
 ) -> tonic::codegen::http::HeaderMap {
     let mut metadata = MetadataMap::new();
-    if let Ok(value) = timeout::encode(remaining).parse() {
+    if let Some(value) = deadline.grpc_timeout() {
         metadata.insert(timeout::GRPC_TIMEOUT, value);
     }
     if let Some(grant) = grant {

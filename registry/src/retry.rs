@@ -1,6 +1,7 @@
 //! Running one call on the tool's instances: retries where they are safe,
 //! hedging for idempotent tools, all within the call's deadline and a retry
-//! budget.
+//! budget. What a failure means (whether the tool may have run, whether it
+//! may be retried) is [`ProxyError`]'s to say; this module schedules.
 //!
 //! - A call that never reached a sidecar (no connection) is retried on
 //!   another instance, whatever the tool.
@@ -14,13 +15,14 @@
 //! - Retries and hedges draw on a budget (20% of recent calls plus 10/s), so
 //!   a failing fleet does not see a retry storm.
 
-use std::{sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::{StreamExt as _, stream::FuturesUnordered};
 use tokio::time::Instant;
 use tonic::{Code, metadata::AsciiMetadataValue};
 use toolmesh_proto::{
+    deadline::Deadline,
     grant::{self, ArgumentsDigest, CallKey},
     pb::{ExecuteRequest, ExecuteResponse, InvokeResponse},
 };
@@ -33,7 +35,7 @@ use crate::{
     catalog::{Instance, ToolState},
     error::RegistryError,
     metrics::Metrics,
-    proxy::{Proxy, ProxyError},
+    proxy::{Health, Proxy, ProxyError},
 };
 
 /// Most attempts (retries and hedges included) for one call.
@@ -51,12 +53,6 @@ pub struct Attempted {
     pub attempts: u32,
     /// The last instance tried, if any.
     pub last_instance: Option<String>,
-}
-
-/// What happened to one attempt, and whether another may follow.
-enum Verdict {
-    Answer(InvokeResponse),
-    Fail { error: RegistryError, retry: bool },
 }
 
 /// Runs calls on instances with retries and hedging.
@@ -85,8 +81,7 @@ impl Attempts {
         &self,
         tool: &ToolState,
         request: ExecuteRequest,
-        deadline: Instant,
-        budget: Duration,
+        deadline: Deadline,
         trace: &TraceContext,
     ) -> Attempted {
         let mut reached = false;
@@ -110,7 +105,7 @@ impl Attempts {
             deadline,
             trace,
         };
-        let result = self.attempt(&call, budget, &mut reached, &mut tried).await;
+        let result = self.attempt(&call, &mut reached, &mut tried).await;
         Attempted {
             result,
             reached,
@@ -122,19 +117,20 @@ impl Attempts {
     async fn attempt(
         &self,
         call: &Launch<'_>,
-        budget: Duration,
         reached: &mut bool,
         tried: &mut Vec<String>,
     ) -> Result<InvokeResponse, RegistryError> {
-        let (tool, deadline) = (call.tool, call.deadline);
+        let tool = call.tool;
         self.budget.deposit();
         let mut state = Settling {
-            budget,
             reached,
-            failure: no_instance(tool, "no live instance"),
+            failure: RegistryError::NoHealthyInstance {
+                tool: tool.name().to_owned(),
+                detail: "no live instance".to_owned(),
+            },
             finished: Vec::new(),
         };
-        let hedge_at = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+        let hedge_at = Instant::now() + call.deadline.remaining() / 2;
         let mut hedged = false;
 
         let Some(first) = self.launch(call, Kind::First, tried) else {
@@ -182,8 +178,8 @@ impl Attempts {
                 }
             };
             let retry = match self.settle(call, done, tried, &mut state) {
-                Settled::Return(result) => return result,
-                Settled::Failed { retry } => retry,
+                ControlFlow::Break(result) => return result,
+                ControlFlow::Continue(retry) => retry,
             };
             if retry
                 && tried.len() < MAX_ATTEMPTS
@@ -199,42 +195,56 @@ impl Attempts {
         }
     }
 
-    /// Sorts an attempt's end into the call's answer or final failure, or
-    /// a failure after which another attempt may follow (`retry`).
+    /// Sorts an attempt's end into the call's answer or final failure
+    /// (`Break`), or a failure after which another attempt may follow
+    /// (`Continue(retry)`).
     fn settle(
         &self,
         call: &Launch<'_>,
         (instance, outcome): (Arc<Instance>, Result<ExecuteResponse, ProxyError>),
         tried: &[String],
         state: &mut Settling<'_>,
-    ) -> Settled {
+    ) -> ControlFlow<Result<InvokeResponse, RegistryError>, bool> {
         let tool = call.tool;
         state.finished.push(instance.id.clone());
-        if !matches!(outcome, Err(ProxyError::NotSent { .. })) {
-            *state.reached = true;
-        }
-        match self.judge(tool, &instance, outcome, tried.len(), call.deadline) {
-            Verdict::Answer(response) => {
+        match outcome {
+            Ok(response) => {
+                *state.reached = true;
+                self.balancer.record_success(&instance.id);
                 // An attempt still running lost a hedged race: that
                 // instance was too slow to answer.
                 for loser in tried.iter().filter(|id| !state.finished.contains(id)) {
                     self.balancer.record_failure(loser);
                 }
-                Settled::Return(Ok(response))
-            }
-            Verdict::Fail {
-                error: RegistryError::DeadlineExceeded { .. },
-                ..
-            } => {
-                *state.reached = true;
-                Settled::Return(Err(RegistryError::DeadlineExceeded {
-                    tool: tool.name().to_owned(),
-                    deadline: state.budget,
+                ControlFlow::Break(Ok(InvokeResponse {
+                    result_json: response.result_json,
+                    is_error: response.is_error,
+                    instance_id: instance.id.clone(),
+                    attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
+                    content_json: response.content_json,
                 }))
             }
-            Verdict::Fail { error, retry } => {
-                state.failure = error;
-                Settled::Failed { retry }
+            Err(error) => {
+                *state.reached |= error.reached();
+                match error.health() {
+                    Health::Failed => {
+                        self.balancer.record_failure(&instance.id);
+                    }
+                    Health::Answered => self.balancer.record_success(&instance.id),
+                    Health::Unknown => {}
+                }
+                error.log(tool.name(), &instance.id);
+                if error.is_final(&call.deadline) {
+                    *state.reached = true;
+                    return ControlFlow::Break(Err(error.into_error(
+                        tool.name(),
+                        &instance.id,
+                        &call.deadline,
+                    )));
+                }
+                let retry = error.is_retryable(tool.descriptor.idempotent, &call.deadline);
+                state.failure = error.into_error(tool.name(), &instance.id, &call.deadline);
+                ControlFlow::Continue(retry)
             }
         }
     }
@@ -322,127 +332,15 @@ impl Attempts {
             .instrument(span),
         )
     }
-
-    /// Sorts one attempt's outcome into an answer or a failure, recording
-    /// the instance's health.
-    fn judge(
-        &self,
-        tool: &ToolState,
-        instance: &Instance,
-        outcome: Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>,
-        attempts: usize,
-        deadline: Instant,
-    ) -> Verdict {
-        let idempotent = tool.descriptor.idempotent;
-        match outcome {
-            Ok(response) => {
-                self.balancer.record_success(&instance.id);
-                Verdict::Answer(InvokeResponse {
-                    result_json: response.result_json,
-                    is_error: response.is_error,
-                    instance_id: instance.id.clone(),
-                    attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-                    content_json: response.content_json,
-                })
-            }
-            Err(ProxyError::Timeout) => Verdict::Fail {
-                error: RegistryError::DeadlineExceeded {
-                    tool: tool.name().to_owned(),
-                    deadline: Duration::ZERO,
-                },
-                retry: false,
-            },
-            Err(error @ ProxyError::NotSent { .. }) => {
-                self.balancer.record_failure(&instance.id);
-                // The OS's words stay in the log: to a caller they would
-                // tell open ports from closed ones.
-                tracing::warn!(tool = tool.name(), instance = %instance.id, %error, "instance unreachable");
-                Verdict::Fail {
-                    error: no_instance(tool, "instance unreachable"),
-                    retry: true,
-                }
-            }
-            // The same words as a connection never made: what the
-            // transport said stays in the log, since to a caller it would
-            // tell an open port from a closed one.
-            Err(ProxyError::Transport(reason)) => {
-                self.balancer.record_failure(&instance.id);
-                tracing::warn!(tool = tool.name(), instance = %instance.id, message = reason, "transport failure mid-call");
-                Verdict::Fail {
-                    error: no_instance(tool, "instance unreachable"),
-                    retry: idempotent,
-                }
-            }
-            Err(ProxyError::Status(status)) => {
-                self.balancer.record_success(&instance.id);
-                match status.code() {
-                    Code::DeadlineExceeded => Verdict::Fail {
-                        error: RegistryError::DeadlineExceeded {
-                            tool: tool.name().to_owned(),
-                            deadline: Duration::ZERO,
-                        },
-                        retry: false,
-                    },
-                    Code::Cancelled if Instant::now() + Duration::from_millis(50) >= deadline => {
-                        Verdict::Fail {
-                            error: RegistryError::DeadlineExceeded {
-                                tool: tool.name().to_owned(),
-                                deadline: Duration::ZERO,
-                            },
-                            retry: false,
-                        }
-                    }
-                    // The sidecar refused the call's grant (its clock is
-                    // off, it restarted with a new key and has not
-                    // announced it yet) or the registry's certificate: it
-                    // never ran the tool, and the agent is not the one to
-                    // blame.
-                    Code::Unauthenticated | Code::PermissionDenied => {
-                        self.balancer.record_failure(&instance.id);
-                        tracing::error!(tool = tool.name(), instance = %instance.id, message = status.message(), "the sidecar refused the registry's credentials for this call");
-                        Verdict::Fail {
-                            error: no_instance(tool, "instance refused the registry's credentials"),
-                            retry: true,
-                        }
-                    }
-                    // The sidecar does not serve the tool (any more): it never ran.
-                    Code::NotFound => Verdict::Fail {
-                        error: no_instance(
-                            tool,
-                            &format!("instance {} does not serve the tool", instance.id),
-                        ),
-                        retry: true,
-                    },
-                    code => Verdict::Fail {
-                        error: RegistryError::Upstream {
-                            tool: tool.name().to_owned(),
-                            instance: instance.id.clone(),
-                            code,
-                            message: status.message().to_owned(),
-                        },
-                        retry: code == Code::Unavailable && idempotent,
-                    },
-                }
-            }
-        }
-    }
 }
 
 /// What a call's attempts have come to so far.
 struct Settling<'a> {
-    /// The call's whole budget, as a deadline failure reports it.
-    budget: Duration,
     reached: &'a mut bool,
     /// The failure the call ends with if no attempt answers.
     failure: RegistryError,
     /// Instances whose attempt has ended.
     finished: Vec<String>,
-}
-
-/// An attempt's end, sorted.
-enum Settled {
-    Return(Result<InvokeResponse, RegistryError>),
-    Failed { retry: bool },
 }
 
 /// Whether another attempt may start beside the ones running once half the
@@ -466,7 +364,7 @@ struct Launch<'a> {
     /// The request as it was encoded, for the grants.
     sent: &'a ExecuteRequest,
     arguments: ArgumentsDigest,
-    deadline: Instant,
+    deadline: Deadline,
     trace: &'a TraceContext,
 }
 
@@ -504,12 +402,7 @@ impl Kind {
 
 /// The gRPC code an attempt ended with.
 fn attempt_code(outcome: &Result<toolmesh_proto::pb::ExecuteResponse, ProxyError>) -> Code {
-    match outcome {
-        Ok(_) => Code::Ok,
-        Err(ProxyError::Status(status)) => status.code(),
-        Err(ProxyError::Timeout) => Code::DeadlineExceeded,
-        Err(ProxyError::NotSent { .. } | ProxyError::Transport(_)) => Code::Unavailable,
-    }
+    outcome.as_ref().map_or_else(ProxyError::code, |_| Code::Ok)
 }
 
 /// The host and port of a sidecar's endpoint URL.
@@ -532,11 +425,4 @@ fn attempt_outcome(
 
 fn next_id(tried: &[String]) -> &str {
     tried.last().map_or("", String::as_str)
-}
-
-fn no_instance(tool: &ToolState, detail: &str) -> RegistryError {
-    RegistryError::NoHealthyInstance {
-        tool: tool.name().to_owned(),
-        detail: detail.to_owned(),
-    }
 }

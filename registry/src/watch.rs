@@ -259,19 +259,20 @@ impl Watch {
         }
     }
 
-    async fn next_change(&mut self) -> Result<CatalogEvent, Status> {
+    async fn next_change(&mut self) -> Result<CatalogEvent, RegistryError> {
         let mut policy_check = tokio::time::interval(POLICY_CHECK);
         let next = loop {
             tokio::select! {
                 () = self.shutdown.cancelled() => {
-                    return Err(Status::unavailable("registry shutting down; watch again"));
+                    return Err(RegistryError::WatchInterrupted { reason: "registry shutting down" });
                 }
                 next = self.changes.recv() => break next,
                 _ = policy_check.tick() => {
                     if self.visibility.is_stale() {
-                        return Err(Status::aborted(
-                            "the call policy changed; watch again (the new stream shows what it allows)",
-                        ));
+                        return Err(RegistryError::WatchOutdated {
+                            reason: "the call policy changed".to_owned(),
+                            again: "the new stream shows what it allows",
+                        });
                     }
                 }
             }
@@ -284,7 +285,9 @@ impl Watch {
             Ok(event) => event,
             Err(RecvError::Lagged(missed)) => return Err(behind(format!("{missed} events"))),
             Err(RecvError::Closed) => {
-                return Err(Status::unavailable("catalog closed; watch again"));
+                return Err(RegistryError::WatchInterrupted {
+                    reason: "catalog closed",
+                });
             }
         };
         let events_behind = self.changes.len();
@@ -303,10 +306,11 @@ impl Watch {
     }
 }
 
-fn behind(how_far: String) -> Status {
-    Status::aborted(format!(
-        "watcher fell {how_far} behind; watch again (the new stream starts with every tool)"
-    ))
+fn behind(how_far: String) -> RegistryError {
+    RegistryError::WatchOutdated {
+        reason: format!("watcher fell {how_far} behind"),
+        again: "the new stream starts with every tool",
+    }
 }
 
 fn event(kind: ChangeKind, tool: Option<pb::Tool>) -> pb::ToolEvent {

@@ -41,6 +41,7 @@
 //! - [`sdk`]: Rust tools with schemas derived from their types, and an
 //!   embedded [`sdk::Sidecar`].
 
+pub mod admin;
 mod announcer;
 pub mod arguments;
 pub mod backend;
@@ -51,9 +52,9 @@ pub mod mcp;
 pub mod metrics;
 pub mod refusal;
 pub mod runtime;
-mod schema;
 pub mod sdk;
 pub mod server;
+pub mod settings;
 pub mod shutdown;
 pub mod tool;
 pub mod toolset;

@@ -9,7 +9,6 @@
 //! listen addresses. Any error ends it with exit code 1 and one line on
 //! stderr, `error: ...`, each cause said once.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,9 +20,11 @@ use toolmesh_proto::endpoint;
 use toolmesh_proto::listen::ListenAddr;
 use toolmesh_proto::tls::{ClientFiles, ClientTls, ServerFiles, ServerTls};
 use toolmesh_proto::token::Token;
+use toolmesh_sidecar::admin::Admin;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::metrics::Metrics;
 use toolmesh_sidecar::server::{ServeOptions, serve_with_withdraw};
+use toolmesh_sidecar::settings::{Setting, admin_address};
 use toolmesh_sidecar::withdraw::{self, Withdrawn};
 use toolmesh_telemetry::admin::Readiness;
 
@@ -222,7 +223,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {}", said_once(&error));
+            eprintln!("error: {}", toolmesh_telemetry::causes(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -381,7 +382,7 @@ async fn run(
     let readiness = Readiness::not_ready("starting");
     let admin = match admin_addr {
         Some(admin_addr) => Some(
-            start_admin(admin_addr, metrics.clone(), readiness.clone())
+            Admin::start(admin_addr, metrics.clone(), readiness.clone())
                 .await
                 .with_context(|| format!("cannot listen on {admin_addr} (--admin-listen)"))?,
         ),
@@ -417,118 +418,4 @@ async fn run(
     }
     served?;
     Ok(())
-}
-
-/// The admin port's address: `admin`, resolved, and not the gRPC `listen`
-/// address.
-fn admin_address(
-    admin: &str,
-    listen: SocketAddr,
-    matches: &ArgMatches,
-) -> anyhow::Result<SocketAddr> {
-    let from = match matches.value_source("admin_listen") {
-        Some(ValueSource::EnvVariable) => "TOOLMESH_ADMIN_LISTEN",
-        _ => "--admin-listen",
-    };
-    let addr = admin
-        .parse::<ListenAddr>()
-        .and_then(|l| l.resolve())
-        .map_err(|e| anyhow!("{from}: {e}"))?
-        .addr;
-    let same_ip =
-        addr.ip() == listen.ip() || addr.ip().is_unspecified() || listen.ip().is_unspecified();
-    if addr.port() != 0 && addr.port() == listen.port() && same_ip {
-        anyhow::bail!(
-            "{from}: {addr} is where ToolRuntime listens ({listen}); give the admin port a port of its own"
-        );
-    }
-    Ok(addr)
-}
-
-/// The admin HTTP server, running in its own task.
-struct Admin {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// Binds `addr` and serves `metrics` and `readiness` there until stopped.
-async fn start_admin(
-    addr: SocketAddr,
-    metrics: Metrics,
-    readiness: Readiness,
-) -> std::io::Result<Admin> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(address = %listener.local_addr()?, "admin listening");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(error) =
-            toolmesh_telemetry::admin::serve(listener, metrics.registry(), readiness, shutdown)
-                .await
-        {
-            tracing::error!(%error, "the admin port stopped");
-        }
-    });
-    Ok(Admin { stop, task })
-}
-
-impl Admin {
-    /// Stops serving, once the sidecar has drained; a scrape still open
-    /// after a second is cut.
-    async fn stop(self) {
-        let _ = self.stop.send(());
-        let mut task = self.task;
-        match tokio::time::timeout(Duration::from_secs(1), &mut task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "the admin port did not stop cleanly"),
-            Err(_) => task.abort(),
-        }
-    }
-}
-
-/// Where each setting comes from, to name it in an error the way the user
-/// set it: the flag, its environment variable, or the config file's key.
-struct Setting<'a> {
-    matches: &'a ArgMatches,
-    config_file: &'a Path,
-}
-
-impl Setting<'_> {
-    /// The value that wins (flag or env, else the YAML key), and its name.
-    fn pick(
-        &self,
-        id: &str,
-        flag: &str,
-        env: &str,
-        command_line: Option<String>,
-        yaml: Option<String>,
-    ) -> (Option<String>, String) {
-        match (command_line, yaml) {
-            (Some(value), _) => {
-                let name = match self.matches.value_source(id) {
-                    Some(ValueSource::EnvVariable) => env,
-                    _ => flag,
-                };
-                (Some(value), name.to_owned())
-            }
-            (None, Some(value)) => (Some(value), format!("{}: {id}", self.config_file.display())),
-            (None, None) => (None, flag.to_owned()),
-        }
-    }
-}
-
-/// `error` and its causes on one line, each said once: a cause whose text
-/// is already part of the line is left out.
-fn said_once(error: &anyhow::Error) -> String {
-    let mut line = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !line.contains(&cause) {
-            line.push_str(": ");
-            line.push_str(&cause);
-        }
-    }
-    line
 }

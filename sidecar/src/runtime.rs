@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::grant::{self, Verifier};
 use toolmesh_proto::pb;
 use toolmesh_telemetry::{
@@ -18,25 +18,13 @@ use toolmesh_telemetry::{
 use tracing::Instrument as _;
 
 use crate::context::CallContext;
-use crate::tool::{BackendError, InvalidToolName, Outcome, Tool, json_string};
+use crate::tool::{BackendError, Outcome, Tool, json_string};
 use crate::toolset::ToolSet;
 
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Why a set of tools cannot be served.
-#[derive(Debug, thiserror::Error)]
-pub enum ToolSetError {
-    /// A tool name breaks the naming rule.
-    #[error(transparent)]
-    InvalidName(#[from] InvalidToolName),
-    /// Two tools share a name.
-    #[error("tool {0:?} is defined twice")]
-    Duplicate(String),
-    /// There is nothing to serve.
-    #[error("no tools to serve")]
-    Empty,
-}
+pub use crate::toolset::ToolSetError;
 
 /// Why an execution produced no result.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +36,15 @@ pub enum ExecuteError {
     /// The backend could not run it.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The call did not come from the registry: `what` it lacked (a grant
+    /// the registry signed, its client certificate).
+    #[error(
+        "this sidecar takes calls from the toolmesh registry only ({what}): call the tool through the registry's Invoke"
+    )]
+    NotFromRegistry {
+        /// What the call lacked.
+        what: String,
+    },
 }
 
 impl ExecuteError {
@@ -56,6 +53,7 @@ impl ExecuteError {
         match self {
             Self::UnknownTool(_) => tonic::Status::not_found(self.to_string()),
             Self::Backend(err) => err.to_status(),
+            Self::NotFromRegistry { .. } => tonic::Status::unauthenticated(self.to_string()),
         }
     }
 }
@@ -89,22 +87,22 @@ impl Runtime {
 
     /// Runs `tool` with `arguments_json` for the call `context` describes
     /// (refused, the tool not run, if the tool could not be given it
-    /// unchanged: [`CallContext::check`]), giving up at the earlier of the
-    /// tool's timeout and the caller's (`caller_timeout`, from `grpc-timeout`).
+    /// unchanged: [`CallContext::check`]), giving up at the caller's
+    /// `deadline` or the tool's timeout, whichever is sooner
+    /// ([`Deadline::limited_by`]: [`DEFAULT_TIMEOUT`] when neither bounds it).
     pub async fn execute(
         &self,
         tool: &str,
         arguments_json: &str,
         context: CallContext,
-        caller_timeout: Option<Duration>,
+        deadline: Deadline,
     ) -> Result<pb::ExecuteResponse, ExecuteError> {
-        let start = Instant::now();
         let tools = self.tools.current();
         let tool = tools
             .get(tool)
             .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
         context.check().map_err(BackendError::from)?;
-        let deadline = start + effective_timeout(tool_timeout(tool), caller_timeout);
+        let deadline = deadline.limited_by(tool_timeout(tool), DEFAULT_TIMEOUT);
         let name = &tool.descriptor().name;
         let span = toolmesh_telemetry::call_span!(
             context.trace.is_traced(),
@@ -120,17 +118,18 @@ impl Runtime {
         // registry sends it.
         let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
         let call = tool.backend().call(arguments_json, &context, deadline);
-        let outcome = match tokio::time::timeout_at(deadline, call.instrument(span.clone())).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(error)) => {
-                spans::failed(&span, toolmesh_proto::code::name(error.to_status().code()));
-                return Err(error.into());
-            }
-            Err(_elapsed) => {
-                spans::failed(&span, "DEADLINE_EXCEEDED");
-                return Err(BackendError::DeadlineExceeded.into());
-            }
-        };
+        let outcome =
+            match tokio::time::timeout_at(deadline.at(), call.instrument(span.clone())).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(error)) => {
+                    spans::failed(&span, toolmesh_proto::code::name(error.to_status().code()));
+                    return Err(error.into());
+                }
+                Err(_elapsed) => {
+                    spans::failed(&span, "DEADLINE_EXCEEDED");
+                    return Err(BackendError::DeadlineExceeded.into());
+                }
+            };
         let Outcome {
             result_json,
             is_error,
@@ -152,20 +151,6 @@ fn tool_timeout(tool: &Tool) -> Option<Duration> {
     let secs = u64::try_from(timeout.seconds).ok()?;
     let nanos = u32::try_from(timeout.nanos).ok()?;
     Some(Duration::new(secs, nanos)).filter(|d| !d.is_zero())
-}
-
-/// The time a call may take: the shorter of the tool's and the caller's
-/// timeouts (the caller's less its [`answer_margin`]), or
-/// [`DEFAULT_TIMEOUT`].
-///
-/// [`answer_margin`]: toolmesh_proto::timeout::answer_margin
-pub fn effective_timeout(tool: Option<Duration>, caller: Option<Duration>) -> Duration {
-    let caller = caller.map(toolmesh_proto::timeout::answer_within);
-    match (tool, caller) {
-        (Some(t), Some(c)) => t.min(c),
-        (Some(d), None) | (None, Some(d)) => d,
-        (None, None) => DEFAULT_TIMEOUT,
-    }
 }
 
 /// Makes `outcome.result_json` valid JSON within `max_bytes` (its content
@@ -273,24 +258,26 @@ impl RuntimeService {
             grant::now_ms(),
         ) {
             tracing::warn!(%refusal, "Execute refused: not a call the registry signed");
-            return Err(tonic::Status::unauthenticated(format!(
-                "this sidecar takes calls from the toolmesh registry only ({refusal}): call the tool through the registry's Invoke"
-            )));
+            return Err(ExecuteError::NotFromRegistry {
+                what: refusal.to_string(),
+            }
+            .to_status());
         }
         if let Some(identity) = &self.identity
             && !toolmesh_proto::tls::peer(&request).has_identity(identity)
         {
             tracing::warn!("Execute without the registry's client certificate refused");
-            return Err(tonic::Status::unauthenticated(
-                "this sidecar takes calls from the toolmesh registry only (a client certificate with its identity): call the tool through the registry's Invoke",
-            ));
+            return Err(ExecuteError::NotFromRegistry {
+                what: "a client certificate with its identity".to_owned(),
+            }
+            .to_status());
         }
-        let caller_timeout = toolmesh_proto::timeout::of(&request);
+        let deadline = Deadline::of(&request);
         let req = request.into_inner();
         let context = CallContext::new(req.caller, req.invocation_id).in_trace(trace);
         match self
             .runtime
-            .execute(&req.tool, &req.arguments_json, context, caller_timeout)
+            .execute(&req.tool, &req.arguments_json, context, deadline)
             .await
         {
             Ok(response) => {

@@ -36,8 +36,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::{TcpListener, ToSocketAddrs};
-use tokio::time::Instant;
-use toolmesh_proto::pb;
+use toolmesh_proto::{deadline::Deadline, pb};
 
 pub use crate::context::CallContext;
 
@@ -97,14 +96,14 @@ where
         &self,
         arguments_json: &str,
         context: &CallContext,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
         let args: A = match serde_json::from_str(arguments_json) {
             Ok(args) => args,
             Err(e) => return Ok(Outcome::error_message(&format!("invalid arguments: {e}"))),
         };
-        let result = tokio::time::timeout_at(deadline, (self.function)(args, context.clone()))
+        let result = tokio::time::timeout_at(deadline.at(), (self.function)(args, context.clone()))
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match result {

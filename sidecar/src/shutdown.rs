@@ -1,5 +1,6 @@
 //! The signals a sidecar process (the binary, or a program serving SDK
-//! tools) acts on: SIGTERM / SIGINT shut it down ([`signal_received`]),
+//! tools) acts on: SIGTERM / SIGINT shut it down ([`signal_received`], the
+//! registry's signal too),
 //! SIGUSR1 makes it withdraw from the registry while it keeps serving
 //! ([`withdraw_requested`], sent by `toolmesh-sidecar withdraw`).
 
@@ -7,22 +8,7 @@ use std::future::Future;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Completes when the process receives SIGTERM or SIGINT. If the handlers
-/// cannot be installed it never completes (the process then stops only
-/// with SIGKILL), and says so on stderr.
-pub async fn signal_received() {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-}
+pub use toolmesh_proto::shutdown::signal_received;
 
 /// Completes when the process receives SIGUSR1: the withdraw request of
 /// [`crate::server::serve_with_withdraw`], which `toolmesh-sidecar

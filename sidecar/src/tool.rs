@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::time::Instant;
-use toolmesh_proto::pb;
+use toolmesh_proto::{deadline::Deadline, pb};
 
 use crate::context::{CallContext, InvalidCallContext, ToolSettings};
 
@@ -89,7 +88,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         arguments_json: &str,
         context: &CallContext,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Outcome, BackendError>;
 }
 

@@ -10,8 +10,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 use toolmesh_proto::pb;
 
-use crate::runtime::ToolSetError;
-use crate::tool::{Tool, validate_tool_name};
+use crate::tool::{InvalidToolName, Tool, validate_tool_name};
+
+/// Why a set of tools cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolSetError {
+    /// A tool name breaks the naming rule.
+    #[error(transparent)]
+    InvalidName(#[from] InvalidToolName),
+    /// Two tools share a name.
+    #[error("tool {0:?} is defined twice")]
+    Duplicate(String),
+    /// There is nothing to serve.
+    #[error("no tools to serve")]
+    Empty,
+}
 
 /// The tools served at one moment, by name.
 #[derive(Debug, Default)]
@@ -138,7 +151,7 @@ mod tests {
             &self,
             arguments_json: &str,
             _: &CallContext,
-            _: tokio::time::Instant,
+            _: toolmesh_proto::deadline::Deadline,
         ) -> Result<Outcome, BackendError> {
             Ok(Outcome::ok(arguments_json))
         }

@@ -26,7 +26,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tonic::metadata::MetadataMap;
 use toolmesh_proto::pb::InvokeRequest;
 
-use super::serve::PeerAddr;
+use super::peer::PeerAddr;
 use crate::{access::Access, auth::Caller, error::RegistryError, invoke::Invoker};
 
 /// The JSON-RPC error code of a 401's body (implementation-defined range).

@@ -35,13 +35,14 @@ use tokio_util::{
     sync::{CancellationToken, DropGuard},
     task::TaskTracker,
 };
-use toolmesh_proto::pb;
+use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
 use super::{
-    content, listing, notify, results,
+    content, listing, notify,
+    peer::PeerAddr,
+    results,
     search::{self, SearchTool},
-    serve::PeerAddr,
 };
 use crate::{
     access::{Access, allows},
@@ -301,7 +302,10 @@ impl McpHandler {
         let call = Call {
             caller: &requester.caller.id,
             peer: requester.peer,
-            caller_timeout: Some(shared.limits.call_timeout),
+            deadline: Deadline::from_caller(
+                tokio::time::Instant::now(),
+                Some(shared.limits.call_timeout),
+            ),
             trace: requester.trace(meta),
         };
         let invoked = shared

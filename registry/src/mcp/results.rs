@@ -82,7 +82,9 @@ pub fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolResult, E
         | E::InvalidSchema { .. }
         | E::DescriptorConflict { .. }
         | E::LeaseNotFound { .. }
-        | E::TooManyWatchers { .. } => Err(ErrorData::internal_error(error.to_string(), None)),
+        | E::TooManyWatchers { .. }
+        | E::WatchInterrupted { .. }
+        | E::WatchOutdated { .. } => Err(ErrorData::internal_error(error.to_string(), None)),
     }
 }
 

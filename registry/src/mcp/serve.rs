@@ -32,6 +32,7 @@ use toolmesh_proto::tls::{
 use super::{
     auth,
     handler::{Limits, McpHandler, Shared},
+    peer::PeerAddr,
     sessions::{self, BoundedSessions},
 };
 use crate::{
@@ -93,10 +94,6 @@ impl McpSettings {
         }
     }
 }
-
-/// Where a connection comes from, as handlers see it.
-#[derive(Debug, Clone, Copy)]
-pub struct PeerAddr(pub Option<SocketAddr>);
 
 /// The MCP endpoint over the registry's parts.
 pub struct McpEndpoint {

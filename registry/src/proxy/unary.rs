@@ -29,6 +29,16 @@ pub(super) enum Failure {
     Status(Status),
 }
 
+impl Failure {
+    /// Whether a call that was [`Failure::NotSent`] on a connection goes
+    /// again on a new one: once, when that connection was pooled (found
+    /// closed when the call started), as a new connection would have been
+    /// made for it; a fresh connection's failure is the instance's.
+    pub(super) fn may_redial(fresh: bool, redialled: bool) -> bool {
+        !fresh && !redialled
+    }
+}
+
 /// `message` as a gRPC message: uncompressed, length-prefixed; an
 /// `OUT_OF_RANGE` status when it is longer than `max` bytes.
 pub(super) fn encode(message: &impl Message, max: usize) -> Result<Bytes, Status> {

@@ -11,12 +11,13 @@ use tokio::sync::broadcast;
 
 use crate::{
     audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
-    catalog::{Announcement, CatalogEvent, Lease, ToolState},
     error::RegistryError,
     metrics::Metrics,
+    store::model::{Announcement, CatalogEvent, Lease, ToolState},
 };
 
 pub mod memory;
+pub mod model;
 pub mod redis;
 pub mod view;
 

@@ -33,15 +33,19 @@ use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
 
 use crate::{
     audit::AuditLog,
-    catalog::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     descriptor,
     error::RegistryError,
     metrics::{Metrics, RedisOp},
     redis_pool::{RedisError, RedisPool},
+    store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
     store::{CatalogStore, memory::Limits, view::CatalogView},
 };
 
 mod background;
+mod records;
+mod repair;
+
+use records::{LeaseRecord, endpoint_of, stored_address, tool_state};
 
 const COMMON: &str = include_str!("redis/common.lua");
 
@@ -72,31 +76,6 @@ impl Scripts {
             restore: script(include_str!("redis/restore.lua")),
             presence: script(include_str!("redis/presence.lua")),
         }
-    }
-}
-
-/// What a replica knows of a lease, to write it back if Redis loses it.
-#[derive(Debug, Clone)]
-struct LeaseRecord {
-    instance: String,
-    /// The instance's endpoint and key as stored ([`stored_address`]).
-    address: String,
-    tools: Vec<String>,
-    owner: String,
-}
-
-impl LeaseRecord {
-    /// The record in a lease's hash, if it is whole.
-    fn from_fields(fields: &HashMap<String, String>) -> Option<Self> {
-        Some(Self {
-            instance: fields.get("instance")?.clone(),
-            address: fields.get("endpoint")?.clone(),
-            tools: fields
-                .get("tools")
-                .map(|t| t.lines().map(str::to_owned).collect())
-                .unwrap_or_default(),
-            owner: fields.get("owner").cloned().unwrap_or_default(),
-        })
     }
 }
 
@@ -181,29 +160,6 @@ impl RedisStore {
     /// what Redis holds now may lack leases only this replica knows.
     fn awaiting_write_back(&self) -> bool {
         self.local().awaiting_write_back
-    }
-
-    /// After an outage, once Redis answers: writes back every lease this
-    /// replica knows, then resyncs. Every write goes through here first, or
-    /// what it reloads from a Redis that came back empty would narrow the
-    /// view (an announce) or refuse a lease about to be written back (a
-    /// heartbeat). Nothing to do if it is done already.
-    async fn recover(&self) -> Result<(), RedisError> {
-        let _recovering = self.recovery.lock().await;
-        if !self.awaiting_write_back() {
-            return Ok(());
-        }
-        // Redis must answer first: with no lease to write back, writing back
-        // touches nothing and would pass for a recovery while it is away.
-        self.presence().await?;
-        self.local().recovered_at = Some(Instant::now());
-        tracing::info!("redis is back; writing back leases and resyncing");
-        self.write_back(true).await?;
-        self.local().awaiting_write_back = false;
-        if let Err(error) = self.resync().await {
-            tracing::debug!(%error, "resync after the write-back failed; the periodic one heals it");
-        }
-        Ok(())
     }
 
     /// A heartbeat while Redis is away: the sidecar's lease is kept alive
@@ -297,182 +253,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Reloads the whole catalog and every lease.
-    async fn resync(&self) -> Result<(), RedisError> {
-        let (tools_key, expiry_key) = (self.key("tools"), self.key("expiry"));
-        let (names, leases): (Vec<String>, Vec<String>) = self
-            .pool
-            .run(RedisOp::ListCatalog, async |conn| {
-                redis::pipe()
-                    .smembers(&tools_key)
-                    .zrange(&expiry_key, 0, -1)
-                    .query_async(conn)
-                    .await
-            })
-            .await?;
-        let mut tools = Vec::with_capacity(names.len());
-        for name in &names {
-            let (d, i) = (
-                self.key(&format!("tool:{name}")),
-                self.key(&format!("tool:{name}:inst")),
-            );
-            let state: (Option<Vec<u8>>, HashMap<String, String>) = self
-                .pool
-                .run(RedisOp::LoadTool, async |conn| {
-                    redis::pipe().get(&d).hgetall(&i).query_async(conn).await
-                })
-                .await?;
-            tools.push((name.clone(), state));
-        }
-        let mut records = HashMap::with_capacity(leases.len());
-        for lease in leases {
-            let key = self.key(&format!("lease:{lease}"));
-            let fields: HashMap<String, String> = self
-                .pool
-                .run(RedisOp::ReadLease, async |conn| {
-                    redis::cmd("HGETALL").arg(&key).query_async(conn).await
-                })
-                .await?;
-            if let Some(record) = LeaseRecord::from_fields(&fields) {
-                records.insert(lease, record);
-            }
-        }
-        let present: HashSet<&String> = names.iter().collect();
-        for (name, (descriptor, instances)) in tools {
-            self.view
-                .apply(&name, tool_state(descriptor.as_deref(), instances));
-        }
-        for name in self.view.names() {
-            if !present.contains(&name) {
-                self.view.apply(&name, None);
-            }
-        }
-        self.local().leases = records;
-        self.loaded.send_replace(true);
-        Ok(())
-    }
-
-    /// Writes back leases kept alive while Redis was away: those
-    /// heartbeated here, and, right after an outage, every lease this replica
-    /// knew of (Redis may have come back empty). The script only extends a
-    /// lease Redis still has, and re-creates one it lost.
-    async fn write_back(&self, everything: bool) -> Result<(), RedisError> {
-        let todo: Vec<(String, Option<LeaseRecord>, String)> = {
-            let local = self.local();
-            let mut leases: HashSet<&String> = local.pending.keys().collect();
-            if everything {
-                leases.extend(local.leases.keys());
-            }
-            leases
-                .into_iter()
-                .map(|l| {
-                    let record = local.leases.get(l).cloned();
-                    let owner = record
-                        .as_ref()
-                        .map(|r| r.owner.clone())
-                        .or_else(|| local.pending.get(l).cloned())
-                        .unwrap_or_default();
-                    (l.clone(), record, owner)
-                })
-                .collect()
-        };
-        for (lease, record, owner) in todo {
-            let mut invocation = self.scripts.restore.prepare_invoke();
-            invocation
-                .key(self.key("tools"))
-                .arg(&self.tag)
-                .arg(&lease)
-                .arg(self.ttl_ms());
-            match &record {
-                Some(record) => {
-                    let entries: Vec<(String, Vec<u8>)> = record
-                        .tools
-                        .iter()
-                        .filter_map(|name| {
-                            self.view
-                                .get(name)
-                                .map(|t| (name.clone(), t.descriptor.encode_to_vec()))
-                        })
-                        .collect();
-                    invocation
-                        .arg(&record.instance)
-                        .arg(&record.address)
-                        .arg(&record.owner)
-                        .arg(entries.len());
-                    for (name, bytes) in entries {
-                        invocation.arg(name).arg(bytes);
-                    }
-                }
-                None => {
-                    invocation.arg("").arg("").arg(&owner).arg(0);
-                }
-            }
-            let outcome: String = self
-                .pool
-                .run(RedisOp::Restore, async |conn| {
-                    invocation.invoke_async(conn).await
-                })
-                .await?;
-            if outcome != "extended" {
-                tracing::info!(lease = %lease_tag(&lease), %outcome, "lease written back after a redis outage");
-            }
-            self.local().pending.remove(&lease);
-        }
-        Ok(())
-    }
-
-    /// Drops the leases whose time has passed, logging each.
-    async fn sweep(&self) -> Result<(), RedisError> {
-        let invocation = {
-            let mut i = self.scripts.sweep.prepare_invoke();
-            i.key(self.key("tools")).arg(&self.tag).arg(SWEEP_BATCH);
-            i
-        };
-        let expired: Vec<String> = self
-            .pool
-            .run(RedisOp::Sweep, async |conn| {
-                invocation.invoke_async(conn).await
-            })
-            .await?;
-        for lease in expired {
-            let record = self.local().leases.remove(&lease);
-            let instance = record
-                .as_ref()
-                .map(|r| r.instance.clone())
-                .unwrap_or_default();
-            tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
-            if let Some(metrics) = self.metrics.get() {
-                metrics.lease_expired();
-            }
-            if let (Some(audit), Some(record)) = (self.audit.get(), record) {
-                audit.record(super::expiry_record(
-                    &record.owner,
-                    &record.instance,
-                    endpoint_of(&record.address),
-                    record.tools,
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    async fn presence(&self) -> Result<usize, RedisError> {
-        let window = self.ttl_ms();
-        let invocation = {
-            let mut i = self.scripts.presence.prepare_invoke();
-            i.key(self.key("tools"))
-                .arg(&self.tag)
-                .arg(&self.settings.replica_id)
-                .arg(window);
-            i
-        };
-        self.pool
-            .run(RedisOp::Presence, async |conn| {
-                invocation.invoke_async(conn).await
-            })
-            .await
-    }
-
     async fn announce_once(
         &self,
         a: &Announcement,
@@ -547,57 +327,6 @@ fn unavailable(error: RedisError) -> RegistryError {
     RegistryError::StoreUnavailable {
         reason: error.to_string(),
     }
-}
-
-/// An instance's endpoint and execute key as one text, as Redis keeps them
-/// (in a tool's instances and in a lease): the endpoint, then, if the
-/// instance has a key, a space and the key in base64. An endpoint never
-/// has a space (`endpoint_policy`), so the two part cleanly.
-fn stored_address(endpoint: &str, key: Option<&CallKey>) -> String {
-    match key {
-        Some(key) => format!("{endpoint} {}", STANDARD.encode(key.as_bytes())),
-        None => endpoint.to_owned(),
-    }
-}
-
-/// The endpoint part of a [`stored_address`].
-fn endpoint_of(address: &str) -> &str {
-    address
-        .split_once(' ')
-        .map_or(address, |(endpoint, _)| endpoint)
-}
-
-/// The instance `id` whose [`stored_address`] is `address`; a key that
-/// does not decode (written by something else) is no key.
-fn instance(id: String, address: &str) -> Instance {
-    let (endpoint, key) = match address.split_once(' ') {
-        Some((endpoint, key)) => (
-            endpoint,
-            STANDARD
-                .decode(key)
-                .ok()
-                .and_then(|bytes| CallKey::from_bytes(&bytes).ok()),
-        ),
-        None => (address, None),
-    };
-    Instance {
-        id,
-        endpoint: endpoint.to_owned(),
-        execute_key: key,
-    }
-}
-
-fn tool_state(descriptor: Option<&[u8]>, instances: HashMap<String, String>) -> Option<ToolState> {
-    let descriptor = ToolDescriptor::decode(descriptor?).ok()?;
-    let mut instances: Vec<Arc<Instance>> = instances
-        .into_iter()
-        .map(|(id, address)| Arc::new(instance(id, &address)))
-        .collect();
-    instances.sort_by(|a, b| a.id.cmp(&b.id));
-    Some(ToolState {
-        descriptor: Arc::new(descriptor),
-        instances,
-    })
 }
 
 #[async_trait::async_trait]
@@ -754,25 +483,4 @@ impl CatalogStore for RedisStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_keeps_the_endpoint_and_the_key_apart() {
-        let key = CallKey::from_bytes(&[9; 32]).expect("32 bytes");
-        let stored = stored_address("http://10.0.0.7:50061", Some(&key));
-        assert_eq!(endpoint_of(&stored), "http://10.0.0.7:50061");
-        let read = instance("i".into(), &stored);
-        assert_eq!(read.endpoint, "http://10.0.0.7:50061");
-        assert_eq!(read.execute_key, Some(key));
-
-        let plain = stored_address("http://10.0.0.7:50061", None);
-        assert_eq!(plain, "http://10.0.0.7:50061");
-        assert_eq!(instance("i".into(), &plain).execute_key, None);
-        let garbled = instance("i".into(), "http://10.0.0.7:50061 not-base64!");
-        assert_eq!(
-            (garbled.endpoint.as_str(), garbled.execute_key),
-            ("http://10.0.0.7:50061", None)
-        );
-    }
-}
+mod tests;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use dashmap::DashMap;
 use tokio::sync::broadcast;
 
-use crate::catalog::{CatalogEvent, ChangeKind, ToolState};
+use super::model::{CatalogEvent, ChangeKind, ToolState};
 
 /// Capacity of the change channel; a watcher further behind than this is
 /// told to watch again.
@@ -111,7 +111,7 @@ mod tests {
     use toolmesh_proto::pb::ToolDescriptor;
 
     use super::*;
-    use crate::catalog::Instance;
+    use crate::store::model::Instance;
 
     fn state(version: &str, instances: &[&str]) -> ToolState {
         ToolState {

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::grant::{self, CallKey};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
 use toolmesh_registry::proxy::{Proxy, ProxyError};
@@ -232,7 +233,7 @@ async fn call_traced(
         })
         .unwrap();
     proxy
-        .execute(endpoint, request, grant, Instant::now() + within, trace)
+        .execute(endpoint, request, grant, Deadline::after(within), trace)
         .await
 }
 

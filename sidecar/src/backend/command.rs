@@ -19,10 +19,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
-use tokio::time::Instant;
 
 use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV, config_env};
 use crate::tool::{Backend, BackendError, Outcome};
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_telemetry::propagation::{TRACEPARENT_ENV, TRACESTATE_ENV};
 
 /// Most stderr kept for an error message.
@@ -114,7 +114,7 @@ impl Backend for CommandBackend {
         &self,
         arguments_json: &str,
         context: &CallContext,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         context.check()?;
         let mut command = Command::new(&self.program);
@@ -171,7 +171,7 @@ impl Backend for CommandBackend {
             let status = child.wait().await?;
             Ok::<_, std::io::Error>((status, out?, err?))
         };
-        let finished = tokio::time::timeout_at(deadline, work).await;
+        let finished = tokio::time::timeout_at(deadline.at(), work).await;
         let Ok(result) = finished else {
             killer.kill();
             // Reap the command so no zombie is left behind.

@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use tokio::time::Instant;
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_telemetry::spans;
 use tracing::Instrument as _;
 
@@ -95,10 +95,10 @@ impl Backend for HttpBackend {
         &self,
         arguments_json: &str,
         context: &CallContext,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         let mut headers = self.headers(context)?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        let remaining = deadline.remaining();
         if remaining.is_zero() {
             return Err(BackendError::DeadlineExceeded);
         }

@@ -7,7 +7,15 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::key::{KeyPath, Segment};
-use super::problem::Position;
+
+/// A 1-based line and column in the YAML text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1.
+    pub column: usize,
+}
 
 /// The error raised on reaching the value: the parser adds its position.
 const HERE: &str = "toolmesh: the value sought";

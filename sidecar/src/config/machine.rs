@@ -41,7 +41,7 @@ pub(super) fn check_commands(config: &SidecarConfig, base_dir: &Path) -> Result<
         check_program(program, env, cwd, base_dir)
             .map_err(|message| Problem::new(at.key("command"), message))?;
         if let Some(cwd) = cwd {
-            let dir = super::resolve(base_dir, cwd);
+            let dir = super::build::resolve(base_dir, cwd);
             if !dir.is_dir() {
                 let what = if dir.exists() {
                     "is not a folder"
@@ -68,7 +68,7 @@ fn check_program(
     base_dir: &Path,
 ) -> Result<(), String> {
     if program.contains('/') {
-        let path = super::resolve(base_dir, Path::new(program));
+        let path = super::build::resolve(base_dir, Path::new(program));
         if !path.exists() {
             return Err(if Path::new(program).is_absolute() {
                 format!("program {program:?} not found")

@@ -7,15 +7,7 @@ use std::path::PathBuf;
 
 use super::allowed::allowed;
 use super::key::KeyPath;
-
-/// A 1-based line and column in the YAML text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    /// Line, from 1.
-    pub line: usize,
-    /// Column, from 1.
-    pub column: usize,
-}
+pub use super::locate::Position;
 
 /// One thing wrong with a config.
 ///

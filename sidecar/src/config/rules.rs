@@ -13,12 +13,13 @@ use toolmesh_proto::rules::MAX_TITLE_BYTES;
 use super::allowed::allowed;
 use super::key::KeyPath;
 use super::problem::Problem;
+use super::schema;
 use super::{McpConfig, SidecarConfig, ToolConfig};
+use crate::arguments;
 use crate::context::{
     CALLER_ENV, CALLER_HEADER, CONFIG_ENV, CONFIG_HEADER, INVOCATION_ID_ENV, INVOCATION_ID_HEADER,
 };
 use crate::tool::validate_tool_name;
-use crate::{arguments, schema};
 
 /// Checks every rule of `config`; the first broken one is the error.
 pub(super) fn check(config: &SidecarConfig) -> Result<(), Problem> {

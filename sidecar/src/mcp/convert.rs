@@ -82,7 +82,7 @@ fn schema_text(key: &'static str, schema: &Value) -> Result<String, Skipped> {
             reason: format!("{} bytes, more than {MAX_SCHEMA_BYTES}", text.len()),
         });
     }
-    crate::schema::check(schema).map_err(|error| Skipped::BadSchema {
+    crate::config::schema::check(schema).map_err(|error| Skipped::BadSchema {
         key,
         reason: error.message,
     })?;

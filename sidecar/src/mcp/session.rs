@@ -23,7 +23,7 @@ use rmcp::service::{
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use toolmesh_proto::deadline::Deadline;
 use tracing::Instrument as _;
 
 use super::McpTransport;
@@ -305,7 +305,7 @@ impl Backend for McpBackend {
         &self,
         arguments_json: &str,
         context: &CallContext,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         let arguments = match serde_json::from_str(arguments_json) {
             Ok(serde_json::Value::Object(arguments)) => arguments,
@@ -326,7 +326,7 @@ impl Backend for McpBackend {
             rmcp::model::CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
         params.meta = Some(call_meta(context, &context.trace.onward(&span)));
         let call = self.peer.call_tool(params).instrument(span);
-        let answer = tokio::time::timeout_at(deadline, call)
+        let answer = tokio::time::timeout_at(deadline.at(), call)
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match answer {

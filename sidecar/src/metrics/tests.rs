@@ -23,7 +23,7 @@ impl Backend for After {
         &self,
         _args: &str,
         _context: &CallContext,
-        _deadline: Instant,
+        _deadline: toolmesh_proto::deadline::Deadline,
     ) -> Result<Outcome, BackendError> {
         tokio::time::sleep(self.delay).await;
         Ok(self.outcome.clone())

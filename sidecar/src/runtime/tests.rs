@@ -2,6 +2,8 @@
 
 use async_trait::async_trait;
 
+use tokio::time::Instant;
+
 use super::*;
 use crate::tool::Backend;
 
@@ -17,7 +19,7 @@ impl Backend for Fixed {
         &self,
         _args: &str,
         _context: &CallContext,
-        _deadline: Instant,
+        _deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         tokio::time::sleep(self.delay).await;
         Ok(self.outcome.clone())
@@ -52,7 +54,7 @@ fn tool_sets_are_checked() {
 async fn unknown_tool_is_not_found() {
     let runtime = Runtime::new(vec![tool("a", Duration::ZERO, Outcome::ok("1"), None)]).unwrap();
     let err = runtime
-        .execute("b", "{}", CallContext::default(), None)
+        .execute("b", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::NotFound);
@@ -72,7 +74,7 @@ async fn results_are_normalized() {
     ])
     .unwrap();
     let json = runtime
-        .execute("json", "{}", CallContext::default(), None)
+        .execute("json", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(
@@ -80,12 +82,12 @@ async fn results_are_normalized() {
         ("{\"a\": 1}", false)
     );
     let text = runtime
-        .execute("text", "{}", CallContext::default(), None)
+        .execute("text", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(text.result_json, "\"hello \\\"world\\\"\\n\"");
     let fails = runtime
-        .execute("fails", "{}", CallContext::default(), None)
+        .execute("fails", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(
@@ -100,7 +102,7 @@ async fn output_over_the_cap_is_an_error_result() {
         tool("big", Duration::ZERO, Outcome::ok("x".repeat(100)), None).with_max_output_bytes(10);
     let runtime = Runtime::new(vec![big]).unwrap();
     let response = runtime
-        .execute("big", "{}", CallContext::default(), None)
+        .execute("big", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert!(response.is_error);
@@ -124,7 +126,7 @@ async fn tool_timeout_is_enforced() {
     let runtime = Runtime::new(vec![slow]).unwrap();
     let start = Instant::now();
     let err = runtime
-        .execute("slow", "{}", CallContext::default(), None)
+        .execute("slow", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::DeadlineExceeded);
@@ -146,7 +148,7 @@ async fn caller_timeout_wins_when_shorter() {
             "slow",
             "{}",
             CallContext::default(),
-            Some(Duration::from_secs(1)),
+            Deadline::from_caller(start, Some(Duration::from_secs(1))),
         )
         .await
         .unwrap_err();
@@ -154,16 +156,18 @@ async fn caller_timeout_wins_when_shorter() {
     assert_eq!(start.elapsed(), Duration::from_millis(950));
 }
 
-#[test]
-fn effective_timeouts() {
+#[tokio::test(start_paused = true)]
+async fn effective_timeouts() {
     let s = Duration::from_secs;
-    assert_eq!(effective_timeout(None, None), DEFAULT_TIMEOUT);
-    assert_eq!(effective_timeout(Some(s(2)), None), s(2));
-    assert_eq!(effective_timeout(Some(s(2)), Some(s(10))), s(2));
-    assert_eq!(
-        effective_timeout(None, Some(s(10))),
-        Duration::from_millis(9900)
-    );
+    let effective = |tool: Option<Duration>, caller: Option<Duration>| {
+        Deadline::from_caller(Instant::now(), caller)
+            .limited_by(tool, DEFAULT_TIMEOUT)
+            .budget()
+    };
+    assert_eq!(effective(None, None), DEFAULT_TIMEOUT);
+    assert_eq!(effective(Some(s(2)), None), s(2));
+    assert_eq!(effective(Some(s(2)), Some(s(10))), s(2));
+    assert_eq!(effective(None, Some(s(10))), Duration::from_millis(9900));
 }
 
 #[test]
@@ -191,7 +195,7 @@ impl Backend for Echo {
         &self,
         _args: &str,
         context: &CallContext,
-        _deadline: Instant,
+        _deadline: Deadline,
     ) -> Result<Outcome, BackendError> {
         self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Outcome::ok(
@@ -209,19 +213,24 @@ async fn the_context_reaches_the_backend_once_checked() {
     };
     let runtime = Runtime::new(vec![Tool::new(descriptor, echo.clone())]).unwrap();
     let known = runtime
-        .execute("who", "{}", CallContext::new("alice", "inv-1"), None)
+        .execute(
+            "who",
+            "{}",
+            CallContext::new("alice", "inv-1"),
+            Deadline::unbounded(),
+        )
         .await
         .unwrap();
     assert_eq!(known.result_json, r#"["alice","inv-1"]"#);
     let anonymous = runtime
-        .execute("who", "{}", CallContext::default(), None)
+        .execute("who", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(anonymous.result_json, r#"["",""]"#);
 
     let forged = CallContext::new("alice\r\nx-toolmesh-caller: root", "inv-2");
     let err = runtime
-        .execute("who", "{}", forged, None)
+        .execute("who", "{}", forged, Deadline::unbounded())
         .await
         .unwrap_err();
     let status = err.to_status();

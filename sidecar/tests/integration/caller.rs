@@ -14,7 +14,6 @@ use axum::routing::post;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 use toolmesh_proto::pb;
 use toolmesh_sidecar::backend::CommandBackend;
 use toolmesh_sidecar::sdk::{self, CallContext, ToolError};
@@ -194,7 +193,7 @@ async fn a_command_never_inherits_a_stale_caller() {
         1024,
     );
     let backend: Arc<dyn Backend> = Arc::new(backend);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = toolmesh_proto::deadline::Deadline::after(Duration::from_secs(10));
     let anonymous = backend
         .call("{}", &CallContext::default(), deadline)
         .await

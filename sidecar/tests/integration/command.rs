@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_sidecar::CallContext;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::runtime::Runtime;
@@ -83,7 +84,7 @@ async fn a_program_path_is_relative_to_a_relative_config_dir() {
     script(dir.path(), "run.sh", "#!/bin/sh\necho '\"ran\"'\n");
     let rt = runtime(&config_dir, "    backend:\n      command: [./run.sh]\n");
     let response = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(
@@ -104,7 +105,7 @@ async fn cwd_is_relative_to_the_config_dir_and_the_program_is_not_relative_to_cw
         "    backend:\n      command: [./bin/where.sh]\n      cwd: work\n",
     );
     let ran_in = printed_path(
-        &rt.execute("t", "{}", CallContext::default(), None)
+        &rt.execute("t", "{}", CallContext::default(), Deadline::unbounded())
             .await
             .unwrap(),
     );
@@ -115,7 +116,7 @@ async fn cwd_is_relative_to_the_config_dir_and_the_program_is_not_relative_to_cw
         "    backend:\n      command: [./bin/where.sh]\n",
     );
     let ran_in = printed_path(
-        &rt.execute("t", "{}", CallContext::default(), None)
+        &rt.execute("t", "{}", CallContext::default(), Deadline::unbounded())
             .await
             .unwrap(),
     );
@@ -134,7 +135,12 @@ async fn a_bare_program_comes_from_path_and_its_arguments_resolve_in_the_config_
     script(dir.path(), "sh", "#!/bin/sh\necho decoy\n");
     let rt = runtime(&config_dir, "    backend:\n      command: [sh, count.sh]\n");
     let response = rt
-        .execute("t", r#"{"text":"a b"}"#, CallContext::default(), None)
+        .execute(
+            "t",
+            r#"{"text":"a b"}"#,
+            CallContext::default(),
+            Deadline::unbounded(),
+        )
         .await
         .unwrap();
     assert!(!response.is_error, "{}", response.result_json);
@@ -149,7 +155,7 @@ async fn env_and_plain_text_output() {
         "    backend:\n      command: [sh, -c, 'echo \"hello $WHO\"']\n      env: {WHO: world}\n",
     );
     let response = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert_eq!(response.result_json, r#""hello world\n""#);
@@ -163,7 +169,7 @@ async fn non_zero_exit_is_an_error_result_with_stderr_and_code() {
         "    backend:\n      command: [sh, -c, 'echo out; echo oops >&2; exit 3']\n",
     );
     let response = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert!(response.is_error);
@@ -180,7 +186,7 @@ async fn a_program_gone_after_start_is_unavailable() {
     let rt = runtime(dir.path(), "    backend:\n      command: [./tool.sh]\n");
     std::fs::remove_file(dir.path().join("tool.sh")).unwrap();
     let err = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::Unavailable);
@@ -194,7 +200,7 @@ async fn output_over_the_cap_is_an_error_result() {
         "    max_output_bytes: 1000\n    backend:\n      command: [sh, -c, 'head -c 100000 /dev/zero | tr \"\\\\0\" x']\n",
     );
     let response = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert!(response.is_error);
@@ -243,7 +249,7 @@ async fn slow_command_is_killed_with_its_group_at_the_deadline() {
     // The pids are read while the call runs: they are written long before
     // the deadline, which then kills both processes.
     let (result, pids) = tokio::join!(
-        rt.execute("t", "{}", CallContext::default(), None),
+        rt.execute("t", "{}", CallContext::default(), Deadline::unbounded()),
         read_pids(&pids_file)
     );
     let elapsed = start.elapsed();
@@ -270,7 +276,7 @@ async fn dropping_the_call_kills_the_group() {
     let rt = runtime(dir.path(), SLOW);
     let pids_file = dir.path().join("pids");
     {
-        let call = rt.execute("t", "{}", CallContext::default(), None);
+        let call = rt.execute("t", "{}", CallContext::default(), Deadline::unbounded());
         tokio::pin!(call);
         // Run the call until the command is up; leaving the block drops it.
         tokio::select! {

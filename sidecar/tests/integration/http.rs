@@ -8,6 +8,7 @@ use axum::extract::Path as UrlPath;
 use axum::http::StatusCode;
 use axum::routing::post;
 use tokio::time::Instant;
+use toolmesh_proto::deadline::Deadline;
 use toolmesh_sidecar::CallContext;
 use toolmesh_sidecar::config::SidecarConfig;
 use toolmesh_sidecar::runtime::Runtime;
@@ -81,7 +82,12 @@ async fn success_body_is_the_result() {
     let base = upstream().await;
     let rt = runtime(&format!("{base}/echo"), "");
     let response = rt
-        .execute("t", r#"{"key":"k1"}"#, CallContext::default(), None)
+        .execute(
+            "t",
+            r#"{"key":"k1"}"#,
+            CallContext::default(),
+            Deadline::unbounded(),
+        )
         .await
         .unwrap();
     assert!(!response.is_error);
@@ -96,14 +102,14 @@ async fn success_body_is_the_result() {
 async fn error_status_is_an_error_result() {
     let base = upstream().await;
     let response = runtime(&format!("{base}/boom"), "")
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert!(response.is_error);
     assert_eq!(response.result_json, r#""HTTP 500: boom""#);
 
     let response = runtime(&format!("{base}/bad"), "")
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap();
     assert!(response.is_error);
@@ -115,7 +121,7 @@ async fn connection_refused_is_unavailable() {
     let port = reserved_port();
     let rt = runtime(&format!("http://127.0.0.1:{port}/x"), "");
     let err = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap_err();
     assert_eq!(err.to_status().code(), tonic::Code::Unavailable, "{err}");
@@ -127,7 +133,7 @@ async fn slow_upstream_hits_the_deadline() {
     let rt = runtime(&format!("{base}/slow"), "    timeout: 500ms\n");
     let start = Instant::now();
     let err = rt
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap_err();
     let elapsed = start.elapsed();
@@ -142,7 +148,7 @@ async fn slow_upstream_hits_the_deadline() {
 /// Runs the HTTP tool posting to `base/bytes/len` with `extra` tool lines.
 async fn fetch_bytes(base: &str, len: usize, extra: &str) -> toolmesh_proto::pb::ExecuteResponse {
     runtime(&format!("{base}/bytes/{len}"), extra)
-        .execute("t", "{}", CallContext::default(), None)
+        .execute("t", "{}", CallContext::default(), Deadline::unbounded())
         .await
         .unwrap()
 }

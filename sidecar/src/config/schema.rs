@@ -7,7 +7,7 @@ use jsonschema::PatternOptions;
 use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
-use crate::config::Segment;
+use super::key::Segment;
 
 /// Compiled regexes in a schema may use at most this much memory (as in
 /// the registry).
