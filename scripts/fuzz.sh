@@ -5,6 +5,7 @@
 #   sidecar_yaml         SidecarConfig::from_yaml_str and validate (sidecar)
 #   arguments_shorthand  arguments::compile (sidecar)
 #   descriptor           descriptor::check and differences (registry)
+#   auth_files           the API-key, JWT-key, policy and registrants files (registry)
 # Each run starts from a copy of fuzz/corpus/<target> (with fuzz/dict/<target>.dict
 # when there is one) in a temp dir: the work tree's corpus is never written.
 # Prints one line per target: runs executed, time, corpus and coverage.
@@ -15,13 +16,22 @@
 # Installs cargo-fuzz when it is missing; builds with the nightly toolchain
 # that rustup already has (installs none). Quiet when all is installed.
 #
-# Usage: scripts/fuzz.sh [TARGET...]   (default: every target)
+# The targets build unoptimized but for the crates that parse and match
+# (fuzz/Cargo.toml's profile): the build takes minutes less, each run does
+# most of its work in optimized code. FUZZ_OPT_LEVEL=3 optimizes all of it,
+# for a longer hunt.
+#
+# Usage: scripts/fuzz.sh [--build-only] [TARGET...]   (default: every target)
+#   --build-only  build the targets and stop (the suite builds them while
+#                 its other tests run)
 # Env: FUZZ_SECONDS  time per target (default 20)
 #      FUZZ_JOBS     targets run at once (default: the number of cores)
 #      FUZZ_RSS_MB   memory limit per target, in MiB (default 2048)
 #      FUZZ_SANITIZER  none (default: the workspace forbids `unsafe`, and
 #                    the build takes a fraction of the time) or address, for
 #                    a longer hunt that also checks the dependencies' unsafe code
+#      FUZZ_OPT_LEVEL  0 to 3: every crate's optimization level (default:
+#                    fuzz/Cargo.toml's, 0 with the parsing crates at 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,9 +39,11 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 all_targets=(arguments sidecar_yaml arguments_shorthand descriptor auth_files)
 targets=()
+build_only=0
 for arg in "$@"; do
     case $arg in
         -h | --help) usage; exit 0 ;;
+        --build-only) build_only=1 ;;
         -*) echo "fuzz.sh: unknown option: $arg (see --help)" >&2; exit 2 ;;
         *)
             if [[ ! -f fuzz/fuzz_targets/$arg.rs ]]; then
@@ -50,6 +62,11 @@ rss_mb=${FUZZ_RSS_MB:-2048}
 sanitizer=${FUZZ_SANITIZER:-none}
 if [[ $sanitizer != none && $sanitizer != address ]]; then
     echo "fuzz.sh: FUZZ_SANITIZER must be none or address, not $sanitizer" >&2
+    exit 2
+fi
+opt_level=${FUZZ_OPT_LEVEL:-}
+if [[ -n $opt_level && ! $opt_level =~ ^[0-3]$ ]]; then
+    echo "fuzz.sh: FUZZ_OPT_LEVEL must be 0, 1, 2 or 3, not $opt_level" >&2
     exit 2
 fi
 for var in FUZZ_SECONDS:$seconds FUZZ_JOBS:$jobs FUZZ_RSS_MB:$rss_mb; do
@@ -78,7 +95,8 @@ if [[ ! -f fuzz/Cargo.lock || Cargo.lock -nt fuzz/Cargo.lock ]]; then
 fi
 
 triple=$(rustc "+$nightly" -vV | sed -n 's/^host: //p')
-target_dir=$PWD/fuzz/target/$sanitizer
+# One target directory per build flavour, so that switching rebuilds nothing.
+target_dir=$PWD/fuzz/target/$sanitizer${opt_level:+-O$opt_level}
 bin_dir=$target_dir/$triple/release
 for target in "${targets[@]}"; do
     if [[ ! -x $bin_dir/$target ]]; then
@@ -88,12 +106,14 @@ for target in "${targets[@]}"; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if ! cargo "+$nightly" fuzz build --sanitizer "$sanitizer" --target "$triple" --target-dir "$target_dir" \
+if ! env ${opt_level:+CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level} \
+    cargo "+$nightly" fuzz build --sanitizer "$sanitizer" --target "$triple" --target-dir "$target_dir" \
     >"$work/build.log" 2>&1; then
     cat "$work/build.log" >&2
     echo "fuzz.sh: cargo fuzz build failed" >&2
     exit 1
 fi
+((build_only)) && exit 0
 
 # Runs one target; its output goes to $work/<target>.log, its exit status
 # to $work/<target>.rc.

@@ -6,9 +6,11 @@
 # mimalloc linked in, symbols stripped), then prints each image's size.
 # Installs podman when it is missing (scripts/podman.sh).
 #
-# Usage: scripts/image.sh [--tag TAG] [--no-cargo] [--quiet]
+# Usage: scripts/image.sh [--tag TAG] [--no-cargo | --binaries-only] [--quiet]
 #   --tag TAG    tag both images TAG instead of `dev` (env TOOLMESH_IMAGE_TAG)
 #   --no-cargo   take the binaries already in target/static
+#   --binaries-only  build the static binaries and stop (no podman: the
+#                suite builds them while its other tests run)
 #   --quiet      no cargo or podman build output; the sizes are still printed
 # Env: TOOLMESH_IMAGE (default localhost/toolmesh) and
 #      TOOLMESH_EXAMPLE_IMAGE (default localhost/toolmesh-example-inventory)
@@ -20,12 +22,14 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 tag=${TOOLMESH_IMAGE_TAG:-dev}
 cargo=1
+binaries_only=0
 quiet=0
 while (($#)); do
     case $1 in
         --tag) tag=${2:?--tag needs a value}; shift 2 ;;
         --tag=*) tag=${1#--tag=}; shift ;;
         --no-cargo) cargo=0; shift ;;
+        --binaries-only) binaries_only=1; shift ;;
         --quiet) quiet=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "image.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -34,8 +38,12 @@ done
 image="${TOOLMESH_IMAGE:-localhost/toolmesh}:$tag"
 example_image="${TOOLMESH_EXAMPLE_IMAGE:-localhost/toolmesh-example-inventory}:$tag"
 
+if ((binaries_only && !cargo)); then
+    echo "image.sh: --binaries-only and --no-cargo leave nothing to do" >&2
+    exit 2
+fi
 started=$SECONDS
-. scripts/podman.sh
+((binaries_only)) || . scripts/podman.sh
 
 # The static build has a target directory of its own: its RUSTFLAGS would
 # otherwise rebuild everything the debug and test builds share. It must stay
@@ -68,6 +76,7 @@ for bin in "${bins[@]}"; do
         exit 1
     fi
 done
+((binaries_only)) && exit 0
 
 # The workspace's version (`path+file:///…#toolmesh-registry@0.1.0`) and the
 # commit, for the OCI labels.
