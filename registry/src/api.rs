@@ -1,7 +1,7 @@
 //! The tonic services. Thin: decode, call the plain types, encode.
 //!
-//! - [`agents`]: `ToolRegistry`, for agents.
-//! - [`registration`]: `Registration`, for sidecars.
+//! - `agents.rs`: [`ToolRegistryApi`], for agents.
+//! - `registration.rs`: [`RegistrationApi`], for sidecars.
 
 mod agents;
 mod registration;

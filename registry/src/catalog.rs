@@ -2,9 +2,9 @@
 //! tool's compiled input schema.
 //!
 //! [`Catalog`] checks announces (descriptor rules, schemas that compile) and
-//! keeps the validator cache; the state itself lives in a
-//! [`CatalogStore`](crate::store::CatalogStore), so the same logic runs on
-//! every engine.
+//! keeps what is compiled from each descriptor, handed to a call as one
+//! [`Entry`]; the state itself lives in a [`CatalogStore`], so the same
+//! logic runs on every engine.
 
 mod entry;
 

@@ -3,49 +3,66 @@
 //! rate limit, and proxies the call to a healthy sidecar.
 //!
 //! # Layout
-//! - [`config`]: command-line flags and their environment fallbacks.
-//! - [`server`]: wires the parts together and serves them (with health and
-//!   reflection); [`server::run`] is what the binary calls.
-//! - [`api`]: the tonic services, thin over the types below.
-//! - [`access`]: who an agent is and which tools it may see and call.
+//! By part (the whole picture, and one `Invoke` file by file:
+//! `docs/architecture.md`). The binary builds a [`Registry`] from
+//! [`Config`] and [`serve`](Registry::serve)s it.
+//!
+//! Serving:
+//! - [`server`]: builds every part from [`Config`] and wires them; serves
+//!   them (with health and reflection) and drains; the janitor.
+//! - [`api`]: the two tonic services, thin over the types below.
+//! - [`mcp`]: the MCP endpoint (`--mcp-listen`): the catalog for MCP
+//!   clients over Streamable HTTP, calls through [`invoke`].
+//! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
 //! - [`connections`]: accepted sockets, cut off when the shutdown grace
 //!   period is over.
-//! - [`catalog`]: tools, instances and compiled schemas; checks announces.
-//! - [`store`]: the engines under the catalog: [`store::memory`] (embedded)
-//!   and [`store::redis`] (shared by replicas), both serving reads from a
-//!   local [`store::view`].
-//! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
-//! - [`auth`]: who a caller is (API keys, JWTs) and which tools the call
-//!   policy lets them call; the files reload when they change.
-//! - [`endpoint_policy`]: which announced endpoints the registry dials.
-//! - [`registrants`]: who may register which tools (`--registrants-file`),
-//!   by the same tool-name patterns as the call policy
-//!   ([`auth::pattern`]).
-//! - [`descriptor`]: rules for tool descriptors, and how two differ.
-//! - [`validate`]: JSON Schema compilation and argument validation;
-//!   [`strict_json`]: argument parsing that refuses duplicate keys.
+//! - [`readiness`]: NOT_SERVING until the catalog is loaded and while
+//!   draining, told to gRPC health, `/readyz` and `toolmesh_ready`.
+//! - [`probe`]: `toolmesh-registry health`, a health check of a running
+//!   registry.
+//!
+//! The call path:
+//! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`retry`]: schedules attempts on instances: retries, hedging, the
+//!   retry budget.
+//! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections;
+//!   what a failure means ([`proxy::ProxyError`]).
+//! - [`balance`]: picks an instance (power of two choices on calls in
+//!   flight), ejects outliers.
 //! - [`ratelimit`]: GCRA per tool behind the [`ratelimit::RateLimiter`] trait.
 //! - [`idempotency`]: idempotency keys, in memory or shared through Redis.
-//! - [`balance`]: picks an instance (power of two choices on calls in flight).
-//! - [`proxy`]: `ToolRuntime.Execute` on sidecars over pooled connections.
-//! - [`invoke`]: the `Invoke` path from lookup to answer.
+//! - [`validate`]: JSON Schema compilation and argument validation;
+//!   [`strict_json`]: argument parsing that refuses duplicate keys.
+//! - [`call_log`]: the one `info` line every call writes, its metrics and
+//!   audit record.
+//!
+//! The catalog:
+//! - [`catalog`]: checks announces; one compiled [`catalog::Entry`] per
+//!   call.
+//! - [`store`]: the engines under the catalog and the model they store
+//!   ([`store::model`]): [`store::memory`] (embedded) and [`store::redis`]
+//!   (shared by replicas), both serving reads from a local [`store::view`].
+//! - [`redis_pool`]: Redis connections, call deadlines, the circuit breaker.
+//! - [`descriptor`]: rules for tool descriptors, and how two differ.
 //! - [`listing`]: `ListTools` pages, by name, with page tokens.
 //! - [`export`]: `ExportTools`, the catalog in the LLM APIs' formats.
 //! - [`search`]: `SearchTools`, BM25 over what a model reads of a tool.
-//! - [`call_log`]: the one `info` line every call writes, and the call's
-//!   metrics.
-//! - [`metrics`]: the Prometheus metrics the admin port serves.
-//! - [`readiness`]: NOT_SERVING until the catalog is loaded and while
-//!   draining, told to gRPC health, `/readyz` and `toolmesh_ready`.
+//!
+//! Access:
+//! - [`access`]: who an agent is and which tools it may see and call.
+//! - [`auth`]: who a caller is (API keys, JWTs) and which tools the call
+//!   policy lets them call; the files reload when they change.
+//! - [`registrants`]: who may register which tools (`--registrants-file`),
+//!   by the same tool-name patterns as the call policy
+//!   ([`auth::pattern`]).
+//! - [`endpoint_policy`]: which announced endpoints the registry dials.
 //! - [`audit`]: the audit log: a JSON line per call and registration
 //!   change, arguments redacted by the tool's schema, written off the
 //!   request path.
-//! - [`probe`]: `toolmesh-registry health`, a health check of a running
-//!   registry.
-//! - [`mcp`]: the MCP endpoint (`--mcp-listen`): the catalog for MCP
-//!   clients over Streamable HTTP, calls through [`invoke`].
-//! - [`retry`]: attempts on instances: safe retries, hedging, retry budget.
-//! - [`watch`]: `WatchTools` streams of bounded memory, and their caps.
+//!
+//! Process:
+//! - [`config`]: command-line flags and their environment fallbacks.
+//! - [`metrics`]: the Prometheus metrics the admin port serves.
 //! - [`error`]: the error type and its one mapping to `tonic::Status`.
 
 pub mod access;
