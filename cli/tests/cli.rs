@@ -489,15 +489,7 @@ async fn usage_errors_unreachable_registries_and_completions() {
 async fn a_registry_that_authenticates_agents_takes_the_token() {
     let dir = tempfile::tempdir().unwrap();
     let key = "cli-test-key-3f9a7c21d4e8b6";
-    let keys = dir.path().join("keys.yaml");
-    std::fs::write(
-        &keys,
-        format!(
-            "keys:\n  - {{caller: cli, sha256: {}}}\n",
-            toolmesh_registry::auth::api_keys::hash_key(key)
-        ),
-    )
-    .unwrap();
+    let keys = toolmesh_test_support::keys::api_keys_file(dir.path(), &[("cli", key, &[])]);
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{key}\n")).unwrap();
     let config = Config {

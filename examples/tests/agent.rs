@@ -22,7 +22,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use mesh::STARTUP;
-use sha2::{Digest as _, Sha256};
 use tokio::process::Command;
 use tokio::time::Instant;
 use tonic::Code;
@@ -51,13 +50,6 @@ tools:
   - {name: word_count, description: Stand-in, timeout: 30s, backend: {command: ["cat"]}}
 "#;
 
-fn sha256_hex(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A registry that authenticates agents, with a policy (agent-a may call
 /// `word_count` only, agent-b anything), and a sidecar serving the
 /// stand-ins, all live.
@@ -75,16 +67,10 @@ impl Secured {
         let registry_binary = binary("toolmesh-registry")?;
         let sidecar_binary = binary("toolmesh-sidecar")?;
         let dir = tempfile::tempdir().unwrap();
-        let keys = dir.path().join("api-keys.yaml");
-        std::fs::write(
-            &keys,
-            format!(
-                "keys:\n  - {{caller: agent-a, sha256: {}}}\n  - {{caller: agent-b, sha256: {}}}\n",
-                sha256_hex(KEY_A),
-                sha256_hex(KEY_B)
-            ),
-        )
-        .unwrap();
+        let keys = toolmesh_test_support::keys::api_keys_file(
+            dir.path(),
+            &[("agent-a", KEY_A, &[]), ("agent-b", KEY_B, &[])],
+        );
         let policy = dir.path().join("policy.yaml");
         std::fs::write(
             &policy,

@@ -31,6 +31,7 @@
 pub mod catalog;
 pub mod grants;
 pub mod http2;
+pub mod keys;
 pub mod mcp;
 pub mod otlp;
 pub mod ports;

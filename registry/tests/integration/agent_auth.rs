@@ -16,7 +16,6 @@ use tonic::transport::Channel;
 use tonic::{Code, Request};
 use tonic_types::StatusExt;
 use toolmesh_proto::pb::{self, tool_registry_client::ToolRegistryClient};
-use toolmesh_registry::auth::api_keys::hash_key;
 use toolmesh_sidecar::sdk::{self, CallContext};
 use toolmesh_test_support::catalog::{invoke, keyed};
 use toolmesh_test_support::process;
@@ -155,14 +154,12 @@ async fn mesh() -> Option<Mesh> {
     let binary = process::binary("toolmesh-registry")?;
     let dir = tempfile::tempdir().expect("temp dir");
     let issuer = es256();
-    let keys = write(
+    let keys = toolmesh_test_support::keys::api_keys_file(
         dir.path(),
-        "keys.yaml",
-        &format!(
-            "keys:\n  - {{caller: billing-agent, sha256: {}, groups: [billing]}}\n  - {{caller: support-agent, sha256: {}, groups: [support]}}\n",
-            hash_key(BILLING_KEY),
-            hash_key(SUPPORT_KEY)
-        ),
+        &[
+            ("billing-agent", BILLING_KEY, &["billing"]),
+            ("support-agent", SUPPORT_KEY, &["support"]),
+        ],
     );
     let jwt_keys = write(dir.path(), "jwt.pem", &issuer.public);
     let policy = write(
@@ -178,7 +175,7 @@ async fn mesh() -> Option<Mesh> {
             "--listen",
             "127.0.0.1:0",
             "--api-keys-file",
-            &keys,
+            keys.to_str().expect("utf-8"),
             "--jwt-keys-file",
             &jwt_keys,
             "--jwt-issuer",

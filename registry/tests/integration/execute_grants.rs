@@ -157,14 +157,8 @@ impl Mesh {
                 hash_key(MALLORY)
             ),
         );
-        let keys = write(
-            dir.path(),
-            "keys.yaml",
-            &format!(
-                "keys:\n  - {{caller: alice-agent, sha256: {}}}\n",
-                hash_key(ALICE)
-            ),
-        );
+        let keys =
+            toolmesh_test_support::keys::api_keys_file(dir.path(), &[("alice-agent", ALICE, &[])]);
         let (registry, addr) = RegistryProcess::start(
             &binary,
             &[
@@ -173,7 +167,7 @@ impl Mesh {
                 "--registrants-file",
                 &registrants,
                 "--api-keys-file",
-                &keys,
+                keys.to_str().expect("utf-8"),
             ],
             &[],
         )

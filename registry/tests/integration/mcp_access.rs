@@ -19,16 +19,11 @@ use crate::mcp::{
 };
 
 pub(crate) fn write_keys(dir: &Path, keys: &[(&str, &str)]) -> std::path::PathBuf {
-    let mut yaml = String::from("keys:\n");
-    for (caller, key) in keys {
-        yaml.push_str(&format!(
-            "  - caller: {caller}\n    sha256: {}\n",
-            toolmesh_registry::auth::api_keys::hash_key(key)
-        ));
-    }
-    let path = dir.join("keys.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    path
+    let keys: Vec<_> = keys
+        .iter()
+        .map(|&(caller, key)| (caller, key, &[][..]))
+        .collect();
+    toolmesh_test_support::keys::api_keys_file(dir, &keys)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

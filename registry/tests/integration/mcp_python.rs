@@ -266,15 +266,8 @@ async fn python_sdk_with_and_without_a_key() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.yaml");
-    std::fs::write(
-        &keys,
-        format!(
-            "keys:\n  - caller: py\n    sha256: {}\n",
-            toolmesh_registry::auth::api_keys::hash_key("py-key-0123456789")
-        ),
-    )
-    .unwrap();
+    let keys =
+        toolmesh_test_support::keys::api_keys_file(dir.path(), &[("py", "py-key-0123456789", &[])]);
     let registry = McpRegistry::start(Config {
         api_keys_file: Some(keys),
         ..config()

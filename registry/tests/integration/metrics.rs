@@ -17,7 +17,6 @@ use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
 use toolmesh_proto::pb::{self, tool_registry_client::ToolRegistryClient};
-use toolmesh_registry::auth::api_keys::hash_key;
 use toolmesh_test_support::{
     process::{self, SidecarProcess, binary},
     registry_process::RegistryProcess,
@@ -178,15 +177,7 @@ async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_moves_its_counters_by_exactly_one() {
     let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys.yaml");
-    std::fs::write(
-        &keys,
-        format!(
-            "keys:\n  - {{caller: {CALLER}, sha256: {}}}\n",
-            hash_key(KEY)
-        ),
-    )
-    .unwrap();
+    let keys = toolmesh_test_support::keys::api_keys_file(dir.path(), &[(CALLER, KEY, &[])]);
     let audit = dir.path().join("audit.jsonl");
     let Some((_registry, addr, admin)) = registry(&[
         "--api-keys-file",

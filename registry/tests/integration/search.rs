@@ -189,15 +189,11 @@ async fn a_hidden_tool_moves_no_score_or_rank_of_a_caller_who_cannot_see_it() {
         std::fs::write(&path, text).expect("write");
         path.to_str().expect("utf-8").to_owned()
     };
-    let hash = toolmesh_registry::auth::api_keys::hash_key;
-    let keys = path(
-        "keys.yaml",
-        format!(
-            "keys:\n  - {{caller: her, sha256: {}}}\n  - {{caller: admin, sha256: {}}}\n",
-            hash(HER_KEY),
-            hash(ADMIN_KEY)
-        ),
+    let keys = toolmesh_test_support::keys::api_keys_file(
+        dir.path(),
+        &[("her", HER_KEY, &[]), ("admin", ADMIN_KEY, &[])],
     );
+    let keys = keys.to_str().expect("utf-8").to_owned();
     let policy = path(
         "policy.yaml",
         "rules:\n  - {callers: [her], tools: [\"astro.*\"]}\n  - {callers: [admin], tools: [\"*\"]}\n"
