@@ -1,4 +1,5 @@
-//! The failures the demo's agent provokes, one of each the error model names, and what it expects to read in each status's details.
+//! The failures the demo's agent provokes, one of each the error model names,
+//! and what it expects to read in each status's details.
 
 use super::*;
 

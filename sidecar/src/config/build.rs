@@ -1,4 +1,5 @@
-//! Building the tools and MCP servers a config describes: descriptors, backends, resolved paths and headers.
+//! Building the tools and MCP servers a config describes: descriptors,
+//! backends, resolved paths and headers.
 
 use super::*;
 

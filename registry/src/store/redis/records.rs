@@ -1,4 +1,5 @@
-//! How leases, instances and tools are written in Redis's hashes, and read back.
+//! How leases, instances and tools are written in Redis's hashes, and read
+//! back.
 
 use super::*;
 

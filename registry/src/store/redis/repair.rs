@@ -1,4 +1,5 @@
-//! Keeping the view and Redis in step: the write-back after an outage, the resync, the lease sweep, the replicas' presence.
+//! Keeping the view and Redis in step: the write-back after an outage, the
+//! resync, the lease sweep, the replicas' presence.
 
 use super::*;
 
