@@ -82,8 +82,11 @@ cargo test --workspace --locked --no-run 2>&1 | tail -n 3 || status=1
 # use them find them built.
 step "background: the image's static binaries, then the fuzz targets"
 (
-    nice -n 10 bash scripts/image.sh --binaries-only --quiet &&
-        nice -n 10 bash scripts/fuzz.sh --build-only
+    # Niced as a whole (not per command), so that the renice below reaches
+    # the fuzz build too, which starts after it.
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
+    bash scripts/image.sh --binaries-only --quiet &&
+        bash scripts/fuzz.sh --build-only
 ) >"$background_log" 2>&1 &
 background=$!
 
