@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolmesh_registry::validate::{self, MAX_VIOLATIONS};
+use toolmesh_registry::catalog::validate::{self, MAX_VIOLATIONS};
 use toolmesh_registry::{Config, RegistryError};
 
 fuzz_target!(|data: &[u8]| {

@@ -10,7 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use toolmesh_registry::validate;
+use toolmesh_registry::catalog::validate;
 use toolmesh_sidecar::arguments::{self, Argument};
 
 fuzz_target!(|data: &[u8]| {

@@ -7,13 +7,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use toolmesh_registry::auth::{
+use toolmesh_registry::access::auth::{
     Caller, Policy,
     api_keys::ApiKeys,
     jwt::{JwtSettings, JwtVerifier},
     jwt_keys::JwtKeys,
 };
-use toolmesh_registry::registrants::Registrants;
+use toolmesh_registry::access::registrants::Registrants;
 
 /// A P-256 public key; its private key was thrown away when it was made.
 const ORPHAN_KEY: &str = "-----BEGIN PUBLIC KEY-----

@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use toolmesh_proto::pb::ToolDescriptor;
 use toolmesh_registry::Config;
-use toolmesh_registry::descriptor::{self, Limit};
+use toolmesh_registry::catalog::descriptor::{self, Limit};
 
 fuzz_target!(|data: &[u8]| {
     let mut rest = data;

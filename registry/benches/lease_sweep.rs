@@ -17,10 +17,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
 
 use toolmesh_proto::pb::ToolDescriptor;
+use toolmesh_registry::access::registrants::Owner;
 use toolmesh_registry::catalog::Announcement;
-use toolmesh_registry::registrants::Owner;
-use toolmesh_registry::store::CatalogStore as _;
-use toolmesh_registry::store::memory::{Limits, MemoryStore};
+use toolmesh_registry::catalog::store::CatalogStore as _;
+use toolmesh_registry::catalog::store::memory::{Limits, MemoryStore};
 
 fn announcement(instance: usize, tools_per_instance: usize) -> Announcement {
     Announcement {

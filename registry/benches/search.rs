@@ -1,6 +1,6 @@
 //! `SearchTools`' index at 10,000 tools: how long building it takes, what
 //! it holds in memory, how fast it takes changes, and the latency of a
-//! search, over the fixed query set (`registry/src/search/corpus.rs`: 30
+//! search, over the fixed query set (`registry/src/catalog/search/corpus.rs`: 30
 //! realistic tools among 10,000 generated ones).
 //!
 //! ```sh
@@ -18,10 +18,10 @@
 
 use std::time::{Duration, Instant};
 
-use toolmesh_registry::auth::{Caller, Policy};
-use toolmesh_registry::search::{Scope, ToolSearch};
+use toolmesh_registry::access::auth::{Caller, Policy};
+use toolmesh_registry::catalog::search::{Scope, ToolSearch};
 
-#[path = "../src/search/corpus.rs"]
+#[path = "../src/catalog/search/corpus.rs"]
 mod corpus;
 
 #[global_allocator]

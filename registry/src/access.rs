@@ -8,19 +8,28 @@
 //! - With `--policy-file` too, a caller sees and calls only the tools the
 //!   policy gives it; any other tool is `NOT_FOUND`, exactly as if it did
 //!   not exist, so the catalog's contents do not leak.
+//!
+//! Its parts: [`auth`] (API keys, JWTs, the call policy, files that reload),
+//! [`registrants`] (who may register which tools), `endpoint_policy`
+//! (which announced endpoints the registry dials) and `audit` (a JSON line
+//! per call and registration change, arguments redacted).
 
-use std::sync::Arc;
+pub(crate) mod audit;
+pub mod auth;
+pub(crate) mod endpoint_policy;
+pub mod registrants;
+
+use std::{path::Path, sync::Arc};
 
 use tonic::metadata::MetadataMap;
 
 use crate::{
-    auth::{
+    access::auth::{
         AuthSettings, Authenticator, Caller, Policy,
         reload::{self, DEFAULT_RELOAD_INTERVAL, Reload, ReloadTask, Watched},
     },
-    config::Config,
+    access::registrants::Registrants,
     error::RegistryError,
-    registrants::Registrants,
 };
 
 /// Longest caller id accepted.
@@ -57,20 +66,16 @@ pub struct Access {
 }
 
 impl Access {
-    /// The files `config` names, loaded, and a task re-reading them every
-    /// couple of seconds. Must be called inside a tokio runtime.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
-        let authenticator = Authenticator::new(&AuthSettings {
-            api_keys_file: config.api_keys_file.clone(),
-            jwt_keys_file: config.jwt_keys_file.clone(),
-            jwt_issuer: config.jwt_issuer.clone(),
-            jwt_audience: config.jwt_audience.clone(),
-            jwt_leeway: config.jwt_leeway,
-            jwt_caller_claim: config.jwt_caller_claim.clone(),
-            jwt_groups_claim: config.jwt_groups_claim.clone(),
-        })
-        .map_err(|e| e.to_string())?;
-        let policy = match &config.policy_file {
+    /// The credentials `auth` names, the call policy and the registrants
+    /// files, loaded, and a task re-reading them every couple of seconds.
+    /// Must be called inside a tokio runtime.
+    pub fn open(
+        auth: &AuthSettings,
+        policy_file: Option<&Path>,
+        registrants_file: Option<&Path>,
+    ) -> Result<Self, String> {
+        let authenticator = Authenticator::new(auth).map_err(|e| e.to_string())?;
+        let policy = match policy_file {
             Some(_) if !authenticator.is_enabled() => {
                 return Err("--policy-file needs callers to tell apart: add --api-keys-file or --jwt-keys-file".into());
             }
@@ -79,7 +84,7 @@ impl Access {
             )),
             None => None,
         };
-        let registrants = match &config.registrants_file {
+        let registrants = match registrants_file {
             Some(path) => Some(Arc::new(
                 Watched::open(path).map_err(|e| format!("--registrants-file {e}"))?,
             )),

@@ -5,8 +5,21 @@
 //! keeps what is compiled from each descriptor, handed to a call as one
 //! [`Entry`]; the state itself lives in a [`CatalogStore`], so the same
 //! logic runs on every engine.
+//!
+//! Beside it, what reads and shapes the catalog: the [`store`] engines and
+//! their model, the [`descriptor`] rules, the schemas compiled and
+//! arguments checked against them ([`validate`], over `strict_json`'s
+//! parsing that refuses duplicate keys), `ListTools` pages (`listing`),
+//! `ExportTools` (`export`) and `SearchTools` ([`search`]).
 
+pub mod descriptor;
 mod entry;
+pub(crate) mod export;
+pub(crate) mod listing;
+pub mod search;
+pub mod store;
+pub(crate) mod strict_json;
+pub mod validate;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -14,17 +27,15 @@ use dashmap::DashMap;
 use tokio::sync::broadcast;
 use toolmesh_proto::{grant::CallKey, pb};
 
-pub use crate::store::model::{
+pub use crate::catalog::store::model::{
     Announcement, CatalogEvent, ChangeKind, Instance, Lease, ToolState, lease_tag,
 };
 use crate::{
-    descriptor,
-    endpoint_policy::EndpointPolicy,
+    access::endpoint_policy::EndpointPolicy,
+    access::registrants::Owner,
+    catalog::store::CatalogStore,
     error::RegistryError,
     metrics::{LiveCatalog, LiveCounts},
-    registrants::Owner,
-    store::CatalogStore,
-    validate,
 };
 use entry::Compiled;
 pub use entry::Entry;
@@ -79,7 +90,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// A catalog over `store`, with the default [`AnnounceLimits`], taking
-    /// any endpoint the default [`EndpointPolicy`] takes.
+    /// any endpoint the default `EndpointPolicy` takes.
     pub fn new(store: Arc<dyn CatalogStore>) -> Self {
         Self::with_limits(store, AnnounceLimits::default(), Arc::default())
     }
@@ -100,7 +111,7 @@ impl Catalog {
     }
 
     /// Records every lease that expires to `audit`.
-    pub fn audit_expiries(&self, audit: crate::audit::AuditLog) {
+    pub fn audit_expiries(&self, audit: crate::access::audit::AuditLog) {
         self.store.audit_expiries(audit);
     }
 
@@ -342,7 +353,7 @@ mod tests {
 
     #[tokio::test]
     async fn validators_are_reused_until_the_schema_changes() {
-        use crate::store::memory::{Limits, MemoryStore};
+        use crate::catalog::store::memory::{Limits, MemoryStore};
         let catalog = Catalog::new(MemoryStore::new(Duration::from_secs(10), Limits::default()));
         let mut announce = request();
         announce.tools[0].input_schema_json = r#"{"type":"object"}"#.into();

@@ -8,8 +8,8 @@ use toolmesh_proto::listen::ListenAddr;
 
 use toolmesh_proto::tls::{ClientTls, ServerTls};
 
-use crate::endpoint_policy::Allowed;
-use crate::ratelimit::redis::OutagePolicy;
+use crate::access::endpoint_policy::Allowed;
+use crate::calls::ratelimit::redis::OutagePolicy;
 
 pub mod values;
 

@@ -1,6 +1,6 @@
 //! The `toolmesh-registry` binary: parse flags, bind, serve until SIGTERM or
 //! SIGINT; or, as `toolmesh-registry health`, check a running registry's
-//! health ([`toolmesh_registry::probe`]). A failure is printed once, as one
+//! health ([`toolmesh_registry::serving::probe`]). A failure is printed once, as one
 //! `error:` line on stderr, and the exit code is 1 (2 for a flag clap
 //! refuses).
 
@@ -109,10 +109,13 @@ fn main() -> ExitCode {
 fn hash_key() -> anyhow::Result<()> {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
-    let key = toolmesh_registry::auth::api_keys::key_from_input(&line)
+    let key = toolmesh_registry::access::auth::api_keys::key_from_input(&line)
         .filter(|key| !key.is_empty())
         .ok_or_else(|| anyhow::anyhow!("no key on stdin: give it one line"))?;
-    println!("{}", toolmesh_registry::auth::api_keys::hash_key(key));
+    println!(
+        "{}",
+        toolmesh_registry::access::auth::api_keys::hash_key(key)
+    );
     Ok(())
 }
 
@@ -127,7 +130,7 @@ async fn health(args: HealthArgs) -> anyhow::Result<()> {
         cert: args.cert_file,
         key: args.key_file,
     })?;
-    toolmesh_registry::probe::check(&args.address, &services, args.timeout, tls).await?;
+    toolmesh_registry::serving::probe::check(&args.address, &services, args.timeout, tls).await?;
     let names: Vec<String> = services.iter().map(|s| format!("{s:?}")).collect();
     println!("{}: SERVING ({})", args.address, names.join(", "));
     Ok(())

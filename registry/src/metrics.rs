@@ -39,13 +39,13 @@ use toolmesh_telemetry::{
     labels::{BoundedNames, OTHER},
 };
 
-use crate::audit::AuditLog;
-pub use labels::{RateLimitDecision, RedisOp, ValidationFailure};
+use crate::access::audit::AuditLog;
+pub(crate) use labels::{RateLimitDecision, RedisOp, ValidationFailure};
 use live::Live;
-pub use live::{LiveCatalog, LiveCounts};
+pub(crate) use live::{LiveCatalog, LiveCounts};
 
 /// Default of `--metrics-max-tools`.
-pub const DEFAULT_MAX_TOOLS: usize = 100;
+pub(crate) const DEFAULT_MAX_TOOLS: usize = 100;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolOutcome {

@@ -1,7 +1,7 @@
 //! Connections to Redis shared by the Redis engines: a bounded pool of
 //! multiplexed connections (standalone or Cluster), a deadline on every call,
 //! a circuit breaker that stops waiting on a Redis that is down, and the
-//! one log of its outages ([`outage`]).
+//! one log of its outages (`outage`).
 
 use std::{
     sync::{
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, RedisOp};
 
-pub mod outage;
+pub(crate) mod outage;
 
 use outage::OutageLog;
 pub use outage::{Consequence, Dependent};

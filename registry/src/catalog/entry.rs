@@ -8,9 +8,9 @@ use toolmesh_proto::pb;
 
 use super::ToolState;
 use crate::{
-    audit::Redactor,
+    access::audit::Redactor,
+    catalog::validate::{self, ArgumentValidator},
     error::RegistryError,
-    validate::{self, ArgumentValidator},
 };
 
 /// One tool, for one call.

@@ -62,7 +62,7 @@ struct State {
 }
 
 /// Decides when to report an outage, and reports it.
-pub struct OutageLog {
+pub(crate) struct OutageLog {
     /// Where Redis is, as configured, with any password masked.
     redis: String,
     /// Whether any failure was seen since Redis last answered: the fast
@@ -75,7 +75,7 @@ pub struct OutageLog {
 
 impl OutageLog {
     /// Reports about the Redis at `url`.
-    pub fn new(url: &str) -> Self {
+    pub(crate) fn new(url: &str) -> Self {
         Self {
             redis: masked(url),
             troubled: AtomicBool::new(false),
@@ -85,12 +85,12 @@ impl OutageLog {
     }
 
     /// The address reports name.
-    pub fn redis(&self) -> &str {
+    pub(crate) fn redis(&self) -> &str {
         &self.redis
     }
 
     /// Names, in every report, what `dependent` does while Redis is away.
-    pub fn on_outage(&self, dependent: Dependent, consequence: Consequence) {
+    pub(crate) fn on_outage(&self, dependent: Dependent, consequence: Consequence) {
         self.consequences
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -99,7 +99,7 @@ impl OutageLog {
 
     /// A call made at `started` failed with `error` (`None`: refused by
     /// the open breaker, Redis not tried); `open`: the breaker is open now.
-    pub fn failed(&self, started: Instant, error: Option<String>, open: bool) {
+    pub(crate) fn failed(&self, started: Instant, error: Option<String>, open: bool) {
         self.troubled.store(true, Ordering::Relaxed);
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -134,7 +134,7 @@ impl OutageLog {
     }
 
     /// A call got Redis's answer: ends the outage, if there was one.
-    pub fn answered(&self) {
+    pub(crate) fn answered(&self) {
         if !self.troubled.load(Ordering::Relaxed) {
             return;
         }

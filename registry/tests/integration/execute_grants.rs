@@ -23,7 +23,7 @@ use toolmesh_proto::pb::{
     tool_runtime_client::ToolRuntimeClient,
     tool_runtime_server::{ToolRuntime, ToolRuntimeServer},
 };
-use toolmesh_registry::auth::api_keys::hash_key;
+use toolmesh_registry::access::auth::api_keys::hash_key;
 use toolmesh_test_support::catalog::wait_for_instances;
 use toolmesh_test_support::ports::reserved_port;
 use toolmesh_test_support::process::{self, SidecarProcess};

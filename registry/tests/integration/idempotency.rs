@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 use toolmesh_registry::{
-    idempotency::{
+    calls::idempotency::{
         Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, RedisIdempotency, StoredOutcome,
         Ticket,
     },

@@ -19,7 +19,7 @@ use tonic::metadata::AsciiMetadataValue;
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::grant::{self, CallKey};
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
-use toolmesh_registry::proxy::{Proxy, ProxyError};
+use toolmesh_registry::calls::proxy::{Proxy, ProxyError};
 use toolmesh_telemetry::TraceContext;
 
 /// How the fake sidecar answers every call.

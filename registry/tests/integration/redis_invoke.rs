@@ -14,8 +14,8 @@ use tonic::{Code, Status};
 use tonic_types::StatusExt;
 use toolmesh_proto::pb;
 use toolmesh_registry::{
-    idempotency::{IdempotencyKey, RedisIdempotency},
-    ratelimit::redis::OutagePolicy,
+    calls::idempotency::{IdempotencyKey, RedisIdempotency},
+    calls::ratelimit::redis::OutagePolicy,
     redis_pool::{RedisPool, RedisSettings},
 };
 use toolmesh_sidecar::sdk;

@@ -8,11 +8,11 @@ use std::{
 };
 
 use toolmesh_registry::{
-    descriptor::Limit,
-    ratelimit::{
+    calls::ratelimit::{
         Decision, LimiterError, RateLimiter,
         redis::{OutagePolicy, RedisLimiter},
     },
+    catalog::descriptor::Limit,
     redis_pool::{RedisPool, RedisSettings},
 };
 

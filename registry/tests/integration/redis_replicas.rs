@@ -14,7 +14,7 @@ use std::{
 use tonic::Code;
 use tonic_types::StatusExt;
 use toolmesh_proto::pb::{self, tool_event::Kind};
-use toolmesh_registry::{Config, ratelimit::redis::OutagePolicy};
+use toolmesh_registry::{Config, calls::ratelimit::redis::OutagePolicy};
 
 use crate::{
     common::redis_probe::{Watcher, raw},

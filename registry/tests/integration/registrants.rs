@@ -10,7 +10,7 @@ use tonic::{Code, Request};
 use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
-use toolmesh_registry::auth::api_keys::hash_key;
+use toolmesh_registry::access::auth::api_keys::hash_key;
 use toolmesh_test_support::catalog::{invoke, wait_for_instances};
 use toolmesh_test_support::process::{self, SidecarProcess};
 use toolmesh_test_support::redis::RedisServer;

@@ -1,0 +1,467 @@
+//! `Invoke`: look up → validate → rate limit → pick an instance → execute
+//! within the deadline → answer.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use toolmesh_proto::{
+    deadline::Deadline,
+    pb::{ExecuteRequest, InvokeRequest, InvokeResponse},
+};
+use toolmesh_telemetry::{
+    TraceContext,
+    shown::{Clipped, QUOTED_MAX, Quoted, clip},
+    spans,
+};
+use tracing::Instrument as _;
+
+use crate::{
+    access::audit::AuditLog,
+    calls::balance::Balancer,
+    calls::call_log::CallLog,
+    calls::idempotency::{
+        Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, StoredOutcome, fingerprint,
+    },
+    calls::proxy::Proxy,
+    calls::ratelimit::{CallDecision, CallLimits, RateLimiter, Refused},
+    calls::retry::Attempts,
+    catalog::descriptor::{self, Limit},
+    catalog::validate,
+    catalog::{Catalog, Entry, ToolState},
+    error::RegistryError,
+    metrics::{Metrics, RateLimitDecision, ValidationFailure},
+};
+
+/// Settings of the invoke path.
+#[derive(Debug, Clone)]
+pub(crate) struct InvokeSettings {
+    /// Timeout of tools that declare none.
+    pub default_timeout: Duration,
+    /// Largest `arguments_json` accepted.
+    pub max_arguments_bytes: usize,
+    /// Whether every call writes its [`crate::calls::call_log`] line.
+    pub log_calls: bool,
+}
+
+impl Default for InvokeSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(30),
+            max_arguments_bytes: 1 << 20,
+            log_calls: true,
+        }
+    }
+}
+
+/// Who makes a call, and from where.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    /// The caller id (`""`: anonymous).
+    pub caller: &'a str,
+    /// The agent's address.
+    pub peer: Option<SocketAddr>,
+    /// The caller's deadline, read when the request arrived; the tool's
+    /// timeout limits it once the tool is known.
+    pub deadline: Deadline,
+    /// The agent's trace context.
+    pub trace: TraceContext,
+}
+
+/// Runs agents' calls.
+pub(crate) struct Invoker {
+    attempts: Attempts,
+    audit: std::sync::OnceLock<AuditLog>,
+    idempotency: Arc<dyn IdempotencyStore>,
+    catalog: Arc<Catalog>,
+    limiter: Arc<dyn RateLimiter>,
+    settings: InvokeSettings,
+    metrics: Arc<Metrics>,
+}
+
+impl Invoker {
+    /// An invoker over its parts, recording every call in `metrics`.
+    pub(crate) fn new(
+        catalog: Arc<Catalog>,
+        limiter: Arc<dyn RateLimiter>,
+        balancer: Arc<Balancer>,
+        proxy: Arc<Proxy>,
+        idempotency: Arc<dyn IdempotencyStore>,
+        settings: InvokeSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            attempts: Attempts::new(balancer, proxy, metrics.clone()),
+            audit: std::sync::OnceLock::new(),
+            idempotency,
+            catalog,
+            limiter,
+            settings,
+            metrics,
+        }
+    }
+
+    /// Writes a record of every call to `audit` from now on; only the
+    /// first log given is kept.
+    pub(crate) fn audit_to(&self, audit: AuditLog) {
+        let _ = self.audit.set(audit);
+    }
+
+    fn audit(&self) -> &AuditLog {
+        static DISABLED: std::sync::LazyLock<AuditLog> =
+            std::sync::LazyLock::new(AuditLog::disabled);
+        self.audit.get().unwrap_or(&DISABLED)
+    }
+
+    /// Logs, meters and audits a call the policy refused as
+    /// `PERMISSION_DENIED`, what it was: only the agent is answered
+    /// `NOT_FOUND` (the caller's answer is not this record's).
+    pub(crate) fn denied(&self, request: &InvokeRequest, caller: &str, peer: Option<SocketAddr>) {
+        let reason = "the call policy gives the caller no rule for this tool".into();
+        self.refused(
+            request,
+            caller,
+            peer,
+            &RegistryError::PermissionDenied { reason },
+        );
+    }
+
+    /// Logs (and audits) a call refused before it reached the invoke path:
+    /// its caller could not be authenticated, or may not call the tool.
+    pub(crate) fn refused(
+        &self,
+        request: &InvokeRequest,
+        caller: &str,
+        peer: Option<SocketAddr>,
+        error: &RegistryError,
+    ) {
+        CallLog::start(&request.tool, self.settings.log_calls)
+            .traced(None)
+            .metered(&self.metrics)
+            .audited(self.audit(), caller, peer, request.arguments_json.len())
+            .refused(error);
+    }
+
+    /// Runs one call, and logs it in one line (and one audit record), in
+    /// an `execute_tool` span.
+    pub(crate) async fn invoke(
+        &self,
+        request: InvokeRequest,
+        call: Call<'_>,
+    ) -> Result<InvokeResponse, RegistryError> {
+        let invocation_id = uuid::Uuid::new_v4().to_string();
+        let span = toolmesh_telemetry::call_span!(
+            call.trace.is_traced(),
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", clip(&request.tool, QUOTED_MAX)),
+        );
+        if call.trace.is_traced() {
+            spans::set(&span, "gen_ai.operation.name", "execute_tool");
+            spans::set(&span, "gen_ai.tool.name", clip(&request.tool, QUOTED_MAX));
+            spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
+        }
+        let mut log = CallLog::start(&request.tool, self.settings.log_calls)
+            .traced(call.trace.trace_id())
+            .metered(&self.metrics)
+            .audited(
+                self.audit(),
+                call.caller,
+                call.peer,
+                request.arguments_json.len(),
+            );
+        let result = self
+            .run(request, &call, invocation_id, &mut log)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(response) if response.is_error => spans::failed(&span, "tool_error"),
+            Ok(_) => {}
+            Err(error) => spans::failed(&span, toolmesh_proto::code::name(error.code())),
+        }
+        log.finish(&result);
+        result
+    }
+
+    async fn run(
+        &self,
+        request: InvokeRequest,
+        call: &Call<'_>,
+        invocation_id: String,
+        log: &mut CallLog,
+    ) -> Result<InvokeResponse, RegistryError> {
+        let caller = call.caller;
+        let span = tracing::Span::current();
+        let entry =
+            self.catalog
+                .entry(&request.tool)
+                .ok_or_else(|| RegistryError::ToolNotFound {
+                    tool: request.tool.clone(),
+                })?;
+        let tool = entry.tool();
+        let arguments =
+            validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
+                .inspect_err(|_| {
+                spans::set(&span, "toolmesh.validation", "malformed");
+                self.metrics
+                    .validation_failed(&request.tool, ValidationFailure::Malformed);
+            })?;
+        entry.validator()?.check(&arguments).map_err(|violations| {
+            spans::set(&span, "toolmesh.validation", "invalid");
+            self.metrics
+                .validation_failed(&request.tool, ValidationFailure::Schema);
+            RegistryError::ArgumentsInvalid {
+                tool: request.tool.clone(),
+                violations,
+            }
+        })?;
+        spans::set(&span, "toolmesh.validation", "valid");
+        if log.wants_arguments(&tool.descriptor) {
+            log.arguments(&tool.descriptor, entry.redactor(), arguments.clone());
+        }
+        let deadline = call.deadline.limited(
+            descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout),
+        );
+        let ticket = match request.idempotency_key.as_str() {
+            "" => None,
+            key => match self.claim(tool, caller, key, &arguments, deadline).await? {
+                Claim::Run(ticket) => Some(ticket),
+                Claim::Replay(outcome) => {
+                    log.replayed();
+                    spans::set(&span, "toolmesh.idempotency_replay", true);
+                    return replay(outcome);
+                }
+                Claim::ArgumentsDiffer => {
+                    return Err(RegistryError::IdempotencyKeyReused {
+                        tool: request.tool,
+                        key: request.idempotency_key,
+                    });
+                }
+            },
+        };
+        let limited = self.take_token(tool, caller).await;
+        spans::set(
+            &span,
+            "toolmesh.rate_limit",
+            match &limited {
+                Ok(()) => "allowed",
+                Err(RegistryError::RateLimited {
+                    caller: Some(_), ..
+                }) => "limited_caller",
+                Err(RegistryError::RateLimited { caller: None, .. }) => "limited_tool",
+                Err(_) => "unavailable",
+            },
+        );
+        if let Err(error) = limited {
+            if let Some(ticket) = ticket {
+                ticket.release().await;
+            }
+            return Err(error);
+        }
+        let execute = ExecuteRequest {
+            tool: request.tool,
+            arguments_json: if toolmesh_proto::rules::no_arguments(&request.arguments_json) {
+                "{}".into()
+            } else {
+                request.arguments_json
+            },
+            invocation_id,
+            caller: caller.to_owned(),
+        };
+        let attempted = self
+            .attempts
+            .run(tool, execute, deadline, &call.trace)
+            .await;
+        log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
+        spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));
+        if let Some(instance) = &attempted.last_instance {
+            spans::set(&span, "toolmesh.instance", instance.clone());
+        }
+        let result = match attempted.result {
+            Ok(response) if !response.is_error => Ok(self.conform(&entry, response)),
+            other => other,
+        };
+        if let Some(ticket) = ticket {
+            if attempted.reached {
+                ticket.complete(stored(&result)).await;
+            } else {
+                // Provably never ran: a repeat may run it.
+                ticket.release().await;
+            }
+        }
+        result
+    }
+
+    /// `response` if its result matches the tool's output schema (or the
+    /// tool declares none); else an error result naming each mismatch, so
+    /// that a result breaking its contract never reaches the agent as if
+    /// it were valid.
+    fn conform(&self, entry: &Entry, response: InvokeResponse) -> InvokeResponse {
+        let Some(validator) = entry.output_validator() else {
+            return response;
+        };
+        let tool = entry.tool();
+        let violations = match serde_json::from_str(&response.result_json) {
+            Ok(result) => match validator.check(&result) {
+                Ok(()) => return response,
+                Err(violations) => violations,
+            },
+            Err(error) => vec![crate::error::Violation {
+                pointer: String::new(),
+                message: format!("not JSON: {error}"),
+            }],
+        };
+        self.metrics.nonconforming(tool.name());
+        tracing::warn!(
+            tool = %Quoted(tool.name()),
+            instance = %Quoted(&response.instance_id),
+            violations = violations.len(),
+            first = %Clipped(violations.first().map_or("", |v| v.message.as_str())),
+            "a result does not match the tool's output schema; the agent gets an error result"
+        );
+        let error = serde_json::json!({
+            "error": format!("the tool's result does not match its output schema, so it is withheld ({} violations)", violations.len()),
+            "violations": violations
+                .iter()
+                .map(|v| serde_json::json!({"field": v.pointer, "description": v.message}))
+                .collect::<Vec<_>>(),
+        });
+        // The blocks would carry what is withheld.
+        InvokeResponse {
+            result_json: error.to_string(),
+            is_error: true,
+            content_json: String::new(),
+            ..response
+        }
+    }
+
+    /// Claims `key` for this call, waiting (within the deadline) for an
+    /// earlier call with the same key to finish.
+    async fn claim(
+        &self,
+        tool: &ToolState,
+        caller: &str,
+        key: &str,
+        arguments: &serde_json::Value,
+        deadline: Deadline,
+    ) -> Result<Claim, RegistryError> {
+        if key.len() > MAX_IDEMPOTENCY_KEY_LEN {
+            return Err(RegistryError::InvalidRequest {
+                field: "idempotency_key".into(),
+                reason: format!("longer than {MAX_IDEMPOTENCY_KEY_LEN} bytes"),
+            });
+        }
+        let key = IdempotencyKey {
+            caller: caller.to_owned(),
+            tool: tool.name().to_owned(),
+            key: key.to_owned(),
+        };
+        let hold_for = deadline.budget() + IDEMPOTENCY_HOLD_MARGIN;
+        self.idempotency
+            .claim(&key, &fingerprint(arguments), hold_for, deadline.at())
+            .await
+            .map_err(|error| match error {
+                IdempotencyError::WaitTimedOut => RegistryError::DeadlineExceeded {
+                    tool: tool.name().to_owned(),
+                    deadline: deadline.budget(),
+                },
+                IdempotencyError::Unavailable(reason) => RegistryError::StoreUnavailable { reason },
+                IdempotencyError::Full => RegistryError::IdempotencyFull,
+            })
+    }
+
+    /// Takes the call's tokens: its caller's on the tool, then the tool's.
+    async fn take_token(&self, tool: &ToolState, caller: &str) -> Result<(), RegistryError> {
+        let limit = Limit::of(&tool.descriptor);
+        let per_caller = Limit::per_caller(&tool.descriptor);
+        if limit.is_none() && per_caller.is_none() {
+            return Ok(());
+        }
+        let call = CallLimits {
+            tool: tool.name(),
+            limit,
+            caller: per_caller.map(|l| (caller, l)),
+        };
+        let decision = self.limiter.acquire_call(call).await.map_err(|e| {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Error);
+            RegistryError::LimiterUnavailable {
+                tool: tool.name().to_owned(),
+                reason: e.to_string(),
+            }
+        })?;
+        let CallDecision::Deny { retry_after, by } = decision else {
+            self.metrics
+                .rate_limit(tool.name(), RateLimitDecision::Allowed);
+            return Ok(());
+        };
+        self.metrics.rate_limit(
+            tool.name(),
+            match by {
+                Refused::Caller => RateLimitDecision::LimitedCaller,
+                Refused::Tool => RateLimitDecision::LimitedTool,
+            },
+        );
+        let (refusing, caller) = match by {
+            Refused::Caller => (per_caller, Some(caller.to_owned())),
+            Refused::Tool => (limit, None),
+        };
+        let refusing = refusing.unwrap_or(Limit {
+            rate: 0.0,
+            burst: 0,
+        });
+        Err(RegistryError::RateLimited {
+            tool: tool.name().to_owned(),
+            caller,
+            retry_after,
+            rate: refusing.rate,
+            burst: refusing.burst,
+        })
+    }
+}
+
+/// Longest idempotency key accepted.
+pub(crate) const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// How long past its deadline a call may hold its idempotency key (a replica
+/// that died mid-call frees it then).
+const IDEMPOTENCY_HOLD_MARGIN: Duration = Duration::from_secs(5);
+
+/// What a repeat of this call will be answered with.
+fn stored(result: &Result<InvokeResponse, RegistryError>) -> StoredOutcome {
+    match result {
+        Ok(response) => StoredOutcome::Response {
+            result_json: response.result_json.clone(),
+            is_error: response.is_error,
+            instance_id: response.instance_id.clone(),
+            attempts: response.attempts,
+            content_json: response.content_json.clone(),
+        },
+        Err(error) => {
+            let status = error.to_status();
+            StoredOutcome::Status {
+                code: status.code() as i32,
+                message: status.message().to_owned(),
+            }
+        }
+    }
+}
+
+/// The answer a repeat gets.
+fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
+    match outcome {
+        StoredOutcome::Response {
+            result_json,
+            is_error,
+            instance_id,
+            attempts,
+            content_json,
+        } => Ok(InvokeResponse {
+            result_json,
+            is_error,
+            instance_id,
+            attempts,
+            content_json,
+        }),
+        StoredOutcome::Status { code, message } => Err(RegistryError::Replayed {
+            code: tonic::Code::from_i32(code),
+            message,
+        }),
+    }
+}

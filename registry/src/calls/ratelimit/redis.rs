@@ -1,0 +1,403 @@
+//! [`RedisLimiter`]: GCRA shared by every registry replica, exact across
+//! them.
+//!
+//! Each decision is one Lua script (`gcra.lua`, loaded once and called by
+//! its SHA) that reads and writes one key, `{<prefix>:rl:<key>}`, and takes
+//! the time from Redis (`TIME`), so no replica's clock can skew the answer.
+//! The hash tag puts each key in its own Cluster slot. A key expires once its
+//! bucket is full again, so idle tools leave nothing behind.
+//!
+//! When Redis does not answer (including while the pool's breaker is open,
+//! which answers at once), the [`OutagePolicy`] decides: refuse the call, or
+//! decide in this process with this replica's share of the limit.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use ::redis::Script;
+
+use super::{CallDecision, CallLimits, Decision, LimiterError, LocalLimiter, RateLimiter, Refused};
+use crate::{
+    catalog::descriptor::Limit,
+    metrics::RedisOp,
+    redis_pool::{Dependent, RedisError, RedisPool},
+};
+
+/// Longest emission interval sent to Redis, in microseconds (about 31
+/// years): far beyond any accepted rate, it keeps the script's arithmetic
+/// finite whatever the limit says.
+const MAX_INTERVAL_US: f64 = 1e15;
+
+/// What the limiter does while Redis is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OutagePolicy {
+    /// Refuse rate-limited calls (the registry answers `UNAVAILABLE`): no
+    /// limit is ever exceeded.
+    #[default]
+    #[value(name = "fail-closed")]
+    FailClosed,
+    /// Decide in each replica with its share of the limit (rate and burst
+    /// divided by the live replica count): calls go on, and the sum over the
+    /// replicas stays close to the limit.
+    #[value(name = "degrade")]
+    Degrade,
+}
+
+impl std::fmt::Display for OutagePolicy {
+    /// The flag's own spelling: `fail-closed`, `degrade`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum as _;
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What rate-limited calls get while Redis is away under `policy`, with
+/// `replicas` live replicas last seen, as the pool's outage reports say it.
+fn outage_consequence(policy: OutagePolicy, replicas: usize) -> String {
+    match policy {
+        OutagePolicy::FailClosed => format!(
+            "calls to rate-limited tools are refused with UNAVAILABLE (--redis-outage {policy})"
+        ),
+        OutagePolicy::Degrade => format!(
+            "rate limits are enforced by each replica alone, with 1/{replicas} of each limit (--redis-outage {policy}, {replicas} replicas last seen)"
+        ),
+    }
+}
+
+/// GCRA in Redis, one key per limit key, shared by every replica.
+pub struct RedisLimiter {
+    pool: Arc<RedisPool>,
+    prefix: String,
+    policy: OutagePolicy,
+    replicas: Arc<AtomicUsize>,
+    script: Script,
+    /// Buckets for decisions taken here while Redis is away (`Degrade`).
+    local: LocalLimiter,
+    /// Whether the last decision found Redis unavailable (logs transitions).
+    outage: AtomicBool,
+}
+
+impl RedisLimiter {
+    /// A limiter over `pool`, its keys under `prefix`, applying `policy`
+    /// when Redis is unavailable. `replicas` is the live replica count (as
+    /// the catalog store last saw it) that `Degrade` divides limits by.
+    pub fn new(
+        pool: Arc<RedisPool>,
+        prefix: &str,
+        policy: OutagePolicy,
+        replicas: Arc<AtomicUsize>,
+    ) -> Self {
+        pool.on_outage(Dependent::RateLimits, {
+            let replicas = replicas.clone();
+            move || outage_consequence(policy, replicas.load(Ordering::Relaxed).max(1))
+        });
+        Self {
+            pool,
+            prefix: prefix.to_owned(),
+            policy,
+            replicas,
+            script: Script::new(include_str!("gcra.lua")),
+            local: LocalLimiter::new(),
+            outage: AtomicBool::new(false),
+        }
+    }
+
+    /// The Redis key holding `key`'s bucket: `{<prefix>:rl:<key>}`.
+    pub fn redis_key(&self, key: &str) -> String {
+        format!("{{{}:rl:{key}}}", self.prefix)
+    }
+
+    /// The Redis key of `caller`'s bucket on `tool`: in the tool's hash
+    /// slot, so one script takes both on Redis Cluster.
+    pub fn caller_redis_key(&self, tool: &str, caller: &str) -> String {
+        format!("{}:caller:{caller}", self.redis_key(tool))
+    }
+
+    /// Whether the last decision found Redis unavailable.
+    pub fn in_outage(&self) -> bool {
+        self.outage.load(Ordering::Relaxed)
+    }
+
+    /// One decision by the script in Redis over `buckets` (key, limit), in
+    /// order: `None` to go ahead, or the refusing bucket's index and wait.
+    async fn decide_in_redis(
+        &self,
+        buckets: &[(String, Limit)],
+    ) -> Result<Option<(usize, Duration)>, RedisError> {
+        let mut invocation = self.script.prepare_invoke();
+        for (key, limit) in buckets {
+            invocation
+                .key(key)
+                .arg(interval_us(*limit))
+                .arg(limit.burst.max(1));
+        }
+        let reply: i64 = self
+            .pool
+            .run(RedisOp::RateLimit, async |conn| {
+                invocation.invoke_async(conn).await
+            })
+            .await?;
+        Ok(refusal(reply))
+    }
+
+    /// Notes that Redis failed. The pool reports the outage, and what this
+    /// limiter does meanwhile ([`outage_consequence`]).
+    fn enter_outage(&self, key: &str, error: &RedisError) {
+        if !self.outage.swap(true, Ordering::Relaxed) {
+            tracing::debug!(%key, %error, policy = %self.policy, "rate limits follow the outage policy");
+        }
+    }
+
+    /// Notes that Redis answered.
+    fn leave_outage(&self) {
+        if self.outage.swap(false, Ordering::Relaxed) {
+            tracing::debug!("rate limits are global again");
+        }
+    }
+
+    fn replica_count(&self) -> usize {
+        self.replicas.load(Ordering::Relaxed).max(1)
+    }
+}
+
+#[async_trait::async_trait]
+impl RateLimiter for RedisLimiter {
+    async fn acquire(&self, key: &str, limit: Limit) -> Result<Decision, LimiterError> {
+        match self.decide_in_redis(&[(self.redis_key(key), limit)]).await {
+            Ok(decision) => {
+                self.leave_outage();
+                Ok(
+                    decision.map_or(Decision::Allow, |(_, retry_after)| Decision::Deny {
+                        retry_after,
+                    }),
+                )
+            }
+            Err(error) => {
+                self.enter_outage(key, &error);
+                match self.policy {
+                    OutagePolicy::FailClosed => Err(LimiterError::Unavailable(error.to_string())),
+                    OutagePolicy::Degrade => {
+                        Ok(self.local.check(key, share(limit, self.replica_count())))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Both buckets in one script, so one Redis round trip per call.
+    async fn acquire_call(&self, call: CallLimits<'_>) -> Result<CallDecision, LimiterError> {
+        let mut buckets = Vec::with_capacity(2);
+        let mut refusers = Vec::with_capacity(2);
+        if let Some((caller, limit)) = call.caller {
+            buckets.push((self.caller_redis_key(call.tool, caller), limit));
+            refusers.push(Refused::Caller);
+        }
+        if let Some(limit) = call.limit {
+            buckets.push((self.redis_key(call.tool), limit));
+            refusers.push(Refused::Tool);
+        }
+        if buckets.is_empty() {
+            return Ok(CallDecision::Allow);
+        }
+        match self.decide_in_redis(&buckets).await {
+            Ok(decision) => {
+                self.leave_outage();
+                Ok(match decision {
+                    None => CallDecision::Allow,
+                    Some((index, retry_after)) => CallDecision::Deny {
+                        retry_after,
+                        by: refusers.get(index).copied().unwrap_or(Refused::Tool),
+                    },
+                })
+            }
+            Err(error) => {
+                self.enter_outage(call.tool, &error);
+                match self.policy {
+                    OutagePolicy::FailClosed => Err(LimiterError::Unavailable(error.to_string())),
+                    OutagePolicy::Degrade => {
+                        let replicas = self.replica_count();
+                        let shared = CallLimits {
+                            limit: call.limit.map(|l| share(l, replicas)),
+                            caller: call.caller.map(|(c, l)| (c, share(l, replicas))),
+                            ..call
+                        };
+                        self.local.acquire_call(shared).await
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        // The Redis key expires by itself once its bucket is full.
+        self.local.forget(key);
+    }
+}
+
+/// One replica's share of `limit` when `replicas` replicas decide apart:
+/// `rate / n`, and `burst / n` rounded up (at least 1), `n` at least 1.
+pub fn share(limit: Limit, replicas: usize) -> Limit {
+    let n = u32::try_from(replicas.max(1)).unwrap_or(u32::MAX);
+    Limit {
+        rate: limit.rate / f64::from(n),
+        burst: limit.burst.div_ceil(n).max(1),
+    }
+}
+
+/// The script's reply read back: `None` (0) to go ahead, else the refusing
+/// bucket's index, from 0, and the wait (`retry_after_us * 16 + i`, `i`
+/// from 1).
+fn refusal(reply: i64) -> Option<(usize, Duration)> {
+    let reply = u64::try_from(reply).ok().filter(|&r| r > 0)?;
+    let index = usize::try_from(reply % 16).unwrap_or(1).saturating_sub(1);
+    Some((index, Duration::from_micros(reply / 16)))
+}
+
+/// GCRA's emission interval of `limit` in microseconds, as the script's
+/// argument: the shortest decimal that reads back as the same double.
+fn interval_us(limit: Limit) -> String {
+    let interval = 1e6 / limit.rate;
+    let interval = if interval.is_finite() && interval > 0.0 {
+        interval.min(MAX_INTERVAL_US)
+    } else {
+        MAX_INTERVAL_US
+    };
+    interval.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(rate: f64, burst: u32) -> Limit {
+        Limit { rate, burst }
+    }
+
+    #[test]
+    fn policies_read_as_the_flag_spells_them() {
+        assert_eq!(OutagePolicy::FailClosed.to_string(), "fail-closed");
+        assert_eq!(OutagePolicy::Degrade.to_string(), "degrade");
+        assert!(outage_consequence(OutagePolicy::Degrade, 3).contains("1/3 of each limit"));
+    }
+
+    #[test]
+    fn share_divides_rate_and_rounds_burst_up() {
+        assert_eq!(share(limit(30.0, 30), 3), limit(10.0, 10));
+        assert_eq!(share(limit(20.0, 10), 3), limit(20.0 / 3.0, 4));
+        assert_eq!(share(limit(1.0, 1), 5), limit(0.2, 1));
+        assert_eq!(share(limit(0.5, 7), 2), limit(0.25, 4));
+    }
+
+    #[test]
+    fn share_treats_zero_replicas_as_one() {
+        assert_eq!(share(limit(20.0, 10), 0), limit(20.0, 10));
+        assert_eq!(share(limit(20.0, 10), 1), limit(20.0, 10));
+    }
+
+    #[test]
+    fn share_never_drops_burst_to_zero() {
+        assert_eq!(share(limit(5.0, 0), 4).burst, 1);
+        assert_eq!(share(limit(5.0, 3), usize::MAX).burst, 1);
+    }
+
+    #[test]
+    fn the_reply_names_the_refusing_bucket_and_its_wait() {
+        assert_eq!(refusal(0), None);
+        assert_eq!(refusal(-5), None, "never a refusal out of nothing");
+        assert_eq!(
+            refusal(50_000 * 16 + 1),
+            Some((0, Duration::from_millis(50)))
+        );
+        assert_eq!(refusal(7 * 16 + 2), Some((1, Duration::from_micros(7))));
+        let longest = (1_i64 << 48) * 16 + 1;
+        assert_eq!(
+            refusal(longest),
+            Some((0, Duration::from_micros(1 << 48))),
+            "the script's cap survives the round trip"
+        );
+    }
+
+    #[test]
+    fn interval_is_exact_and_always_finite() {
+        assert_eq!(interval_us(limit(20.0, 1)), "50000");
+        assert_eq!(interval_us(limit(3.0, 1)), (1e6 / 3.0).to_string());
+        assert_eq!(interval_us(limit(1e6, 1)), "1");
+        assert_eq!(interval_us(limit(1.0 / 86_400.0, 1)), "86400000000");
+        let huge = MAX_INTERVAL_US.to_string();
+        assert_eq!(interval_us(limit(0.0, 1)), huge);
+        assert_eq!(interval_us(limit(-1.0, 1)), huge);
+        assert_eq!(interval_us(limit(f64::NAN, 1)), huge);
+        assert!(!huge.contains('e'), "Lua reads plain decimals: {huge}");
+    }
+
+    #[test]
+    fn keys_carry_their_own_hash_tag() {
+        let pool = RedisPool::new(crate::redis_pool::RedisSettings::default());
+        let Ok(pool) = pool else {
+            panic!("default settings are valid");
+        };
+        let limiter = RedisLimiter::new(
+            pool,
+            "toolmesh",
+            OutagePolicy::default(),
+            Arc::new(AtomicUsize::new(1)),
+        );
+        assert_eq!(limiter.redis_key("search"), "{toolmesh:rl:search}");
+    }
+
+    /// A port nothing listens on: bound, then released.
+    fn dead_redis(policy: OutagePolicy, replicas: usize) -> RedisLimiter {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(1);
+        let settings = crate::redis_pool::RedisSettings {
+            url: format!("redis://127.0.0.1:{port}"),
+            call_timeout: Duration::from_millis(100),
+            breaker_failures: 1,
+            breaker_cooldown: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let Ok(pool) = RedisPool::new(settings) else {
+            panic!("settings are valid");
+        };
+        RedisLimiter::new(pool, "t", policy, Arc::new(AtomicUsize::new(replicas)))
+    }
+
+    #[tokio::test]
+    async fn fail_closed_refuses_when_redis_is_down() {
+        let limiter = dead_redis(OutagePolicy::FailClosed, 1);
+        for _ in 0..3 {
+            let result = limiter.acquire("k", limit(100.0, 100)).await;
+            assert!(matches!(result, Err(LimiterError::Unavailable(_))));
+        }
+        assert!(limiter.in_outage());
+    }
+
+    #[tokio::test]
+    async fn degrade_admits_this_replicas_share() {
+        let limiter = dead_redis(OutagePolicy::Degrade, 4);
+        let mut admitted = 0;
+        for _ in 0..40 {
+            let decision = limiter.acquire("k", limit(1.0, 40)).await;
+            if matches!(decision, Ok(Decision::Allow)) {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10, "burst 40 over 4 replicas");
+        assert!(limiter.in_outage());
+        limiter.forget("k");
+        assert!(matches!(
+            limiter.acquire("k", limit(1.0, 40)).await,
+            Ok(Decision::Allow)
+        ));
+    }
+}

@@ -1,0 +1,417 @@
+//! Rules for tool descriptors: what an announce may carry, and how two
+//! descriptors of one tool differ.
+
+use std::time::Duration;
+
+use toolmesh_proto::pb::{RateLimit, ToolDescriptor};
+
+use crate::error::RegistryError;
+
+/// Longest tool name (the function-name limit of the major LLM APIs).
+pub const MAX_NAME_LEN: usize = toolmesh_proto::tool_name::MAX_LEN;
+pub use toolmesh_proto::rules::{MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TITLE_BYTES};
+/// Most tags on one tool.
+pub const MAX_TAGS: usize = 32;
+/// Longest tag, and longest `version`, in bytes.
+pub const MAX_LABEL_BYTES: usize = 64;
+/// Smallest accepted rate: one call a day.
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
+/// Largest accepted rate.
+pub const MAX_RATE: f64 = 1e6;
+
+/// Whether `name` is a valid tool name ([`toolmesh_proto::tool_name`]).
+pub fn is_valid_name(name: &str) -> bool {
+    toolmesh_proto::tool_name::is_valid(name)
+}
+
+/// A validated rate limit with its burst resolved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limit {
+    /// Calls per second.
+    pub rate: f64,
+    /// Calls allowed at once.
+    pub burst: u32,
+}
+
+impl Limit {
+    /// The limit a descriptor declares, `None` if it is unlimited.
+    pub fn of(descriptor: &ToolDescriptor) -> Option<Self> {
+        descriptor.rate_limit.as_ref().map(Self::from_proto)
+    }
+
+    /// The limit each caller has on the tool, `None` if there is none.
+    pub fn per_caller(descriptor: &ToolDescriptor) -> Option<Self> {
+        descriptor
+            .per_caller_rate_limit
+            .as_ref()
+            .map(Self::from_proto)
+    }
+
+    fn from_proto(limit: &RateLimit) -> Self {
+        Self {
+            rate: limit.rate,
+            burst: resolved_burst(limit),
+        }
+    }
+
+    /// The time between two tokens (GCRA's emission interval).
+    pub fn period(&self) -> Duration {
+        Duration::try_from_secs_f64(1.0 / self.rate).unwrap_or(Duration::MAX)
+    }
+}
+
+fn resolved_burst(limit: &RateLimit) -> u32 {
+    if limit.burst > 0 {
+        limit.burst
+    } else {
+        // Truncation is intended: rate is bounded by MAX_RATE.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let burst = limit.rate.ceil().max(1.0) as u32;
+        burst
+    }
+}
+
+/// The timeout a descriptor declares, if any.
+pub fn timeout(descriptor: &ToolDescriptor) -> Option<Duration> {
+    toolmesh_proto::rules::duration(descriptor.timeout)
+}
+
+/// Checks a descriptor's fields (not its schemas, see [`crate::catalog::validate`]).
+/// `field` names it in errors, e.g. `tools[2]`; a `timeout` may be at most
+/// `max_timeout`.
+pub fn check(
+    descriptor: &ToolDescriptor,
+    field: &str,
+    max_timeout: Duration,
+) -> Result<(), RegistryError> {
+    let name = &descriptor.name;
+    let invalid = |sub: &str, reason: String| RegistryError::InvalidDescriptor {
+        tool: name.clone(),
+        field: format!("{field}.{sub}"),
+        reason,
+    };
+    if !is_valid_name(name) {
+        return Err(invalid(
+            "name",
+            format!(
+                "{name:?} must be 1 to {MAX_NAME_LEN} characters of letters, digits, '_', '-' or '.'"
+            ),
+        ));
+    }
+    if descriptor.title.len() > MAX_TITLE_BYTES || descriptor.title.contains(char::is_control) {
+        return Err(invalid(
+            "title",
+            format!("must be at most {MAX_TITLE_BYTES} bytes, on one line"),
+        ));
+    }
+    if descriptor.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(invalid(
+            "description",
+            format!("longer than {MAX_DESCRIPTION_BYTES} bytes"),
+        ));
+    }
+    for (sub, schema) in [
+        ("input_schema_json", &descriptor.input_schema_json),
+        ("output_schema_json", &descriptor.output_schema_json),
+    ] {
+        if schema.len() > MAX_SCHEMA_BYTES {
+            return Err(invalid(
+                sub,
+                format!("longer than {MAX_SCHEMA_BYTES} bytes"),
+            ));
+        }
+    }
+    if descriptor.version.len() > MAX_LABEL_BYTES {
+        return Err(invalid(
+            "version",
+            format!("longer than {MAX_LABEL_BYTES} bytes"),
+        ));
+    }
+    if descriptor.tags.len() > MAX_TAGS {
+        return Err(invalid("tags", format!("more than {MAX_TAGS} tags")));
+    }
+    if let Some(i) = descriptor
+        .tags
+        .iter()
+        .position(|t| t.is_empty() || t.len() > MAX_LABEL_BYTES)
+    {
+        return Err(invalid(
+            &format!("tags[{i}]"),
+            format!("a tag must be 1 to {MAX_LABEL_BYTES} bytes"),
+        ));
+    }
+    for (field, limit) in [
+        ("rate_limit.rate", &descriptor.rate_limit),
+        (
+            "per_caller_rate_limit.rate",
+            &descriptor.per_caller_rate_limit,
+        ),
+    ] {
+        if let Some(limit) = limit
+            && !(limit.rate.is_finite() && (MIN_RATE..=MAX_RATE).contains(&limit.rate))
+        {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} must be between {MIN_RATE:.6} and {MAX_RATE} calls per second",
+                    limit.rate
+                ),
+            ));
+        }
+    }
+    if let Some(t) = descriptor.timeout {
+        let max = humantime::format_duration(max_timeout);
+        if !(0..1_000_000_000).contains(&t.nanos) {
+            return Err(invalid(
+                "timeout.nanos",
+                format!("{} must be from 0 to 999999999", t.nanos),
+            ));
+        }
+        match Duration::try_from(t) {
+            Err(_) => return Err(invalid("timeout", "must not be negative".into())),
+            Ok(timeout) if timeout > max_timeout => {
+                return Err(invalid("timeout", format!("must be at most {max}")));
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// How `new` differs from `live`, one line per field; empty if they agree.
+pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: String, b: String| {
+        if a != b {
+            out.push(format!("{name}: live {a} != announced {b}"));
+        }
+    };
+    field(
+        "description",
+        format!("{:?}", live.description),
+        format!("{:?}", new.description),
+    );
+    field(
+        "input_schema_json",
+        schema_text(&live.input_schema_json),
+        schema_text(&new.input_schema_json),
+    );
+    field(
+        "output_schema_json",
+        schema_text(&live.output_schema_json),
+        schema_text(&new.output_schema_json),
+    );
+    field(
+        "version",
+        format!("{:?}", live.version),
+        format!("{:?}", new.version),
+    );
+    field(
+        "tags",
+        format!("{:?}", live.tags),
+        format!("{:?}", new.tags),
+    );
+    field(
+        "rate_limit",
+        limit_text(Limit::of(live)),
+        limit_text(Limit::of(new)),
+    );
+    field(
+        "per_caller_rate_limit",
+        limit_text(Limit::per_caller(live)),
+        limit_text(Limit::per_caller(new)),
+    );
+    field("timeout", timeout_text(live), timeout_text(new));
+    field(
+        "idempotent",
+        live.idempotent.to_string(),
+        new.idempotent.to_string(),
+    );
+    field(
+        "audit_arguments",
+        live.audit_arguments.to_string(),
+        new.audit_arguments.to_string(),
+    );
+    field(
+        "title",
+        format!("{:?}", live.title),
+        format!("{:?}", new.title),
+    );
+    for (name, a, b) in [
+        ("read_only", live.read_only, new.read_only),
+        ("destructive", live.destructive, new.destructive),
+        ("open_world", live.open_world, new.open_world),
+    ] {
+        field(name, hint_text(a), hint_text(b));
+    }
+    out
+}
+
+fn hint_text(hint: Option<bool>) -> String {
+    hint.map_or_else(|| "unset".into(), |h| h.to_string())
+}
+
+/// Schemas compare as JSON values, so formatting differences do not conflict.
+fn schema_text(schema: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(schema) {
+        Ok(value) => value.to_string(),
+        Err(_) => format!("{schema:?}"),
+    }
+}
+
+fn limit_text(limit: Option<Limit>) -> String {
+    limit.map_or_else(
+        || "unlimited".into(),
+        |l| format!("{}/s burst {}", l.rate, l.burst),
+    )
+}
+
+fn timeout_text(d: &ToolDescriptor) -> String {
+    timeout(d).map_or_else(
+        || "default".into(),
+        |t| humantime::format_duration(t).to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn descriptor() -> ToolDescriptor {
+        ToolDescriptor {
+            name: "word_count".into(),
+            description: "Count words".into(),
+            input_schema_json: r#"{"type":"object"}"#.into(),
+            rate_limit: Some(RateLimit {
+                rate: 2.5,
+                burst: 0,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn timeouts_versions_and_tags_are_bounded() {
+        let hour = Duration::from_secs(3600);
+        let field = |d: &ToolDescriptor| match check(d, "tools[0]", hour) {
+            Err(RegistryError::InvalidDescriptor { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let with_timeout = |seconds, nanos| ToolDescriptor {
+            timeout: Some(prost_types::Duration { seconds, nanos }),
+            ..descriptor()
+        };
+        assert_eq!(field(&with_timeout(1, -1)), "tools[0].timeout.nanos");
+        assert_eq!(
+            field(&with_timeout(1, 1_000_000_000)),
+            "tools[0].timeout.nanos"
+        );
+        assert_eq!(field(&with_timeout(-1, 0)), "tools[0].timeout");
+        assert_eq!(field(&with_timeout(i64::MAX, 0)), "tools[0].timeout");
+        assert_eq!(field(&with_timeout(3600, 1)), "tools[0].timeout");
+        assert!(check(&with_timeout(3600, 0), "tools[0]", hour).is_ok());
+        assert!(check(&with_timeout(0, 999_999_999), "tools[0]", hour).is_ok());
+
+        let versioned = ToolDescriptor {
+            version: "v".repeat(MAX_LABEL_BYTES + 1),
+            ..descriptor()
+        };
+        assert_eq!(field(&versioned), "tools[0].version");
+        let tagged = ToolDescriptor {
+            tags: vec!["ok".into(), String::new()],
+            ..descriptor()
+        };
+        assert_eq!(field(&tagged), "tools[0].tags[1]");
+        let tagged = ToolDescriptor {
+            tags: vec!["t".repeat(MAX_LABEL_BYTES + 1)],
+            ..descriptor()
+        };
+        assert_eq!(field(&tagged), "tools[0].tags[0]");
+    }
+
+    #[test]
+    fn burst_defaults_to_ceil_of_rate() {
+        assert_eq!(Limit::of(&descriptor()).map(|l| l.burst), Some(3));
+    }
+
+    #[test]
+    fn identical_descriptors_do_not_differ_even_if_schema_spacing_does() {
+        let mut b = descriptor();
+        b.input_schema_json = r#"{ "type" : "object" }"#.into();
+        assert!(differences(&descriptor(), &b).is_empty());
+    }
+
+    #[test]
+    fn differences_name_the_field() {
+        let mut b = descriptor();
+        b.version = "2".into();
+        b.idempotent = true;
+        let diff = differences(&descriptor(), &b);
+        assert_eq!(diff.len(), 2, "{diff:?}");
+        assert!(diff[0].starts_with("version:"));
+        assert!(diff[1].starts_with("idempotent:"));
+
+        let mut c = descriptor();
+        c.title = "Add".into();
+        c.destructive = Some(false);
+        let diff = differences(&descriptor(), &c);
+        assert_eq!(
+            diff,
+            [
+                r#"title: live "" != announced "Add""#,
+                "destructive: live unset != announced false"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_title_is_one_short_line() {
+        let field = |d: &ToolDescriptor| match check(d, "tools[0]", Duration::from_secs(60)) {
+            Err(RegistryError::InvalidDescriptor { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        for title in ["two\nlines".to_owned(), "t".repeat(MAX_TITLE_BYTES + 1)] {
+            let d = ToolDescriptor {
+                title,
+                ..descriptor()
+            };
+            assert_eq!(field(&d), "tools[0].title");
+        }
+        let fine = ToolDescriptor {
+            title: "Word count".into(),
+            ..descriptor()
+        };
+        assert!(check(&fine, "tools[0]", Duration::from_secs(60)).is_ok());
+    }
+
+    #[test]
+    fn bad_rates_are_refused() {
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e9] {
+            let mut d = descriptor();
+            d.rate_limit = Some(RateLimit { rate, burst: 1 });
+            assert!(
+                check(&d, "tools[0]", Duration::from_secs(3600)).is_err(),
+                "rate {rate}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn names_follow_the_llm_function_name_rules(name in "\\PC{0,80}") {
+            let ok = is_valid_name(&name);
+            let expected = (1..=64).contains(&name.len())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+            prop_assert_eq!(ok, expected);
+        }
+
+        #[test]
+        fn period_is_finite_for_accepted_rates(rate in MIN_RATE..MAX_RATE) {
+            let limit = Limit { rate, burst: 1 };
+            prop_assert!(limit.period() > Duration::ZERO);
+            prop_assert!(limit.period() <= Duration::from_secs(86_400));
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! The embedded engine: catalog state in this process's memory.
+//!
+//! Writes take one mutex, so an announce's conflict check and its effect are
+//! atomic, and changes reach the `CatalogView` in the order they happen.
+//! Reads go to the view and never touch the mutex. Expired leases are swept
+//! by a background task that lives as long as the store, from an index of
+//! leases by expiry: a sweep costs what expires, not what is held.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, Weak},
+    time::Duration,
+};
+
+use tokio::{sync::broadcast, time::Instant};
+use toolmesh_proto::pb::ToolDescriptor;
+
+use crate::{
+    access::audit::AuditLog,
+    catalog::descriptor,
+    catalog::store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
+    catalog::store::{CatalogStore, view::CatalogView},
+    error::RegistryError,
+    metrics::Metrics,
+};
+
+/// Bounds on what the network can make the store hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most live instances.
+    pub max_instances: usize,
+    /// Most distinct tools.
+    pub max_tools: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_instances: 10_000,
+            max_tools: 10_000,
+        }
+    }
+}
+
+struct LeaseRecord {
+    instance: Arc<Instance>,
+    tools: Vec<String>,
+    expires: Instant,
+    owner: String,
+}
+
+struct ToolRecord {
+    descriptor: Arc<ToolDescriptor>,
+    instances: BTreeMap<String, Arc<Instance>>,
+    /// The registrant holding every instance of the tool.
+    owner: String,
+}
+
+#[derive(Default)]
+struct State {
+    leases: HashMap<String, LeaseRecord>,
+    /// Every lease in `leases`, by when it expires.
+    expiries: BTreeSet<(Instant, String)>,
+    lease_of_instance: HashMap<String, String>,
+    tools: HashMap<String, ToolRecord>,
+    /// Live leases per owner.
+    held: HashMap<String, usize>,
+    /// Tool names per owner.
+    owned: HashMap<String, usize>,
+}
+
+/// The in-memory [`CatalogStore`].
+pub struct MemoryStore {
+    audit: std::sync::OnceLock<AuditLog>,
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
+    ttl: Duration,
+    limits: Limits,
+    state: Mutex<State>,
+    view: CatalogView,
+}
+
+impl MemoryStore {
+    /// A store granting leases of `ttl`, with its expiry sweeper running on
+    /// the current tokio runtime until the store is dropped.
+    pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
+        let store = Arc::new(Self {
+            audit: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
+            ttl,
+            limits,
+            state: Mutex::new(State::default()),
+            view: CatalogView::default(),
+        });
+        tokio::spawn(sweep(Arc::downgrade(&store), sweep_interval(ttl)));
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code path panics while holding the lock, but a poisoned lock must
+        // not take the registry down with it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Removes every lease whose time has passed; returns how many.
+    pub fn expire(&self, now: Instant) -> usize {
+        let mut state = self.lock();
+        let mut expired = Vec::new();
+        while state.expiries.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, lease_id)) = state.expiries.pop_first() {
+                expired.push(lease_id);
+            }
+        }
+        let mut touched = BTreeSet::new();
+        for lease_id in &expired {
+            if let Some(record) = remove_lease(&mut state, lease_id) {
+                tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
+                if let Some(metrics) = self.metrics.get() {
+                    metrics.lease_expired();
+                }
+                if let Some(audit) = self.audit.get() {
+                    audit.record(super::expiry_record(
+                        &record.owner,
+                        &record.instance.id,
+                        &record.instance.endpoint,
+                        record.tools.clone(),
+                    ));
+                }
+                touched.extend(record.tools);
+            }
+        }
+        self.publish(&state, touched);
+        expired.len()
+    }
+
+    /// Publishes the new state of `names` to readers and watchers. Called
+    /// with the state lock held, so changes go out in the order they happen.
+    fn publish(&self, state: &State, names: BTreeSet<String>) {
+        for name in names {
+            let after = state.tools.get(&name).map(|record| ToolState {
+                descriptor: record.descriptor.clone(),
+                instances: record.instances.values().cloned().collect(),
+            });
+            self.view.apply(&name, after);
+        }
+    }
+}
+
+fn sweep_interval(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+async fn sweep(store: Weak<MemoryStore>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        store.expire(Instant::now());
+    }
+}
+
+/// Takes a lease out of `state`, detaching its instance from its tools.
+fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
+    let record = state.leases.remove(lease_id)?;
+    state
+        .expiries
+        .remove(&(record.expires, lease_id.to_owned()));
+    release(&mut state.held, &record.owner);
+    if state
+        .lease_of_instance
+        .get(&record.instance.id)
+        .map(String::as_str)
+        == Some(lease_id)
+    {
+        state.lease_of_instance.remove(&record.instance.id);
+    }
+    for name in &record.tools {
+        if let Some(tool) = state.tools.get_mut(name) {
+            tool.instances.remove(&record.instance.id);
+            if tool.instances.is_empty()
+                && let Some(gone) = state.tools.remove(name)
+            {
+                release(&mut state.owned, &gone.owner);
+            }
+        }
+    }
+    Some(record)
+}
+
+/// One fewer of what `owner` holds in `counts`, forgetting it at zero.
+fn release(counts: &mut HashMap<String, usize>, owner: &str) {
+    if let Some(count) = counts.get_mut(owner) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(owner);
+        }
+    }
+}
+
+/// Refuses an announce whose descriptors differ from live ones, or that would
+/// grow the catalog past its limits. Instances of `instance_id` itself do not
+/// count: an instance may change its own tools.
+fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), RegistryError> {
+    let old = state
+        .lease_of_instance
+        .get(&a.instance_id)
+        .and_then(|lease| state.leases.get(lease));
+    if old.is_some_and(|lease| lease.owner != a.owner.name) {
+        return Err(super::instance_held_by_another(&a.instance_id));
+    }
+    for tool in &a.tools {
+        let Some(live) = state.tools.get(&tool.name) else {
+            continue;
+        };
+        if live.owner != a.owner.name {
+            return Err(super::tool_held_by_another(&tool.name));
+        }
+        let others = live.instances.keys().any(|id| *id != a.instance_id);
+        if others {
+            let differences = descriptor::differences(&live.descriptor, tool);
+            if !differences.is_empty() {
+                return Err(RegistryError::DescriptorConflict {
+                    tool: tool.name.clone(),
+                    differences,
+                });
+            }
+        }
+    }
+    let replacing = old.is_some();
+    if let Some(max) = a.owner.max_instances
+        && !replacing
+        && state.held.get(&a.owner.name).copied().unwrap_or(0) >= max
+    {
+        return Err(super::owner_full(&a.owner.name, max));
+    }
+    if !replacing && state.leases.len() >= limits.max_instances {
+        return Err(RegistryError::CatalogFull(format!(
+            "{} live instances is the limit",
+            limits.max_instances
+        )));
+    }
+    // Tools only this instance serves go away with its old lease.
+    // Those are among its old lease's tools: counting them, not every tool,
+    // keeps an announce's cost independent of the catalog's size.
+    let kept = |record: &ToolRecord| record.instances.keys().any(|id| *id != a.instance_id);
+    let only_here = old.map_or(0, |lease| {
+        lease
+            .tools
+            .iter()
+            .filter(|name| state.tools.get(*name).is_some_and(|r| !kept(r)))
+            .count()
+    });
+    let remaining = state.tools.len().saturating_sub(only_here);
+    let added = a
+        .tools
+        .iter()
+        .filter(|t| !state.tools.get(&t.name).is_some_and(kept))
+        .count();
+    if let Some(max) = a.owner.max_tools {
+        let held = state.owned.get(&a.owner.name).copied().unwrap_or(0);
+        if held.saturating_sub(only_here) + added > max {
+            return Err(super::owner_tools_full(&a.owner.name, max));
+        }
+    }
+    if remaining + added > limits.max_tools {
+        return Err(RegistryError::CatalogFull(format!(
+            "{} tools is the limit",
+            limits.max_tools
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl CatalogStore for MemoryStore {
+    async fn announce(&self, a: Announcement) -> Result<Lease, RegistryError> {
+        let mut state = self.lock();
+        check_fits(&state, self.limits, &a)?;
+
+        let mut touched = BTreeSet::new();
+        if let Some(old) = state.lease_of_instance.get(&a.instance_id).cloned()
+            && let Some(record) = remove_lease(&mut state, &old)
+        {
+            touched.extend(record.tools);
+        }
+        let instance = Arc::new(Instance {
+            id: a.instance_id.clone(),
+            endpoint: a.endpoint,
+            execute_key: a.execute_key,
+        });
+        let lease_id = uuid::Uuid::new_v4().to_string();
+        let mut names = Vec::with_capacity(a.tools.len());
+        for tool in a.tools {
+            if !state.tools.contains_key(&tool.name) {
+                *state.owned.entry(a.owner.name.clone()).or_default() += 1;
+            }
+            let record = state
+                .tools
+                .entry(tool.name.clone())
+                .or_insert_with(|| ToolRecord {
+                    descriptor: Arc::new(tool.clone()),
+                    instances: BTreeMap::new(),
+                    owner: a.owner.name.clone(),
+                });
+            if record.instances.is_empty() || *record.descriptor != tool {
+                // Only reachable when no other instance serves it (see check_fits).
+                record.descriptor = Arc::new(tool.clone());
+            }
+            record
+                .instances
+                .insert(instance.id.clone(), instance.clone());
+            touched.insert(tool.name.clone());
+            names.push(tool.name);
+        }
+        state
+            .lease_of_instance
+            .insert(instance.id.clone(), lease_id.clone());
+        *state.held.entry(a.owner.name.clone()).or_default() += 1;
+        let expires = Instant::now() + self.ttl;
+        state.expiries.insert((expires, lease_id.clone()));
+        state.leases.insert(
+            lease_id.clone(),
+            LeaseRecord {
+                instance,
+                tools: names,
+                expires,
+                owner: a.owner.name,
+            },
+        );
+        self.publish(&state, touched);
+        Ok(Lease {
+            id: lease_id,
+            ttl: self.ttl,
+        })
+    }
+
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError> {
+        let mut state = self.lock();
+        let lease = state
+            .leases
+            .get_mut(lease_id)
+            .ok_or_else(|| RegistryError::LeaseNotFound {
+                lease: lease_id.to_owned(),
+            })?;
+        if lease.owner != owner {
+            return Err(super::lease_held_by_another());
+        }
+        let was = std::mem::replace(&mut lease.expires, Instant::now() + self.ttl);
+        let expires = lease.expires;
+        state.expiries.remove(&(was, lease_id.to_owned()));
+        state.expiries.insert((expires, lease_id.to_owned()));
+        Ok(self.ttl)
+    }
+
+    async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
+        let mut state = self.lock();
+        if state.leases.get(lease_id).is_some_and(|l| l.owner != owner) {
+            return Err(super::lease_held_by_another());
+        }
+        if let Some(record) = remove_lease(&mut state, lease_id) {
+            tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease withdrawn");
+            self.publish(&state, record.tools.into_iter().collect());
+        }
+        Ok(())
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
+        self.view.get(name)
+    }
+
+    fn list(&self) -> Vec<Arc<ToolState>> {
+        self.view.list()
+    }
+
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.view.watch()
+    }
+
+    fn published_bytes(&self) -> u64 {
+        self.view.published_bytes()
+    }
+
+    fn audit_expiries(&self, audit: AuditLog) {
+        let _ = self.audit.set(audit);
+    }
+
+    fn count_expiries(&self, metrics: Arc<Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn lease_count(&self) -> usize {
+        self.lock().leases.len()
+    }
+
+    async fn loaded(&self) {}
+}
+
+#[cfg(test)]
+mod tests;

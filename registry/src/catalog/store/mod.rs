@@ -1,0 +1,123 @@
+//! Engines under the catalog. The registry's logic talks to a
+//! [`CatalogStore`] and never knows which one it runs on.
+//!
+//! - [`memory`]: one process, state in memory (the embedded default).
+//! - `redis`: the catalog in Redis, shared by every replica.
+//! - `view`: the local copy of the catalog every engine serves reads from.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::broadcast;
+
+use crate::{
+    access::audit::{AuditLog, Outcome, RegistrationAction, RegistrationRecord},
+    catalog::store::model::{Announcement, CatalogEvent, Lease, ToolState},
+    error::RegistryError,
+    metrics::Metrics,
+};
+
+pub mod memory;
+pub(crate) mod model;
+pub(crate) mod redis;
+pub(crate) mod view;
+
+/// Where descriptors, instances and leases live.
+///
+/// Reads (`get`, `list`, `watch`) are synchronous: they serve the hot path
+/// from local memory on every engine. Writes are async and atomic: an
+/// announce that conflicts with live instances changes nothing.
+#[async_trait::async_trait]
+pub trait CatalogStore: Send + Sync + 'static {
+    /// Registers an instance and its tools under a new lease, replacing any
+    /// earlier lease of the same instance id. `PermissionDenied` if another
+    /// owner holds one of the tools or the instance id, or the owner holds
+    /// its most instances.
+    async fn announce(&self, announcement: Announcement) -> Result<Lease, RegistryError>;
+    /// Extends a lease by the TTL; `LeaseNotFound` if it is unknown,
+    /// `PermissionDenied` if another owner holds it.
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<Duration, RegistryError>;
+    /// Ends a lease; an unknown lease is not an error, another owner's is
+    /// `PermissionDenied`.
+    async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError>;
+    /// One tool, if it has a live instance.
+    fn get(&self, name: &str) -> Option<Arc<ToolState>>;
+    /// Every tool with a live instance, sorted by name.
+    fn list(&self) -> Vec<Arc<ToolState>>;
+    /// The current tools and a receiver of every later change, taken
+    /// atomically.
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
+    /// Bytes of every change event published so far.
+    fn published_bytes(&self) -> u64;
+    /// Records every lease that expires to `audit` from now on (only the
+    /// first log given is kept).
+    fn audit_expiries(&self, audit: AuditLog);
+    /// Counts every lease that expires in `metrics` from now on (only the
+    /// first given is kept).
+    fn count_expiries(&self, metrics: Arc<Metrics>);
+    /// Live leases as this engine knows them (in Redis mode, as of the
+    /// last resync plus the changes seen since).
+    fn lease_count(&self) -> usize;
+    /// Completes once the catalog has been loaded from its engine: at once
+    /// in memory; in Redis mode after the first full resync.
+    async fn loaded(&self);
+}
+
+/// The audit record of a lease that expired.
+pub(crate) fn expiry_record(
+    owner: &str,
+    instance: &str,
+    endpoint: &str,
+    tools: Vec<String>,
+) -> RegistrationRecord {
+    RegistrationRecord {
+        caller: owner.to_owned(),
+        action: RegistrationAction::Expire,
+        instance: instance.to_owned(),
+        endpoint: endpoint.to_owned(),
+        tools,
+        outcome: Outcome::Ok,
+        reason: None,
+        peer: None,
+    }
+}
+
+/// An announce naming a tool whose live instances another registrant holds.
+pub(crate) fn tool_held_by_another(tool: &str) -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: format!(
+            "tool {} is served by another registrant's instances; only that registrant may add instances or change its descriptor",
+            toolmesh_telemetry::shown::Quoted(tool)
+        ),
+    }
+}
+
+/// An announce reusing an instance id another registrant holds.
+pub(crate) fn instance_held_by_another(instance: &str) -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: format!(
+            "instance id {} is held by another registrant",
+            toolmesh_telemetry::shown::Quoted(instance)
+        ),
+    }
+}
+
+/// A heartbeat or withdraw of another registrant's lease.
+pub(crate) fn lease_held_by_another() -> RegistryError {
+    RegistryError::PermissionDenied {
+        reason: "the lease is held by another registrant".into(),
+    }
+}
+
+/// An announce past the registrant's own bound on tool names.
+pub(crate) fn owner_tools_full(owner: &str, max: usize) -> RegistryError {
+    RegistryError::CatalogFull(format!(
+        "registrant {owner:?} would hold more than {max} tools, its max_tools (its own, or its share of --max-tools)"
+    ))
+}
+
+/// An announce past the registrant's own instance cap.
+pub(crate) fn owner_full(owner: &str, max: usize) -> RegistryError {
+    RegistryError::CatalogFull(format!(
+        "registrant {owner:?} holds {max} live instances, its max_instances"
+    ))
+}

@@ -1,0 +1,106 @@
+//! What the catalog holds, as every engine stores it: the tools, their
+//! live instances, the leases that keep them, and the changes watchers see.
+
+use std::{sync::Arc, time::Duration};
+
+use toolmesh_proto::{grant::CallKey, pb};
+
+use crate::access::registrants::Owner;
+
+/// A live sidecar instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The id the sidecar announced with.
+    pub id: String,
+    /// The URL its `ToolRuntime` answers on.
+    pub endpoint: String,
+    /// The key its `Execute` grants are signed with (`None`: it announced
+    /// none, and takes calls unsigned).
+    pub execute_key: Option<CallKey>,
+}
+
+/// A tool as it is now: its descriptor and live instances (sorted by id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolState {
+    /// The descriptor every instance announced.
+    pub descriptor: Arc<pb::ToolDescriptor>,
+    /// The live instances, never empty while the tool is in the catalog.
+    pub instances: Vec<Arc<Instance>>,
+}
+
+impl ToolState {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.descriptor.name
+    }
+
+    /// About how many bytes its wire form takes, for bounding what a
+    /// watcher may fall behind by.
+    pub fn size(&self) -> u64 {
+        use prost::Message as _;
+        let instances = 64 * self.instances.len();
+        u64::try_from(self.descriptor.encoded_len() + instances).unwrap_or(u64::MAX)
+    }
+
+    /// The wire form.
+    pub fn to_proto(&self) -> pb::Tool {
+        pb::Tool {
+            descriptor: Some(self.descriptor.as_ref().clone()),
+            instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// What happened to a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The tool got its first instance.
+    Added,
+    /// Its instances (or, with a single instance, its descriptor) changed.
+    Updated,
+    /// Its last instance left.
+    Removed,
+}
+
+/// One change to the catalog.
+#[derive(Debug, Clone)]
+pub struct CatalogEvent {
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The tool after the change; for `Removed`, as it was.
+    pub tool: Arc<ToolState>,
+    /// Bytes of every event published up to and including this one
+    /// ([`ToolState::size`]).
+    pub published: u64,
+}
+
+/// A validated announce.
+#[derive(Debug, Clone)]
+pub struct Announcement {
+    /// The sidecar's instance id.
+    pub instance_id: String,
+    /// Where its `ToolRuntime` answers.
+    pub endpoint: String,
+    /// The key to sign its `Execute` grants with.
+    pub execute_key: Option<CallKey>,
+    /// Its tools; names are unique.
+    pub tools: Vec<pb::ToolDescriptor>,
+    /// Who announced it: only the same owner may add instances of its
+    /// tools, reuse its instance id, renew or withdraw its lease.
+    pub owner: Owner,
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lease id to heartbeat and withdraw.
+    pub id: String,
+    /// How long it lasts without a heartbeat.
+    pub ttl: Duration,
+}
+
+/// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a
+/// lease id is a bearer token, never logged whole.
+pub fn lease_tag(lease_id: &str) -> String {
+    toolmesh_telemetry::shown::secret_tag(lease_id)
+}

@@ -1,0 +1,11 @@
+//! Serving: the registry as a process on the network. `server` builds
+//! every part from [`Config`](crate::Config), serves them with health and
+//! reflection, and drains; the rest are what it serves and how.
+
+pub(crate) mod api;
+pub(crate) mod connections;
+pub(crate) mod mcp;
+pub mod probe;
+pub(crate) mod readiness;
+pub(crate) mod server;
+pub(crate) mod watch;

@@ -1,0 +1,486 @@
+//! The MCP methods, over the registry's parts: `tools/list` and
+//! `tools/call` as `ListTools` and `Invoke` answer them, the handshake of
+//! the older revisions (which binds a session to its caller), and
+//! `tools/list_changed` notifications (on a session, or on a
+//! `subscriptions/listen` stream).
+//!
+//! rmcp makes one handler per session (handshake revisions) and one per
+//! request (2026-07-28); what they share is in [`Shared`].
+
+use std::{
+    borrow::Cow,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::extract::ConnectInfo;
+use http::{HeaderMap, HeaderValue};
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler,
+    model::{
+        CallToolRequestParams, CallToolResponse, ErrorCode, Extensions, Implementation,
+        InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+        SubscriptionFilter,
+    },
+    service::{NotificationContext, RequestContext, SubscriptionContext},
+};
+use serde_json::Value;
+use tokio::sync::{Semaphore, broadcast};
+use tokio_util::{
+    sync::{CancellationToken, DropGuard},
+    task::TaskTracker,
+};
+use toolmesh_proto::{deadline::Deadline, pb};
+use toolmesh_telemetry::TraceContext;
+
+use super::{
+    content, listing, notify,
+    peer::PeerAddr,
+    results,
+    search::{self, SearchTool},
+};
+use crate::{
+    access::auth::Caller,
+    access::{Access, allows},
+    calls::invoke::{Call, Invoker},
+    catalog::search::ToolSearch,
+    catalog::{Catalog, CatalogEvent},
+};
+
+/// `_meta` key of a `tools/call` request: the call's idempotency key, as
+/// `Invoke`'s `idempotency_key` (a repeat with the same key and arguments
+/// gets the first call's answer).
+pub(crate) const IDEMPOTENCY_KEY: &str = "toolmesh/idempotencyKey";
+
+/// The JSON-RPC error code of a refused `subscriptions/listen`
+/// (implementation-defined range).
+const TOO_MANY_SUBSCRIPTIONS: ErrorCode = ErrorCode(-32000);
+
+/// What every handler needs, shared.
+pub(crate) struct Shared {
+    catalog: Arc<Catalog>,
+    access: Arc<Access>,
+    invoker: Arc<Invoker>,
+    index: Arc<ToolSearch>,
+    search_tool: Option<SearchTool>,
+    limits: Limits,
+    subscriptions: Arc<Semaphore>,
+    shutdown: CancellationToken,
+    calls: TaskTracker,
+    shadow_warned: AtomicBool,
+}
+
+/// The bounds handlers keep to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Longest a call may take.
+    pub call_timeout: Duration,
+    /// Most tools per `tools/list` page.
+    pub page_size: u32,
+    /// Most bytes of descriptors per page.
+    pub page_bytes: usize,
+    /// Most `subscriptions/listen` streams open at once.
+    pub max_subscriptions: usize,
+}
+
+impl Shared {
+    /// The parts handlers serve from; `search_tool` lists and answers
+    /// `toolmesh.search_tools` from `index`.
+    pub(crate) fn new(
+        catalog: Arc<Catalog>,
+        access: Arc<Access>,
+        invoker: Arc<Invoker>,
+        index: Arc<ToolSearch>,
+        search_tool: bool,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            catalog,
+            access,
+            invoker,
+            index,
+            search_tool: if search_tool { SearchTool::new() } else { None },
+            subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
+            limits,
+            shutdown: CancellationToken::new(),
+            calls: TaskTracker::new(),
+            shadow_warned: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts draining: subscriptions and notifications end; calls in
+    /// flight go on.
+    pub(crate) fn drain(&self) {
+        self.shutdown.cancel();
+        self.calls.close();
+    }
+
+    /// Completes once no call is in flight after [`Self::drain`].
+    pub(crate) async fn calls_finished(&self) {
+        self.calls.wait().await;
+    }
+
+    /// The search tool, unless it is off or a catalog tool has its name.
+    fn search_tool(&self) -> Option<&SearchTool> {
+        let tool = self.search_tool.as_ref()?;
+        if self.catalog.get(search::NAME).is_none() {
+            return Some(tool);
+        }
+        if !self.shadow_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                tool = search::NAME,
+                "a catalog tool has the name of the registry's MCP search tool: MCP clients get the catalog tool"
+            );
+        }
+        None
+    }
+
+    /// The descriptors `caller` sees, in name order.
+    fn listed(&self, caller: &Caller) -> Vec<Arc<pb::ToolDescriptor>> {
+        let policy = self.access.policy();
+        let mut listed: Vec<Arc<pb::ToolDescriptor>> = self
+            .catalog
+            .list()
+            .iter()
+            .filter(|t| allows(policy.as_deref(), caller, t.name()))
+            .map(|t| t.descriptor.clone())
+            .collect();
+        if let Some(tool) = self.search_tool() {
+            let at = listed.partition_point(|d| d.name.as_str() < search::NAME);
+            listed.insert(at, tool.descriptor().clone());
+        }
+        listed
+    }
+}
+
+/// The W3C trace context headers.
+const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// Who made one HTTP request, from where, and in which trace.
+struct Requester {
+    caller: Caller,
+    peer: Option<SocketAddr>,
+    /// The request's trace context headers.
+    trace_headers: HeaderMap,
+}
+
+impl Requester {
+    /// What the HTTP layers left in a message's extensions: the request's
+    /// parts, with the caller [`super::auth`] found and the peer address.
+    fn of(extensions: &Extensions) -> Result<Self, ErrorData> {
+        let parts = extensions
+            .get::<http::request::Parts>()
+            .ok_or_else(|| ErrorData::internal_error("the HTTP request is unknown", None))?;
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("the caller is unknown", None))?;
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<PeerAddr>>()
+            .and_then(|info| info.0.0);
+        let mut trace_headers = HeaderMap::new();
+        for name in TRACE_HEADERS {
+            if let Some(value) = parts.headers.get(name) {
+                trace_headers.insert(name, value.clone());
+            }
+        }
+        Ok(Self {
+            caller,
+            peer,
+            trace_headers,
+        })
+    }
+
+    /// The trace context: W3C headers in the request's `_meta` (the
+    /// 2026-07-28 convention), else in its HTTP headers.
+    fn trace(&self, meta: &JsonObject) -> TraceContext {
+        let from_meta = |key: &str| {
+            meta.get(key)
+                .and_then(Value::as_str)
+                .and_then(|v| HeaderValue::from_str(v).ok())
+        };
+        if from_meta(TRACE_HEADERS[0]).is_some() {
+            let mut headers = HeaderMap::new();
+            for name in TRACE_HEADERS {
+                if let Some(value) = from_meta(name) {
+                    headers.insert(name, value);
+                }
+            }
+            return TraceContext::from_headers(&headers).decide();
+        }
+        TraceContext::from_headers(&self.trace_headers).decide()
+    }
+}
+
+/// One session's (or one request's) handler.
+pub(crate) struct McpHandler {
+    shared: Arc<Shared>,
+    /// The caller that opened the session, when there is one.
+    owner: OnceLock<Caller>,
+    /// The catalog's changes from before a subscription is acknowledged,
+    /// so that none after the acknowledgment is missed.
+    changes: Mutex<Option<broadcast::Receiver<CatalogEvent>>>,
+    /// Cancelled when the session (or request) ends.
+    ended: CancellationToken,
+    _end: DropGuard,
+}
+
+impl McpHandler {
+    /// A handler over `shared`.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let ended = CancellationToken::new();
+        Self {
+            shared,
+            owner: OnceLock::new(),
+            changes: Mutex::new(None),
+            _end: ended.clone().drop_guard(),
+            ended,
+        }
+    }
+
+    /// The request's caller, who must be the session's if it has one.
+    fn requester(&self, extensions: &Extensions) -> Result<Requester, ErrorData> {
+        let requester = Requester::of(extensions)?;
+        if let Some(owner) = self.owner.get()
+            && owner.id != requester.caller.id
+        {
+            return Err(ErrorData::invalid_request(
+                "this MCP session was opened with another caller's credential; open your own",
+                None,
+            ));
+        }
+        Ok(requester)
+    }
+
+    /// Completes when notifications should stop: the session ended or the
+    /// registry drains.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (ended, shutdown) = (self.ended.clone(), self.shared.shutdown.clone());
+        async move {
+            tokio::select! {
+                () = ended.cancelled() => {}
+                () = shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    async fn invoke(
+        &self,
+        request: CallToolRequestParams,
+        meta: &JsonObject,
+        requester: Requester,
+        cancelled: CancellationToken,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.as_ref();
+        let invoke = pb::InvokeRequest {
+            tool: name.to_owned(),
+            arguments_json: request
+                .arguments
+                .map(|arguments| Value::Object(arguments).to_string())
+                .unwrap_or_default(),
+            idempotency_key: meta
+                .get(IDEMPOTENCY_KEY)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        };
+        let shared = &self.shared;
+        if !allows(shared.access.policy().as_deref(), &requester.caller, name) {
+            // As if the tool did not exist, as for `Invoke`.
+            shared
+                .invoker
+                .denied(&invoke, &requester.caller.id, requester.peer);
+            return Err(results::unknown_tool(name));
+        }
+        let call = Call {
+            caller: &requester.caller.id,
+            peer: requester.peer,
+            deadline: Deadline::from_caller(
+                tokio::time::Instant::now(),
+                Some(shared.limits.call_timeout),
+            ),
+            trace: requester.trace(meta),
+        };
+        let invoked = shared
+            .calls
+            .track_future(shared.invoker.invoke(invoke, call));
+        // A cancelled request cancels the call, as a cancelled `Invoke` does.
+        let outcome = tokio::select! {
+            outcome = invoked => outcome,
+            () = cancelled.cancelled() => {
+                return Err(ErrorData::invalid_request("the call was cancelled", None));
+            }
+        };
+        match outcome {
+            Ok(response) => Ok(content::from_response(&response).into()),
+            Err(error) => {
+                tracing::debug!(%error, "MCP call refused");
+                results::from_error(name, &error).map(Into::into)
+            }
+        }
+    }
+}
+
+/// Every revision rmcp knows: 2026-07-28, and the handshake revisions
+/// back to 2024-11-05.
+const REVISIONS: &[ProtocolVersion] = ProtocolVersion::KNOWN_VERSIONS;
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("toolmesh-registry", env!("CARGO_PKG_VERSION"))
+                .with_title("toolmesh"),
+        )
+        .with_instructions(
+            "The tools of a toolmesh registry: every call is validated, rate limited and \
+             audited by the registry. When no listed tool fits a task, toolmesh.search_tools \
+             finds tools by a description in words.",
+        )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(REVISIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let requester = Requester::of(&context.extensions)?;
+        let _ = self.owner.set(requester.caller);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(caller) = self.owner.get().cloned() else {
+            return;
+        };
+        let (catalog, access) = (self.shared.catalog.clone(), self.shared.access.clone());
+        let (peer, stopped) = (context.peer, self.stopped());
+        let changes = catalog.watch().1;
+        tokio::spawn(async move {
+            notify::follow(
+                changes,
+                |name| allows(access.policy().as_deref(), &caller, name),
+                stopped,
+                || {
+                    let peer = peer.clone();
+                    async move { peer.notify_tool_list_changed().await.is_ok() }
+                },
+            )
+            .await;
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let requester = self.requester(&context.extensions)?;
+        let listed = self.shared.listed(&requester.caller);
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let limits = &self.shared.limits;
+        listing::page(&listed, cursor, limits.page_size, limits.page_bytes)
+            .map(Into::into)
+            .map_err(|error| ErrorData::invalid_params(format!("cursor: {error}"), None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let requester = self.requester(&context.extensions)?;
+        if request.name == search::NAME
+            && let Some(tool) = self.shared.search_tool()
+        {
+            let arguments = Value::Object(request.arguments.unwrap_or_default());
+            let policy = self.shared.access.policy();
+            return tool
+                .call(
+                    &arguments,
+                    &self.shared.index,
+                    &self.shared.catalog,
+                    |name| allows(policy.as_deref(), &requester.caller, name),
+                )
+                .map(Into::into);
+        }
+        self.invoke(request, &context.meta, requester, context.ct.clone())
+            .await
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let accepted = requested.supported_by(&self.get_info().capabilities);
+        if accepted.tools_list_changed == Some(true) {
+            *self.changes.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(self.shared.catalog.watch().1);
+        }
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let Ok(_permit) = self.shared.subscriptions.clone().try_acquire_owned() else {
+            tracing::warn!("MCP subscription refused: --mcp-max-sessions subscriptions are open");
+            return Err(ErrorData::new(
+                TOO_MANY_SUBSCRIPTIONS,
+                "too many subscriptions are open; retry later",
+                None,
+            ));
+        };
+        let requester = self.requester(&context.request_context().extensions)?;
+        let stopped = {
+            let (request, shutdown) = (
+                context.request_context().ct.clone(),
+                self.shared.shutdown.clone(),
+            );
+            async move {
+                tokio::select! {
+                    () = request.cancelled() => {}
+                    () = shutdown.cancelled() => {}
+                }
+            }
+        };
+        let changes = self
+            .changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(changes) = changes.filter(|_| context.accepted().tools_list_changed == Some(true))
+        else {
+            stopped.await;
+            return Ok(());
+        };
+        let sink = context.sink().clone();
+        let access = &self.shared.access;
+        notify::follow(
+            changes,
+            |name| allows(access.policy().as_deref(), &requester.caller, name),
+            stopped,
+            || {
+                let sink = sink.clone();
+                async move { sink.notify_tool_list_changed().await.is_ok() }
+            },
+        )
+        .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! Assembles the registry and serves it: `ToolRegistry`, `Registration`,
+//! gRPC health and server reflection on one listener, in TLS when
+//! `--tls-cert-file` is set; and the MCP endpoint on its own
+//! (`--mcp-listen`, [`crate::serving::mcp`]).
+//!
+//! This file builds the parts from [`Config`] and wires them; `serve.rs`
+//! binds, serves and drains; `janitor.rs` forgets what left the catalog.
+
+mod janitor;
+mod serve;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolmesh_telemetry::admin::Readiness;
+
+use crate::catalog::search::ToolSearch;
+use crate::{
+    access::Access,
+    access::audit::{AuditLog, AuditOptions, AuditTarget},
+    access::auth::AuthSettings,
+    access::endpoint_policy::EndpointPolicy,
+    calls::balance::Balancer,
+    calls::idempotency::{IdempotencyStore, MemoryIdempotency, RedisIdempotency},
+    calls::invoke::{InvokeSettings, Invoker},
+    calls::proxy::Proxy,
+    calls::ratelimit::{LocalLimiter, RateLimiter, redis::RedisLimiter},
+    catalog::store::{
+        CatalogStore,
+        memory::{Limits, MemoryStore},
+        redis::{RedisStore, RedisStoreSettings},
+    },
+    catalog::{AnnounceLimits, Catalog},
+    config::Config,
+    metrics::Metrics,
+    redis_pool::{RedisPool, RedisSettings},
+};
+use janitor::janitor;
+pub use serve::{run, run_with_admin};
+/// Why serving stopped. Each message carries its causes, so it prints once
+/// however it is printed (there is no separate `source`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The reflection service could not be built from the descriptors.
+    #[error("reflection: {0}")]
+    Reflection(String),
+    /// The gRPC server failed.
+    #[error("server: {0}")]
+    Transport(String),
+    /// The settings are unusable.
+    #[error("config: {0}")]
+    Config(String),
+}
+
+impl From<tonic_reflection::server::Error> for ServeError {
+    fn from(error: tonic_reflection::server::Error) -> Self {
+        Self::Reflection(toolmesh_telemetry::causes(&error))
+    }
+}
+
+impl From<tonic::transport::Error> for ServeError {
+    fn from(error: tonic::transport::Error) -> Self {
+        Self::Transport(toolmesh_telemetry::causes(&error))
+    }
+}
+
+/// The registry's parts, wired together.
+pub struct Registry {
+    catalog: Arc<Catalog>,
+    access: Arc<Access>,
+    audit: AuditLog,
+    proxy: Arc<Proxy>,
+    invoker: Arc<Invoker>,
+    config: Config,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    admin: Option<TcpListener>,
+    /// The MCP endpoint's listener, when bound by the embedding program.
+    mcp: Option<TcpListener>,
+    /// `SearchTools`' index, kept equal to the catalog.
+    search: Arc<ToolSearch>,
+    _janitor: DropGuard,
+}
+
+impl Registry {
+    /// The embedded registry: in-memory catalog, local limiter. Must be
+    /// called inside a tokio runtime (it starts the lease sweeper and the
+    /// janitor that forgets what left the catalog).
+    pub fn embedded(config: Config) -> Self {
+        let store: Arc<dyn CatalogStore> = MemoryStore::new(
+            config.lease_ttl,
+            Limits {
+                max_instances: config.max_instances,
+                max_tools: config.max_tools,
+            },
+        );
+        let idempotency = Arc::new(MemoryIdempotency::new(
+            config.idempotency_retention,
+            config.idempotency_capacity,
+        ));
+        let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
+        Self::new(
+            store,
+            Arc::new(LocalLimiter::new()),
+            idempotency,
+            config,
+            metrics,
+        )
+    }
+
+    /// The registry `config` asks for: over Redis when `--redis` is set,
+    /// embedded otherwise. Must be called inside a tokio runtime.
+    pub fn from_config(mut config: Config) -> Result<Self, ServeError> {
+        if let Some(path) = &config.execute_token_file {
+            tracing::warn!(path = %path.display(), "--execute-token-file is deprecated and ignored: every Execute carries a grant signed with the key its sidecar announced (docs/security.md); remove the flag");
+        }
+        let access = Arc::new(access(&config).map_err(ServeError::Config)?);
+        let audit = match &config.audit_log {
+            Some(target) => {
+                let target: AuditTarget = target
+                    .parse()
+                    .map_err(|e| ServeError::Config(format!("--audit-log {e}")))?;
+                AuditLog::open(&target, AuditOptions::default())
+                    .map_err(|e| ServeError::Config(format!("--audit-log {e}")))?
+            }
+            None => AuditLog::disabled(),
+        };
+        if config.tls.is_none() {
+            config.tls = config.load_server_tls().map_err(ServeError::Config)?;
+        }
+        if config.sidecar_tls.is_none() {
+            config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
+        }
+        let Some(url) = config.redis.clone() else {
+            return Ok(Self::embedded(config).with_access(access, audit));
+        };
+        let settings = RedisSettings {
+            url,
+            cluster: config.redis_cluster,
+            password: config.redis_password().map_err(ServeError::Config)?,
+            root_ca: config
+                .redis_ca_file
+                .as_ref()
+                .map(|path| {
+                    std::fs::read(path).map_err(|e| {
+                        ServeError::Config(format!("--redis-ca-file {}: {e}", path.display()))
+                    })
+                })
+                .transpose()?,
+            pool_size: config.redis_pool_size,
+            call_timeout: config.redis_timeout,
+            ..RedisSettings::default()
+        };
+        let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
+        let pool = RedisPool::metered(settings, metrics.clone())
+            .map_err(|e| ServeError::Config(e.to_string()))?;
+        let store = RedisStore::new(
+            pool.clone(),
+            RedisStoreSettings {
+                prefix: config.redis_prefix.clone(),
+                ttl: config.lease_ttl,
+                limits: Limits {
+                    max_instances: config.max_instances,
+                    max_tools: config.max_tools,
+                },
+                replica_id: format!("{}-{}", hostname(), uuid::Uuid::new_v4().simple()),
+            },
+        );
+        let idempotency = Arc::new(RedisIdempotency::new(
+            pool.clone(),
+            &config.redis_prefix,
+            config.idempotency_retention,
+        ));
+        let limiter = RedisLimiter::new(
+            pool,
+            &config.redis_prefix,
+            config.redis_outage,
+            store.replica_count(),
+        );
+        tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = %config.redis_outage, "catalog and rate limits in redis");
+        Ok(
+            Self::new(store, Arc::new(limiter), idempotency, config, metrics)
+                .with_access(access, audit),
+        )
+    }
+
+    /// Authenticates agents and sidecars, and applies the call policy, as
+    /// `access` says; writes the audit log to `audit`.
+    #[must_use]
+    pub fn with_access(mut self, access: Arc<Access>, audit: AuditLog) -> Self {
+        self.access = access;
+        self.invoker.audit_to(audit.clone());
+        self.catalog.audit_expiries(audit.clone());
+        self.metrics.observe_audit(&audit);
+        self.audit = audit;
+        self
+    }
+
+    /// Also serves the admin port (metrics, liveness, readiness) on
+    /// `listener`, until the gRPC server has stopped.
+    #[must_use]
+    pub fn with_admin(mut self, listener: TcpListener) -> Self {
+        self.admin = Some(listener);
+        self
+    }
+
+    /// Also serves the MCP endpoint on `listener` (else on `--mcp-listen`,
+    /// bound by [`Self::serve`], if it is set).
+    #[must_use]
+    pub fn with_mcp(mut self, listener: TcpListener) -> Self {
+        self.mcp = Some(listener);
+        self
+    }
+
+    /// A registry over the given engines, recording in `metrics`.
+    pub fn new(
+        store: Arc<dyn CatalogStore>,
+        limiter: Arc<dyn RateLimiter>,
+        idempotency: Arc<dyn IdempotencyStore>,
+        config: Config,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let endpoints = Arc::new(EndpointPolicy::new(config.endpoint_allow.clone()));
+        let catalog = Arc::new(Catalog::with_limits(
+            store,
+            AnnounceLimits {
+                max_tool_timeout: config.max_tool_timeout,
+                max_announce_bytes: config.max_announce_bytes,
+            },
+            endpoints.clone(),
+        ));
+        catalog.count_expiries(metrics.clone());
+        metrics.observe_catalog(&catalog);
+        let balancer = Arc::new(Balancer::default().metered(metrics.clone()));
+        let proxy = Arc::new(
+            Proxy::new(config.connect_timeout, config.max_message_bytes)
+                .with_tls(config.sidecar_tls.clone())
+                .with_endpoint_policy(endpoints),
+        );
+        let stop_janitor = CancellationToken::new();
+        let search = Arc::new(ToolSearch::default());
+        tokio::spawn({
+            let (catalog, search) = (catalog.clone(), search.clone());
+            let stop = stop_janitor.clone();
+            async move {
+                tokio::select! {
+                    () = search.follow(&catalog) => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+        });
+        tokio::spawn({
+            let (catalog, limiter, balancer, proxy) = (
+                catalog.clone(),
+                limiter.clone(),
+                balancer.clone(),
+                proxy.clone(),
+            );
+            let stop = stop_janitor.clone();
+            async move {
+                tokio::select! {
+                    () = janitor(catalog, limiter, balancer, proxy) => {}
+                    () = stop.cancelled() => {}
+                }
+            }
+        });
+        let settings = InvokeSettings {
+            default_timeout: config.default_timeout,
+            max_arguments_bytes: config.max_arguments_bytes,
+            log_calls: config.log_calls,
+        };
+        let invoker = Arc::new(Invoker::new(
+            catalog.clone(),
+            limiter,
+            balancer,
+            proxy.clone(),
+            idempotency,
+            settings,
+            metrics.clone(),
+        ));
+        Self {
+            catalog,
+            access: Arc::default(),
+            audit: AuditLog::disabled(),
+            proxy,
+            invoker,
+            config,
+            metrics,
+            readiness: Readiness::not_ready("starting"),
+            admin: None,
+            mcp: None,
+            search,
+            _janitor: stop_janitor.drop_guard(),
+        }
+    }
+
+    /// The metrics, for embedding and tests.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Readiness, as `/readyz` reports it, for embedding and tests.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// The catalog, for embedding and tests.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The sidecar connections, for embedding and tests.
+    pub fn proxy(&self) -> &Arc<Proxy> {
+        &self.proxy
+    }
+}
+
+/// Agents' authentication, the call policy and the registrants, from the
+/// files `config` names.
+pub(crate) fn access(config: &Config) -> Result<Access, String> {
+    let auth = AuthSettings {
+        api_keys_file: config.api_keys_file.clone(),
+        jwt_keys_file: config.jwt_keys_file.clone(),
+        jwt_issuer: config.jwt_issuer.clone(),
+        jwt_audience: config.jwt_audience.clone(),
+        jwt_leeway: config.jwt_leeway,
+        jwt_caller_claim: config.jwt_caller_claim.clone(),
+        jwt_groups_claim: config.jwt_groups_claim.clone(),
+    };
+    Access::open(
+        &auth,
+        config.policy_file.as_deref(),
+        config.registrants_file.as_deref(),
+    )
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "registry".into())
+}

@@ -1,0 +1,371 @@
+//! Serving the assembled registry: its gRPC services, the admin port and the
+//! MCP endpoint, each bound and checked before any listens, and the drain
+//! when it stops.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use futures::FutureExt as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolmesh_proto::{
+    FILE_DESCRIPTOR_SET,
+    pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
+};
+
+use crate::{
+    config::Config,
+    serving::api::{RegistrationApi, ToolRegistryApi},
+    serving::connections,
+    serving::mcp::{McpEndpoint, McpSettings},
+    serving::readiness::Reporter,
+    serving::watch::{WatchLimits, Watchers},
+};
+
+use super::{Registry, ServeError};
+
+/// How long the server may take to return once its connections are cut.
+const CUT_OFF_WAIT: Duration = Duration::from_secs(2);
+
+/// The descriptor sets server reflection serves: the contract, gRPC health,
+/// and the google.rpc status and error details with the well-known types
+/// they import, so `grpcurl` decodes every error detail with no `.proto`
+/// file at hand.
+const REFLECTED: [&[u8]; 3] = [
+    FILE_DESCRIPTOR_SET,
+    tonic_health::pb::FILE_DESCRIPTOR_SET,
+    tonic_types::pb::FILE_DESCRIPTOR_SET,
+];
+
+/// The services this server serves, which reflection lists: not
+/// `ToolRuntime`, whose descriptor it knows but which only sidecars serve.
+const SERVED: [&str; 5] = [
+    tonic_health::pb::health_server::SERVICE_NAME,
+    tonic_reflection::pb::v1::server_reflection_server::SERVICE_NAME,
+    tonic_reflection::pb::v1alpha::server_reflection_server::SERVICE_NAME,
+    pb::registration_server::SERVICE_NAME,
+    pb::tool_registry_server::SERVICE_NAME,
+];
+
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    let builder = REFLECTED.iter().fold(
+        tonic_reflection::server::Builder::configure(),
+        |builder, set| builder.register_encoded_file_descriptor_set(set),
+    );
+    SERVED
+        .iter()
+        .fold(builder, |builder, name| builder.with_service_name(*name))
+}
+impl Registry {
+    /// Serves on `listener` until `shutdown` completes, reporting
+    /// NOT_SERVING until the catalog is loaded (`crate::serving::readiness`); then
+    /// reports NOT_SERVING, keeps serving for the shutdown delay, ends watch
+    /// streams, stops accepting, lets in-flight calls finish for up to the
+    /// grace period, and cuts off every connection still open after it.
+    pub async fn serve(
+        mut self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        if let Ok(own) = listener.local_addr() {
+            self.catalog.endpoints().set_own_address(own);
+            check_exposure(&self.config, own)?;
+        }
+        let mcp_listener = self.mcp_listener(&listener).await?;
+        if let Some(admin) = self.admin.as_ref().and_then(|a| a.local_addr().ok()) {
+            tracing::info!(address = %admin, "admin listening");
+        }
+        if let Ok(own) = listener.local_addr() {
+            tracing::info!(address = %own, lease_ttl = ?self.config.lease_ttl, "toolmesh registry listening");
+        }
+        let (health, health_service) = tonic_health::server::health_reporter();
+        let reason = if self.config.redis.is_some() {
+            "the catalog is not loaded from redis yet"
+        } else {
+            "starting"
+        };
+        let reporter = Arc::new(
+            Reporter::new(health, self.readiness.clone(), self.metrics.clone(), reason).await,
+        );
+        let cut = CancellationToken::new();
+        let mcp_drain = CancellationToken::new();
+        let mut mcp = McpTask(mcp_listener.map(|listener| {
+            let endpoint = McpEndpoint::new(
+                self.catalog.clone(),
+                self.access.clone(),
+                self.invoker.clone(),
+                self.search.clone(),
+                McpSettings::from_config(&self.config),
+            );
+            tokio::spawn(endpoint.serve(
+                listener,
+                self.config.tls.clone(),
+                mcp_drain.clone(),
+                cut.clone(),
+                self.config.shutdown_grace,
+            ))
+        }));
+        let stop_admin = CancellationToken::new();
+        let _stop_admin = stop_admin.clone().drop_guard();
+        if let Some(admin) = self.admin.take() {
+            let (registry, readiness) = (self.metrics.registry(), self.readiness.clone());
+            tokio::spawn(async move {
+                let stopped = stop_admin.cancelled_owned();
+                if let Err(error) =
+                    toolmesh_telemetry::admin::serve(admin, registry, readiness, stopped).await
+                {
+                    tracing::error!(%error, "admin port stopped");
+                }
+            });
+        }
+        // Embedded, the catalog is loaded already: ready before the first
+        // health check can be answered.
+        let became_ready = if self.catalog.loaded().now_or_never().is_some() {
+            reporter.ready().await;
+            None
+        } else {
+            Some(AbortOnDrop(tokio::spawn({
+                let (catalog, reporter) = (self.catalog.clone(), reporter.clone());
+                async move {
+                    catalog.loaded().await;
+                    reporter.ready().await;
+                    tracing::info!("catalog loaded; ready");
+                }
+            })))
+        };
+
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_alpha = reflection().build_v1alpha()?;
+
+        let watchers = CancellationToken::new();
+        let max = self.config.max_message_bytes;
+        let watch_limits = WatchLimits {
+            max_watchers: self.config.max_watchers,
+            max_per_connection: self.config.max_watchers_per_connection,
+            lag_events: self.config.watch_lag_events,
+            lag_bytes: self.config.watch_lag_bytes,
+        };
+        let registry = ToolRegistryServer::new(
+            ToolRegistryApi::new(
+                self.catalog.clone(),
+                self.access.clone(),
+                self.invoker.clone(),
+                Arc::new(Watchers::new(watch_limits)),
+                watchers.clone(),
+            )
+            .max_message_bytes(max)
+            .with_search(self.search.clone()),
+        )
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+        let registration = RegistrationServer::new(
+            RegistrationApi::new(self.catalog.clone(), self.access.clone())
+                .sharing(self.config.max_tools)
+                .audit(self.audit.clone())
+                .metered(self.metrics.clone()),
+        )
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+
+        let stop = CancellationToken::new();
+        let server = tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(self.config.max_concurrent_streams))
+            // Find dead agents and sidecars on idle connections.
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_alpha)
+            .add_service(registry)
+            .add_service(registration)
+            .serve_with_incoming_shutdown(
+                toolmesh_proto::tls::incoming(
+                    connections::incoming(listener, &cut),
+                    self.config.tls.clone(),
+                ),
+                stop.clone().cancelled_owned(),
+            );
+        tokio::pin!(server);
+
+        tokio::select! {
+            result = &mut server => return result.map_err(ServeError::from),
+            () = mcp.ended(), if mcp.is_running() => {
+                return Err(ServeError::Transport("the MCP endpoint stopped".into()));
+            }
+            () = shutdown => {}
+        }
+        drop(became_ready);
+        tracing::info!(grace = ?self.config.shutdown_grace, "shutting down");
+        reporter.drain().await;
+        // Still accepting: new connections (probes, agents whose balancer
+        // has not heard yet) are served during the delay.
+        tokio::select! {
+            result = &mut server => return result.map_err(ServeError::from),
+            () = tokio::time::sleep(self.config.shutdown_delay) => {}
+        }
+        watchers.cancel();
+        stop.cancel();
+        mcp_drain.cancel();
+        let grace_over = tokio::time::Instant::now() + self.config.shutdown_grace;
+        let served = tokio::time::timeout_at(grace_over, &mut server)
+            .await
+            .ok()
+            .map(|result| result.map_err(ServeError::from));
+        let mcp_ended = tokio::time::timeout_at(grace_over, mcp.ended())
+            .await
+            .is_ok();
+        let served = match (served, mcp_ended) {
+            (Some(result), true) => return result,
+            (served, _) => served,
+        };
+        tracing::warn!("grace period over; cutting off the calls still in flight");
+        cut.cancel();
+        // Cut connections end their tasks at once; the servers then return.
+        let _ = tokio::time::timeout(CUT_OFF_WAIT, mcp.ended()).await;
+        match served {
+            Some(result) => result,
+            None => match tokio::time::timeout(CUT_OFF_WAIT, server).await {
+                Ok(result) => result.map_err(ServeError::from),
+                Err(_) => Ok(()),
+            },
+        }
+    }
+
+    /// The MCP endpoint's listener: the one given ([`Self::with_mcp`]), or
+    /// `--mcp-listen` bound, which must not be the gRPC or admin address
+    /// and, beyond loopback, needs agents authenticated (or `--insecure`).
+    async fn mcp_listener(
+        &mut self,
+        grpc: &TcpListener,
+    ) -> Result<Option<TcpListener>, ServeError> {
+        let taken: Vec<std::net::SocketAddr> = [Some(grpc), self.admin.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let listener = match (self.mcp.take(), &self.config.mcp_listen) {
+            (Some(listener), _) => listener,
+            (None, None) => return Ok(None),
+            (None, Some(listen)) => {
+                let resolved = listen
+                    .resolve()
+                    .map_err(|e| ServeError::Config(format!("--mcp-listen {listen}: {e}")))?;
+                if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
+                    return Err(ServeError::Config(format!(
+                        "--mcp-listen {listen} is the --listen or --admin-listen address: give the MCP endpoint its own, e.g. 127.0.0.1:8080"
+                    )));
+                }
+                TcpListener::bind(resolved.addr).await.map_err(|e| {
+                    ServeError::Config(format!(
+                        "--mcp-listen {listen}: cannot listen on {}: {e}",
+                        resolved.addr
+                    ))
+                })?
+            }
+        };
+        let local = listener
+            .local_addr()
+            .map_err(|e| ServeError::Config(format!("--mcp-listen: {e}")))?;
+        check_mcp_exposure(&self.config, local)?;
+        tracing::info!(address = %local, path = crate::serving::mcp::serve::PATH, tls = self.config.tls.is_some(), "MCP endpoint listening");
+        Ok(Some(listener))
+    }
+}
+
+/// Serves the registry `config` asks for on `listener` until `shutdown`
+/// completes.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    run_with_admin(listener, None, config, shutdown).await
+}
+
+/// [`run`], with the admin port (metrics, liveness, readiness) on `admin`
+/// when given.
+pub async fn run_with_admin(
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let mut registry = Registry::from_config(config)?;
+    if let Some(admin) = admin {
+        registry = registry.with_admin(admin);
+    }
+    registry.serve(listener, shutdown).await
+}
+
+/// The MCP endpoint's server task, if there is one; aborted when dropped.
+struct McpTask(Option<tokio::task::JoinHandle<std::io::Result<()>>>);
+
+impl McpTask {
+    fn is_running(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Completes once the task has ended (at once if there is none), and
+    /// logs a failure.
+    async fn ended(&mut self) {
+        let Some(task) = &mut self.0 else {
+            return;
+        };
+        let result = task.await;
+        self.0 = None;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "MCP endpoint failed"),
+            Err(error) => tracing::error!(%error, "MCP endpoint task failed"),
+        }
+    }
+}
+
+impl Drop for McpTask {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Refuses to serve beyond loopback with anything unauthenticated, unless
+/// `--insecure`; then warns.
+fn check_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    let open = config.unauthenticated();
+    if addr.ip().is_loopback() || open.is_empty() {
+        return Ok(());
+    }
+    let open = open.join(" and ");
+    if config.insecure {
+        tracing::warn!(%addr, "listening beyond loopback with {open} unauthenticated (--insecure): whoever reaches this port can do it");
+        return Ok(());
+    }
+    Err(ServeError::Config(format!(
+        "--listen {addr} is beyond loopback, and {open} would be open to whoever reaches it; configure them (docs/security.md) or pass --insecure"
+    )))
+}
+
+/// Refuses an MCP endpoint beyond loopback with agents unauthenticated,
+/// unless `--insecure`; then warns.
+fn check_mcp_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    let agents_open = config.api_keys_file.is_none() && config.jwt_keys_file.is_none();
+    if addr.ip().is_loopback() || !agents_open {
+        return Ok(());
+    }
+    if config.insecure {
+        tracing::warn!(%addr, "MCP endpoint beyond loopback with agents unauthenticated (--insecure): whoever reaches this port can call every tool");
+        return Ok(());
+    }
+    Err(ServeError::Config(format!(
+        "--mcp-listen {addr} is beyond loopback, and agents are not authenticated (no --api-keys-file or --jwt-keys-file): configure them (docs/auth.md) or pass --insecure"
+    )))
+}
