@@ -56,4 +56,4 @@ pub mod serving;
 
 pub use config::Config;
 pub use error::RegistryError;
-pub use serving::server::{Registry, ServeError, run, run_with_admin};
+pub use serving::server::{Registry, ServeError, listen_and_serve, run};

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use tokio::net::TcpListener;
-use toolmesh_proto::listen::ListenAddr;
 use toolmesh_registry::Config;
 
 /// glibc's malloc serializes the many small allocations of gRPC serving on
@@ -143,57 +141,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         ..config.log.clone()
     };
     let _telemetry = toolmesh_telemetry::init(&log, "toolmesh-registry")?;
-    // Config first, ports second: Registry::serve says "listening" once
-    // every port (the MCP endpoint's too) is bound and allowed.
-    let (listen, admin_listen) = (config.listen.clone(), config.admin_listen.clone());
-    let mut registry = toolmesh_registry::Registry::from_config(config)?;
-    let listener = bind("--listen", &listen).await?;
-    if let Some(admin) = &admin_listen {
-        let same = admin.resolve()?.addr;
-        if same.port() != 0 && same == listener.local_addr()? {
-            anyhow::bail!(
-                "--admin-listen {admin} is the --listen address: give the admin port its own, e.g. 127.0.0.1:9090"
-            );
-        }
-        registry = registry.with_admin(bind("--admin-listen", admin).await?);
-    }
-    registry
-        .serve(listener, toolmesh_proto::shutdown::signal_received())
+    toolmesh_registry::listen_and_serve(config, toolmesh_proto::shutdown::signal_received())
         .await?;
     tracing::info!("toolmesh registry stopped");
     Ok(())
-}
-
-/// Binds `flag`'s address `listen`: the IP given, or the first address its
-/// host name resolves to.
-async fn bind(flag: &str, listen: &ListenAddr) -> anyhow::Result<TcpListener> {
-    let resolved = listen.resolve()?;
-    if !resolved.candidates.is_empty() {
-        let all: Vec<String> = resolved
-            .candidates
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        tracing::info!(
-            listen = %listen,
-            address = %resolved.addr,
-            resolved = %all.join(", "),
-            "{flag} host name resolved; binding its first address"
-        );
-    }
-    TcpListener::bind(resolved.addr).await.map_err(|error| {
-        let hint = match error.kind() {
-            std::io::ErrorKind::AddrInUse => {
-                format!("; another process listens there: stop it or choose another port with {flag}")
-            }
-            std::io::ErrorKind::PermissionDenied => {
-                format!("; ports below 1024 need privileges: choose a higher port with {flag}")
-            }
-            std::io::ErrorKind::AddrNotAvailable => {
-                "; that address is not one of this machine's: use 127.0.0.1, 0.0.0.0 or one of its own".to_owned()
-            }
-            _ => String::new(),
-        };
-        anyhow::anyhow!("cannot listen on {}: {error}{hint}", resolved.addr)
-    })
 }

@@ -9,9 +9,10 @@ use toolmesh_telemetry::admin::Readiness;
 
 use crate::metrics::Metrics;
 
-/// The admin HTTP server, running in its own task.
+/// The admin HTTP server, running in its own task; dropped, it stops at
+/// once.
 pub struct Admin {
-    stop: tokio::sync::oneshot::Sender<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -37,18 +38,28 @@ impl Admin {
                 tracing::error!(%error, "the admin port stopped");
             }
         });
-        Ok(Admin { stop, task })
+        Ok(Admin {
+            stop: Some(stop),
+            task,
+        })
     }
 
     /// Stops serving, once the sidecar has drained; a scrape still open
     /// after a second is cut.
-    pub async fn stop(self) {
-        let _ = self.stop.send(());
-        let mut task = self.task;
-        match tokio::time::timeout(Duration::from_secs(1), &mut task).await {
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(Duration::from_secs(1), &mut self.task).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "the admin port did not stop cleanly"),
-            Err(_) => task.abort(),
+            Err(_) => self.task.abort(),
         }
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

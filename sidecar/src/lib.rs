@@ -48,6 +48,7 @@ pub mod backend;
 pub mod config;
 pub mod context;
 pub mod health;
+pub mod launch;
 pub mod mcp;
 pub mod metrics;
 pub mod refusal;
@@ -112,6 +113,15 @@ pub enum SidecarError {
     /// A socket operation failed.
     #[error("I/O error: {0}")]
     Io(std::io::Error),
+    /// The admin port could not be bound.
+    #[error("cannot listen on {addr} (--admin-listen)")]
+    AdminListen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why it was refused.
+        #[source]
+        source: std::io::Error,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),

@@ -20,7 +20,7 @@
 //! - `environment`: what a stdio server sees of the environment.
 //! - `session`: one connection to a server: start or reach it, list, call.
 //! - `supervise`: the loop that keeps a server's tools published, and
-//!   [`Sources`], every server's loop.
+//!   `Sources`, every server's loop.
 //! - `watch`: how that loop hears of changes and of the server's end.
 
 use std::collections::BTreeMap;

@@ -17,6 +17,7 @@ use toolmesh_proto::token::Token;
 use toolmesh_proto::{endpoint, pb};
 
 use crate::SidecarError;
+use crate::admin::Admin;
 use crate::announcer::Announcer;
 use crate::health::Readiness;
 use crate::mcp::{McpServer, Sources};
@@ -75,6 +76,10 @@ pub struct ServeOptions {
     /// Told when the sidecar is ready, as its health says (the admin
     /// port's `/readyz`, see [`crate::health`]); `None`: no one is told.
     pub readiness: Option<toolmesh_telemetry::admin::Readiness>,
+    /// Where to serve the admin port (`/metrics` of `metrics`, `/livez`,
+    /// `/readyz` of `readiness`), bound before the first announce and
+    /// stopped once the sidecar has drained; `None`: no admin port.
+    pub admin: Option<SocketAddr>,
     /// MCP servers whose tools are served beside the fixed ones, each
     /// kept running (or reached) and listed ([`crate::mcp`]).
     pub mcp_servers: Vec<McpServer>,
@@ -188,7 +193,20 @@ pub async fn serve_with_withdraw(
         opts.grant_max_age.unwrap_or(grant::DEFAULT_MAX_AGE),
     ));
     let metrics = opts.metrics.clone().unwrap_or_default();
-    let (mut readiness, health) = Readiness::new(opts.readiness.clone()).await;
+    let told = match (&opts.readiness, opts.admin) {
+        (Some(told), _) => Some(told.clone()),
+        (None, Some(_)) => Some(toolmesh_telemetry::admin::Readiness::not_ready("starting")),
+        (None, None) => None,
+    };
+    let admin = match (opts.admin, &told) {
+        (Some(addr), Some(told)) => Some(
+            Admin::start(addr, metrics.clone(), told.clone())
+                .await
+                .map_err(|source| SidecarError::AdminListen { addr, source })?,
+        ),
+        _ => None,
+    };
+    let (mut readiness, health) = Readiness::new(told).await;
     let announcer = Announcer::new(
         &registry,
         announce,
@@ -241,6 +259,9 @@ pub async fn serve_with_withdraw(
         }
     }
     sources.stop().await;
+    if let Some(admin) = admin {
+        admin.stop().await;
+    }
     tracing::info!("sidecar stopped");
     match refused {
         Some(refused) => Err(refused.into()),

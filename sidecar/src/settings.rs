@@ -5,10 +5,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use anyhow::anyhow;
 use clap::ArgMatches;
 use clap::parser::ValueSource;
 use toolmesh_proto::listen::ListenAddr;
+
+use crate::launch::LaunchError;
 
 /// Where each setting comes from, to name it in an error the way the user
 /// set it: the flag, its environment variable, or the config file's key.
@@ -49,7 +50,7 @@ pub fn admin_address(
     admin: &str,
     listen: SocketAddr,
     matches: &ArgMatches,
-) -> anyhow::Result<SocketAddr> {
+) -> Result<SocketAddr, LaunchError> {
     let from = match matches.value_source("admin_listen") {
         Some(ValueSource::EnvVariable) => "TOOLMESH_ADMIN_LISTEN",
         _ => "--admin-listen",
@@ -57,14 +58,14 @@ pub fn admin_address(
     let addr = admin
         .parse::<ListenAddr>()
         .and_then(|l| l.resolve())
-        .map_err(|e| anyhow!("{from}: {e}"))?
+        .map_err(|e| LaunchError::Setting(format!("{from}: {e}")))?
         .addr;
     let same_ip =
         addr.ip() == listen.ip() || addr.ip().is_unspecified() || listen.ip().is_unspecified();
     if addr.port() != 0 && addr.port() == listen.port() && same_ip {
-        anyhow::bail!(
+        return Err(LaunchError::Setting(format!(
             "{from}: {addr} is where ToolRuntime listens ({listen}); give the admin port a port of its own"
-        );
+        )));
     }
     Ok(addr)
 }

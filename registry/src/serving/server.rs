@@ -3,10 +3,11 @@
 //! `--tls-cert-file` is set; and the MCP endpoint on its own
 //! (`--mcp-listen`, [`crate::serving::mcp`]).
 //!
-//! This file builds the parts from [`Config`] and wires them; `serve.rs`
-//! binds, serves and drains; `janitor.rs` forgets what left the catalog.
+//! This file builds the parts from [`Config`] and wires them; `listen.rs`
+//! binds the flags' addresses; `serve.rs` serves and drains; `janitor.rs` forgets what left the catalog.
 
 mod janitor;
+mod listen;
 mod serve;
 
 use std::sync::Arc;
@@ -37,7 +38,9 @@ use crate::{
     redis_pool::{RedisPool, RedisSettings},
 };
 use janitor::janitor;
-pub use serve::{run, run_with_admin};
+pub use listen::listen_and_serve;
+pub use serve::run;
+
 /// Why serving stopped. Each message carries its causes, so it prints once
 /// however it is printed (there is no separate `source`).
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,9 @@ pub enum ServeError {
     /// The settings are unusable.
     #[error("config: {0}")]
     Config(String),
+    /// A port could not be bound (the message says what to do about it).
+    #[error("{0}")]
+    Listen(String),
 }
 
 impl From<tonic_reflection::server::Error> for ServeError {

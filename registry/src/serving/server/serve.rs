@@ -278,22 +278,9 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    run_with_admin(listener, None, config, shutdown).await
-}
-
-/// [`run`], with the admin port (metrics, liveness, readiness) on `admin`
-/// when given.
-pub async fn run_with_admin(
-    listener: TcpListener,
-    admin: Option<TcpListener>,
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), ServeError> {
-    let mut registry = Registry::from_config(config)?;
-    if let Some(admin) = admin {
-        registry = registry.with_admin(admin);
-    }
-    registry.serve(listener, shutdown).await
+    Registry::from_config(config)?
+        .serve(listener, shutdown)
+        .await
 }
 
 /// The MCP endpoint's server task, if there is one; aborted when dropped.
