@@ -1,6 +1,6 @@
 //! What commands print: text for people (tables, pretty JSON), or with
 //! `--output json` one JSON document (one per line for `watch`) for scripts.
-//! Everything goes through [`print`] and [`note`]: a closed standard output
+//! Everything goes through [`print()`] and [`note`]: a closed standard output
 //! ends the command quietly ([`Exit::BrokenPipe`]), never with a panic.
 
 use std::fmt::Display;

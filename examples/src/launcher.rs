@@ -1,6 +1,6 @@
 //! The demo launcher (`toolmesh-demo`): starts the real registry and sidecar
 //! binaries, the example HTTP service and the SDK tool on free loopback
-//! ports, runs the [`agent`](crate::agent) in-process, then stops every
+//! ports, runs the [`agent`] in-process, then stops every
 //! child with SIGTERM (SIGKILL after a grace period).
 //!
 //! Binaries are found next to the launcher's own executable; the registry

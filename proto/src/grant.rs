@@ -18,7 +18,7 @@
 //! endpoint learns only grants for itself.
 //!
 //! A grant reads `v1.<issued at, Unix ms>.<nonce, 16 hex digits>.<HMAC,
-//! unpadded base64url>`; what the HMAC covers is [`Call::message`].
+//! unpadded base64url>`; what the HMAC covers is `Call::message`.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -5,7 +5,7 @@
 //!   `toolmesh_registry=debug,info`.
 //! - `--log-format text|json` (`TOOLMESH_LOG_FORMAT`): one human-readable
 //!   line per event, or one JSON object per line for a log pipeline; inside
-//!   a traced span, each line names its `trace_id` ([`format`]).
+//!   a traced span, each line names its `trace_id` ([`format`](mod@format)).
 //! - Colour only when standard output is a terminal and `NO_COLOR` is not
 //!   set, so log files and pipes get plain text.
 //! - Spans exported over OTLP when the `OTEL_*` variables name an endpoint

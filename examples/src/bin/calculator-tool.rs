@@ -12,6 +12,8 @@ use toolmesh_sidecar::shutdown;
 /// A Rust SDK tool: divide.
 #[derive(Debug, Parser)]
 #[command(name = "calculator-tool", version, about)]
+// The fields' comments are `--help`'s text, written for a terminal.
+#[allow(rustdoc::invalid_html_tags)]
 struct Cli {
     /// Registry URL.
     #[arg(

@@ -8,7 +8,6 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -38,26 +37,15 @@ pub struct ClientFiles {
 
 /// A client's TLS settings, rebuilt when their files change. Cloning
 /// shares them.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ClientTls {
     config: Arc<Reloading<ClientConfig>>,
 }
 
-impl fmt::Debug for ClientTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ClientTls")
-    }
-}
-
 impl ClientTls {
-    /// Reads `files`; they are read again when they change.
+    /// Reads `files`; they are read again when they change (looked at
+    /// once per [`RELOAD_INTERVAL`] at most).
     pub fn load(files: ClientFiles) -> Result<Self, TlsError> {
-        Self::load_with_interval(files, RELOAD_INTERVAL)
-    }
-
-    /// [`Self::load`], checking the files for changes at most once per
-    /// `interval`.
-    pub fn load_with_interval(files: ClientFiles, interval: Duration) -> Result<Self, TlsError> {
         if files.cert.is_some() != files.key.is_some() {
             return Err(TlsError::Settings(
                 "a client certificate needs its key, and a key its certificate: give both files",
@@ -72,7 +60,7 @@ impl ClientTls {
             "client certificate",
             watched,
             move || build(&files),
-            interval,
+            RELOAD_INTERVAL,
         )?;
         Ok(Self {
             config: Arc::new(config),

@@ -14,7 +14,7 @@
 //! - [`accept`]: [`incoming`], accepted connections after their TLS
 //!   handshakes (or as they are, without TLS), and the [`Conn`] type that
 //!   tells handlers who the peer is.
-//! - [`peer`]: [`peer()`], the peer of a call: its address and the
+//! - [`peer`](mod@peer): [`peer()`], the peer of a call: its address and the
 //!   identities of its verified client certificate.
 //! - [`client`]: [`ClientTls`] and [`connector`], for `https://` URLs.
 

@@ -28,6 +28,16 @@ pub(super) struct Reloading<T> {
     state: Mutex<State<T>>,
 }
 
+impl<T> std::fmt::Debug for Reloading<T> {
+    /// What it builds and from which files, not the settings themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloading")
+            .field("what", &self.what)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
 struct State<T> {
     current: Arc<T>,
     stamps: Vec<Stamp>,

@@ -29,15 +29,9 @@ pub struct ServerFiles {
 
 /// A listener's TLS settings, rebuilt when their files change. Cloning
 /// shares them.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ServerTls {
     config: Arc<Reloading<ServerConfig>>,
-}
-
-impl fmt::Debug for ServerTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ServerTls")
-    }
 }
 
 impl ServerTls {

@@ -12,16 +12,14 @@ use std::{
     time::Duration,
 };
 
-use tokio::{sync::broadcast, time::Instant};
+use tokio::time::Instant;
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    access::audit::AuditLog,
     catalog::descriptor,
-    catalog::store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
-    catalog::store::{CatalogStore, view::CatalogView},
+    catalog::store::model::{Announcement, Instance, Lease, ToolState, lease_tag},
+    catalog::store::{CatalogStore, Expiries, view::CatalogView},
     error::RegistryError,
-    metrics::Metrics,
 };
 
 /// Bounds on what the network can make the store hold.
@@ -71,8 +69,7 @@ struct State {
 
 /// The in-memory [`CatalogStore`].
 pub struct MemoryStore {
-    audit: std::sync::OnceLock<AuditLog>,
-    metrics: std::sync::OnceLock<Arc<Metrics>>,
+    expiries: Expiries,
     ttl: Duration,
     limits: Limits,
     state: Mutex<State>,
@@ -84,8 +81,7 @@ impl MemoryStore {
     /// the current tokio runtime until the store is dropped.
     pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
         let store = Arc::new(Self {
-            audit: std::sync::OnceLock::new(),
-            metrics: std::sync::OnceLock::new(),
+            expiries: Expiries::default(),
             ttl,
             limits,
             state: Mutex::new(State::default()),
@@ -114,17 +110,12 @@ impl MemoryStore {
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
                 tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
-                if let Some(metrics) = self.metrics.get() {
-                    metrics.lease_expired();
-                }
-                if let Some(audit) = self.audit.get() {
-                    audit.record(super::expiry_record(
-                        &record.owner,
-                        &record.instance.id,
-                        &record.instance.endpoint,
-                        record.tools.clone(),
-                    ));
-                }
+                self.expiries.expired(Some(super::expiry_record(
+                    &record.owner,
+                    &record.instance.id,
+                    &record.instance.endpoint,
+                    record.tools.clone(),
+                )));
                 touched.extend(record.tools);
             }
         }
@@ -364,28 +355,12 @@ impl CatalogStore for MemoryStore {
         Ok(())
     }
 
-    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.view.get(name)
+    fn view(&self) -> &CatalogView {
+        &self.view
     }
 
-    fn list(&self) -> Vec<Arc<ToolState>> {
-        self.view.list()
-    }
-
-    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        self.view.watch()
-    }
-
-    fn published_bytes(&self) -> u64 {
-        self.view.published_bytes()
-    }
-
-    fn audit_expiries(&self, audit: AuditLog) {
-        let _ = self.audit.set(audit);
-    }
-
-    fn count_expiries(&self, metrics: Arc<Metrics>) {
-        let _ = self.metrics.set(metrics);
+    fn expiries(&self) -> &Expiries {
+        &self.expiries
     }
 
     fn lease_count(&self) -> usize {

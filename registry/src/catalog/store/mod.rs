@@ -5,7 +5,10 @@
 //! - `redis`: the catalog in Redis, shared by every replica.
 //! - `view`: the local copy of the catalog every engine serves reads from.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use tokio::sync::broadcast;
 
@@ -20,6 +23,8 @@ pub mod memory;
 pub(crate) mod model;
 pub(crate) mod redis;
 pub(crate) mod view;
+
+pub use view::CatalogView;
 
 /// Where descriptors, instances and leases live.
 ///
@@ -39,27 +44,64 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// Ends a lease; an unknown lease is not an error, another owner's is
     /// `PermissionDenied`.
     async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError>;
+    /// The local copy of the catalog this engine serves reads from.
+    fn view(&self) -> &CatalogView;
+    /// Where this engine tells of the leases that expire.
+    fn expiries(&self) -> &Expiries;
     /// One tool, if it has a live instance.
-    fn get(&self, name: &str) -> Option<Arc<ToolState>>;
+    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
+        self.view().get(name)
+    }
     /// Every tool with a live instance, sorted by name.
-    fn list(&self) -> Vec<Arc<ToolState>>;
+    fn list(&self) -> Vec<Arc<ToolState>> {
+        self.view().list()
+    }
     /// The current tools and a receiver of every later change, taken
     /// atomically.
-    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>);
+    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.view().watch()
+    }
     /// Bytes of every change event published so far.
-    fn published_bytes(&self) -> u64;
+    fn published_bytes(&self) -> u64 {
+        self.view().published_bytes()
+    }
     /// Records every lease that expires to `audit` from now on (only the
     /// first log given is kept).
-    fn audit_expiries(&self, audit: AuditLog);
+    fn audit_expiries(&self, audit: AuditLog) {
+        let _ = self.expiries().audit.set(audit);
+    }
     /// Counts every lease that expires in `metrics` from now on (only the
     /// first given is kept).
-    fn count_expiries(&self, metrics: Arc<Metrics>);
+    fn count_expiries(&self, metrics: Arc<Metrics>) {
+        let _ = self.expiries().metrics.set(metrics);
+    }
     /// Live leases as this engine knows them (in Redis mode, as of the
     /// last resync plus the changes seen since).
     fn lease_count(&self) -> usize;
     /// Completes once the catalog has been loaded from its engine: at once
     /// in memory; in Redis mode after the first full resync.
     async fn loaded(&self);
+}
+
+/// Where an engine tells of the leases that expire: the metrics count them,
+/// the audit log records them; each set once, when the registry is wired.
+#[derive(Default)]
+pub struct Expiries {
+    audit: OnceLock<AuditLog>,
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+impl Expiries {
+    /// A lease expired; `record` is its audit record, when this engine
+    /// knew the lease.
+    pub(crate) fn expired(&self, record: Option<RegistrationRecord>) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics.lease_expired();
+        }
+        if let (Some(audit), Some(record)) = (self.audit.get(), record) {
+            audit.record(record);
+        }
+    }
 }
 
 /// The audit record of a lease that expired.

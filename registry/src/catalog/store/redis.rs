@@ -28,16 +28,15 @@ use std::{
 use base64::{Engine as _, engine::general_purpose::STANDARD};
 use prost::Message as _;
 use redis::Script;
-use tokio::{sync::broadcast, time::Instant};
+use tokio::time::Instant;
 use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
 
 use crate::{
-    access::audit::AuditLog,
     catalog::descriptor,
-    catalog::store::model::{Announcement, CatalogEvent, Instance, Lease, ToolState, lease_tag},
-    catalog::store::{CatalogStore, memory::Limits, view::CatalogView},
+    catalog::store::model::{Announcement, Instance, Lease, ToolState, lease_tag},
+    catalog::store::{CatalogStore, Expiries, memory::Limits, view::CatalogView},
     error::RegistryError,
-    metrics::{Metrics, RedisOp},
+    metrics::RedisOp,
     redis_pool::{RedisError, RedisPool},
 };
 
@@ -108,8 +107,7 @@ pub(crate) struct RedisStoreSettings {
 
 /// The Redis [`CatalogStore`].
 pub(crate) struct RedisStore {
-    audit: std::sync::OnceLock<AuditLog>,
-    metrics: std::sync::OnceLock<Arc<Metrics>>,
+    expiries: Expiries,
     /// `true` once a full resync succeeded.
     loaded: tokio::sync::watch::Sender<bool>,
     pool: Arc<RedisPool>,
@@ -129,8 +127,7 @@ impl RedisStore {
     /// on the current runtime until the store is dropped.
     pub(crate) fn new(pool: Arc<RedisPool>, settings: RedisStoreSettings) -> Arc<Self> {
         let store = Arc::new(Self {
-            audit: std::sync::OnceLock::new(),
-            metrics: std::sync::OnceLock::new(),
+            expiries: Expiries::default(),
             loaded: tokio::sync::watch::Sender::new(false),
             pool,
             tag: format!("{{{}}}", settings.prefix),
@@ -447,28 +444,12 @@ impl CatalogStore for RedisStore {
         Ok(())
     }
 
-    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.view.get(name)
+    fn view(&self) -> &CatalogView {
+        &self.view
     }
 
-    fn list(&self) -> Vec<Arc<ToolState>> {
-        self.view.list()
-    }
-
-    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        self.view.watch()
-    }
-
-    fn published_bytes(&self) -> u64 {
-        self.view.published_bytes()
-    }
-
-    fn audit_expiries(&self, audit: AuditLog) {
-        let _ = self.audit.set(audit);
-    }
-
-    fn count_expiries(&self, metrics: Arc<Metrics>) {
-        let _ = self.metrics.set(metrics);
+    fn expiries(&self) -> &Expiries {
+        &self.expiries
     }
 
     fn lease_count(&self) -> usize {

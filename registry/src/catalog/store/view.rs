@@ -20,7 +20,7 @@ use super::model::{CatalogEvent, ChangeKind, ToolState};
 pub(crate) const EVENT_BUFFER: usize = 1024;
 
 /// Tools by name, and the channel their changes go out on.
-pub(crate) struct CatalogView {
+pub struct CatalogView {
     tools: DashMap<String, Arc<ToolState>>,
     events: broadcast::Sender<CatalogEvent>,
     /// Bytes of every event sent so far ([`CatalogEvent::published`]).

@@ -171,17 +171,14 @@ impl RedisStore {
                 .map(|r| r.instance.clone())
                 .unwrap_or_default();
             tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
-            if let Some(metrics) = self.metrics.get() {
-                metrics.lease_expired();
-            }
-            if let (Some(audit), Some(record)) = (self.audit.get(), record) {
-                audit.record(crate::catalog::store::expiry_record(
+            self.expiries.expired(record.map(|record| {
+                crate::catalog::store::expiry_record(
                     &record.owner,
                     &record.instance,
                     endpoint_of(&record.address),
                     record.tools,
-                ));
-            }
+                )
+            }));
         }
         Ok(())
     }
