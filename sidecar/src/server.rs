@@ -156,6 +156,23 @@ pub async fn serve_with_withdraw(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SidecarError> {
     let addr = listener.local_addr().map_err(SidecarError::Io)?;
+    let metrics = opts.metrics.clone().unwrap_or_default();
+    let told = match (&opts.readiness, opts.admin) {
+        (Some(told), _) => Some(told.clone()),
+        (None, Some(_)) => Some(toolmesh_telemetry::admin::Readiness::not_ready("starting")),
+        (None, None) => None,
+    };
+    let admin = match (opts.admin, &told) {
+        (Some(addr), Some(told)) => Some(
+            Admin::start(addr, metrics.clone(), told.clone())
+                .await
+                .map_err(|source| SidecarError::AdminListen { addr, source })?,
+        ),
+        _ => None,
+    };
+    // Every port is bound before any is said to be (the binary's log line
+    // names the address that --listen's port 0 chose).
+    tracing::info!(target: "toolmesh_sidecar", %addr, tools = tools.len(), "bound");
     let tools = Arc::new(ToolSet::new(tools, opts.mcp_servers.len())?);
     let runtime = Arc::new(Runtime::serving(tools.clone()));
     let registry = endpoint::url(&opts.registry).map_err(SidecarError::InvalidRegistry)?;
@@ -192,20 +209,6 @@ pub async fn serve_with_withdraw(
         instance_id.clone(),
         opts.grant_max_age.unwrap_or(grant::DEFAULT_MAX_AGE),
     ));
-    let metrics = opts.metrics.clone().unwrap_or_default();
-    let told = match (&opts.readiness, opts.admin) {
-        (Some(told), _) => Some(told.clone()),
-        (None, Some(_)) => Some(toolmesh_telemetry::admin::Readiness::not_ready("starting")),
-        (None, None) => None,
-    };
-    let admin = match (opts.admin, &told) {
-        (Some(addr), Some(told)) => Some(
-            Admin::start(addr, metrics.clone(), told.clone())
-                .await
-                .map_err(|source| SidecarError::AdminListen { addr, source })?,
-        ),
-        _ => None,
-    };
     let (mut readiness, health) = Readiness::new(told).await;
     let announcer = Announcer::new(
         &registry,
