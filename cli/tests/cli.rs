@@ -51,10 +51,7 @@ impl Mesh {
             shutdown_grace: Duration::from_secs(1),
             ..Config::default()
         };
-        let registry =
-            LoopbackServer::spawn(loopback_listener().await, move |listener, shutdown| {
-                toolmesh_registry::run(listener, config, shutdown)
-            });
+        let registry = toolmesh_test_support::server::registry(loopback_listener().await, config);
         let tools = toolmesh_sidecar::config::SidecarConfig::from_yaml_str(TOOLS)
             .unwrap()
             .build_tools(std::path::Path::new("."))
@@ -497,9 +494,7 @@ async fn a_registry_that_authenticates_agents_takes_the_token() {
         shutdown_grace: Duration::from_secs(1),
         ..Config::default()
     };
-    let registry = LoopbackServer::spawn(loopback_listener().await, move |listener, shutdown| {
-        toolmesh_registry::run(listener, config, shutdown)
-    });
+    let registry = toolmesh_test_support::server::registry(loopback_listener().await, config);
     let run = |args: Vec<&str>, token: Option<&str>| {
         let mut command = toolmesh(&registry.url());
         command.args(args);

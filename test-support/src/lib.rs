@@ -13,7 +13,8 @@
 //! - [`ports`]: loopback ports outside the kernel's ephemeral range, for
 //!   servers that cannot be handed an already-bound listener.
 //! - [`server`]: a server future on a bound loopback listener, stopped
-//!   through a oneshot with its result checked; the sidecar served that way.
+//!   through a oneshot with its result checked; the registry and the
+//!   sidecar served that way.
 //! - [`grants`]: `Execute` straight on those sidecars, signed as the
 //!   registry signs it.
 //! - [`process`]: the workspace's binaries, a `toolmesh-sidecar` process

@@ -43,6 +43,12 @@ pub fn binary(name: &str) -> Option<PathBuf> {
     )
 }
 
+/// The registry and sidecar binaries, when both are built (see
+/// [`binary`]).
+pub fn binaries() -> Option<(PathBuf, PathBuf)> {
+    Some((binary("toolmesh-registry")?, binary("toolmesh-sidecar")?))
+}
+
 /// Whether process `pid` no longer runs: gone, or a zombie its parent has
 /// not reaped yet.
 pub fn is_dead(pid: u32) -> bool {

@@ -1,6 +1,7 @@
 //! A server future running on a bound loopback listener, stopped through a
 //! oneshot, with its outcome checked: a server that fails, panics, or does
-//! not stop in time fails the test instead of passing unnoticed.
+//! not stop in time fails the test instead of passing unnoticed. The
+//! registry and the sidecar are served that way in-process.
 
 use std::{fmt::Display, future::Future, net::SocketAddr, pin::Pin, time::Duration};
 
@@ -15,6 +16,13 @@ pub type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// How long a stopped server may take to return, unless a test says.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The registry `config` asks for (the library's `run`), on `listener`.
+pub fn registry(listener: TcpListener, config: toolmesh_registry::Config) -> LoopbackServer {
+    LoopbackServer::spawn(listener, move |listener, shutdown| {
+        toolmesh_registry::run(listener, config, shutdown)
+    })
+}
 
 /// A listener on 127.0.0.1 with a port the kernel chose.
 pub async fn loopback_listener() -> TcpListener {

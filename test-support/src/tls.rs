@@ -1,9 +1,12 @@
 //! Certificates for TLS tests: a CA made on the spot, and certificates it
 //! signs for the names a test needs (DNS names, IP addresses, URIs such as
-//! `spiffe://...`), good for both server and client authentication.
+//! `spiffe://...`), good for both server and client authentication;
+//! [`Pki`] writes them where the binaries under test read them.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use toolmesh_proto::tls::{ClientFiles, ClientTls};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -97,4 +100,62 @@ impl Issued {
         std::fs::write(&key, &self.key).expect("write the key");
         (cert, key)
     }
+}
+
+/// A CA of one test and the files it hands to the binaries, in a temporary
+/// folder that goes with it.
+pub struct Pki {
+    ca: Ca,
+    dir: tempfile::TempDir,
+    /// The CA's certificate file (`ca.pem`), for `--*-ca-file` flags.
+    pub ca_file: String,
+}
+
+impl Pki {
+    /// A new CA, its certificate written.
+    pub fn new() -> Self {
+        let ca = Ca::new("toolmesh test CA");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ca_file = utf8(&ca.write(dir.path(), "ca.pem"));
+        Self { ca, dir, ca_file }
+    }
+
+    /// A certificate for `names`, written as `<name>.pem` and `<name>.key`;
+    /// returns both paths.
+    pub fn issue(&self, name: &str, names: &[&str]) -> (String, String) {
+        let (cert, key) = self.ca.issue(names).write(self.dir.path(), name);
+        (utf8(&cert), utf8(&key))
+    }
+
+    /// A client trusting the CA, presenting `identity` (certificate and key
+    /// files) when given.
+    pub fn client(&self, identity: Option<(&str, &str)>) -> ClientTls {
+        ClientTls::load(ClientFiles {
+            ca: Some(PathBuf::from(&self.ca_file)),
+            cert: identity.map(|(cert, _)| PathBuf::from(cert)),
+            key: identity.map(|(_, key)| PathBuf::from(key)),
+        })
+        .expect("client settings")
+    }
+
+    /// The CA, to issue what [`Self::issue`] does not write.
+    pub fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// The folder the files are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Default for Pki {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `path` as the `&str` a flag takes.
+pub fn utf8(path: &Path) -> String {
+    path.to_str().expect("utf-8 path").to_owned()
 }

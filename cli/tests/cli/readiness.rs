@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use toolmesh_registry::Config;
 use toolmesh_test_support::redis::RedisServer;
-use toolmesh_test_support::server::{LoopbackServer, loopback_listener};
+use toolmesh_test_support::server::loopback_listener;
 use toolmesh_test_support::wait::eventually;
 
 use crate::{exits, json_of, stderr, stdout, toolmesh};
@@ -23,9 +23,7 @@ async fn a_registry_without_its_catalog_is_not_ready() {
         shutdown_grace: Duration::from_secs(1),
         ..Config::default()
     };
-    let registry = LoopbackServer::spawn(loopback_listener().await, move |listener, shutdown| {
-        toolmesh_registry::run(listener, config, shutdown)
-    });
+    let registry = toolmesh_test_support::server::registry(loopback_listener().await, config);
     let url = registry.url();
     let run = async |args: &[&str]| toolmesh(&url).args(args).output().await.unwrap();
     let not_ready = format!("error: the registry at {url} is not ready: its health is NOT_SERVING");

@@ -52,9 +52,7 @@ impl TestRegistry {
 
     /// On a listener the caller bound.
     pub fn start_on(listener: TcpListener, config: Config) -> Self {
-        let server = LoopbackServer::spawn(listener, move |listener, shutdown| {
-            toolmesh_registry::run(listener, config, shutdown)
-        });
+        let server = toolmesh_test_support::server::registry(listener, config);
         Self {
             addr: server.addr,
             server,

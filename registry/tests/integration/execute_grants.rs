@@ -437,10 +437,7 @@ async fn a_grant_caught_on_the_way_to_a_sidecar_runs_its_call_once_and_nothing_e
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_retired_token_flags_still_start_both_binaries_with_a_warning() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some((registry_bin, sidecar_bin)) = process::binaries() else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");

@@ -1,14 +1,15 @@
 //! `RedisIdempotency` against a real `redis-server` on loopback: one run per
 //! key across replicas, replays, released and abandoned keys, expiry, and
-//! an outage.
+//! an outage. The race of one key is one scenario run on both engines
+//! ([`racing_claims_run_once`]).
 
 use std::{sync::Arc, time::Duration};
 
 use tokio::time::Instant;
 use toolmesh_registry::{
     calls::idempotency::{
-        Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, RedisIdempotency, StoredOutcome,
-        Ticket,
+        Claim, IdempotencyError, IdempotencyKey, IdempotencyStore, MemoryIdempotency,
+        RedisIdempotency, StoredOutcome, Ticket,
     },
     redis_pool::{RedisPool, RedisSettings},
 };
@@ -135,22 +136,23 @@ async fn runs_once_then_replays_on_every_replica() {
     assert_eq!(replay(&b, "s", "fp").await, status);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_racing_run_a_key_once() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let replicas = [
-        Arc::new(store(&redis.url(), DAY)),
-        Arc::new(store(&redis.url(), DAY)),
-    ];
+/// Twenty claims of one key, spread over `replicas` (the same store twice
+/// for an engine of one process): exactly one runs, holding the key for
+/// `runs_for`; every other waits and replays its outcome.
+async fn racing_claims_run_once<S: IdempotencyStore + 'static>(
+    replicas: [Arc<S>; 2],
+    runs_for: Duration,
+) {
     let mut tasks = Vec::new();
     for i in 0..20 {
         let store = replicas[i % 2].clone();
         tasks.push(tokio::spawn(async move {
-            match claim(&store, "race", "fp", HOLD, WAIT).await.unwrap() {
+            let claimed = store
+                .claim(&key("race"), "fp", HOLD, Instant::now() + WAIT)
+                .await;
+            match claimed.unwrap() {
                 Claim::Run(ticket) => {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(runs_for).await;
                     ticket.complete(outcome(42)).await;
                     None
                 }
@@ -167,6 +169,24 @@ async fn two_replicas_racing_run_a_key_once() {
         }
     }
     assert_eq!(runs, 1, "exactly one of 20 racing claims runs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn racing_claims_run_a_key_once_in_memory() {
+    let store = Arc::new(MemoryIdempotency::new(Duration::from_secs(3600), 100));
+    racing_claims_run_once([store.clone(), store], Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_racing_run_a_key_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let replicas = [
+        Arc::new(store(&redis.url(), DAY)),
+        Arc::new(store(&redis.url(), DAY)),
+    ];
+    racing_claims_run_once(replicas, Duration::from_millis(300)).await;
 }
 
 /// Released while another replica waits on it, the key goes to the

@@ -136,12 +136,12 @@ async fn an_exposed_or_shared_address_is_refused_at_start() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_registrys_certificate_over_http1_and_http2() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = toolmesh_test_support::tls::Ca::new("mcp test CA");
-    let issued = ca.issue(&["127.0.0.1", "localhost"]);
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, &issued.cert).unwrap();
-    std::fs::write(&key, &issued.key).unwrap();
+    let pki = toolmesh_test_support::tls::Pki::new();
+    let (cert, key) = pki.issue("registry", &["127.0.0.1", "localhost"]);
+    let (cert, key) = (
+        std::path::PathBuf::from(cert),
+        std::path::PathBuf::from(key),
+    );
     let listener = loopback_listener().await;
     let url = format!("https://{}/mcp", listener.local_addr().unwrap());
     let registry = McpRegistry::start_with(
@@ -154,7 +154,7 @@ async fn tls_with_the_registrys_certificate_over_http1_and_http2() {
         url.clone(),
     )
     .await;
-    let root = reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap();
+    let root = reqwest::Certificate::from_pem(pki.ca().pem().as_bytes()).unwrap();
     for http1 in [true, false] {
         let mut builder = reqwest::Client::builder()
             .add_root_certificate(root.clone())

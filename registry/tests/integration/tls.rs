@@ -4,7 +4,6 @@
 //! speaks plaintext, and a registry certificate rotated on disk.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -14,11 +13,11 @@ use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
 use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
 use toolmesh_proto::pb::tool_runtime_client::ToolRuntimeClient;
-use toolmesh_proto::tls::{self, ClientFiles, ClientTls};
+use toolmesh_proto::tls::{self, ClientTls};
 use toolmesh_test_support::catalog::{invoke, wait_for_instances};
 use toolmesh_test_support::process::{self, SidecarProcess};
 use toolmesh_test_support::registry_process::{RegistryProcess, run_to_exit};
-use toolmesh_test_support::tls::Ca;
+use toolmesh_test_support::tls::{Pki, utf8};
 use toolmesh_test_support::wait::{eventually, wait_until};
 
 const REGISTRY_ID: &str = "spiffe://mesh.test/registry";
@@ -31,41 +30,6 @@ tools:
     backend:
       command: [sh, -c, 'cat >> seen; echo >> seen; echo "\"ok\""']
 "#;
-
-/// A CA and the files a test hands to the binaries.
-struct Pki {
-    ca: Ca,
-    dir: tempfile::TempDir,
-    ca_file: String,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let ca = Ca::new("toolmesh test CA");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let ca_file = path(&ca.write(dir.path(), "ca.pem"));
-        Self { ca, dir, ca_file }
-    }
-
-    /// A certificate for `names`, written as `<name>.pem` and `<name>.key`.
-    fn issue(&self, name: &str, names: &[&str]) -> (String, String) {
-        let (cert, key) = self.ca.issue(names).write(self.dir.path(), name);
-        (path(&cert), path(&key))
-    }
-
-    fn client(&self, identity: Option<(&str, &str)>) -> ClientTls {
-        ClientTls::load(ClientFiles {
-            ca: Some(PathBuf::from(&self.ca_file)),
-            cert: identity.map(|(cert, _)| PathBuf::from(cert)),
-            key: identity.map(|(_, key)| PathBuf::from(key)),
-        })
-        .expect("client settings")
-    }
-}
-
-fn path(path: &Path) -> String {
-    path.to_str().expect("utf-8 path").to_owned()
-}
 
 async fn channel(addr: SocketAddr, tls: ClientTls) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("https://{addr}"))?
@@ -90,10 +54,7 @@ async fn direct(sidecar: SocketAddr, tls: ClientTls) -> Result<pb::ExecuteRespon
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hop_in_mtls_and_only_the_registry_runs_tools() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some((registry_bin, sidecar_bin)) = process::binaries() else {
         return;
     };
     let pki = Pki::new();
@@ -228,10 +189,7 @@ async fn every_hop_in_mtls_and_only_the_registry_runs_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_certificate_for_another_host_is_never_sent_a_call() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some((registry_bin, sidecar_bin)) = process::binaries() else {
         return;
     };
     let pki = Pki::new();
@@ -276,10 +234,7 @@ async fn a_sidecar_certificate_for_another_host_is_never_sent_a_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_registry_that_speaks_plaintext_is_never_announced_to() {
-    let (Some(registry_bin), Some(sidecar_bin)) = (
-        process::binary("toolmesh-registry"),
-        process::binary("toolmesh-sidecar"),
-    ) else {
+    let Some((registry_bin, sidecar_bin)) = process::binaries() else {
         return;
     };
     let pki = Pki::new();
@@ -341,17 +296,17 @@ async fn a_rotated_certificate_serves_new_connections_and_keeps_open_ones() {
         return;
     };
     let pki = Pki::new();
-    let first = pki.ca.issue(&["127.0.0.1", "first.example"]);
-    let (cert, key) = first.write(pki.dir.path(), "registry");
+    let first = pki.ca().issue(&["127.0.0.1", "first.example"]);
+    let (cert, key) = first.write(pki.dir(), "registry");
     let (_registry, addr) = RegistryProcess::start(
         &registry_bin,
         &[
             "--listen",
             "127.0.0.1:0",
             "--tls-cert-file",
-            &path(&cert),
+            &utf8(&cert),
             "--tls-key-file",
-            &path(&key),
+            &utf8(&key),
         ],
         &[],
     )
@@ -369,8 +324,8 @@ async fn a_rotated_certificate_serves_new_connections_and_keeps_open_ones() {
     let synced = events.message().await.expect("an event").expect("open");
     assert_eq!(synced.kind(), pb::tool_event::Kind::Synced);
 
-    let second = pki.ca.issue(&["127.0.0.1", "second.example"]);
-    second.write(pki.dir.path(), "registry");
+    let second = pki.ca().issue(&["127.0.0.1", "second.example"]);
+    second.write(pki.dir(), "registry");
     eventually(
         Duration::from_secs(10),
         "new connections to see the new certificate",
@@ -427,7 +382,7 @@ async fn a_registrant_may_be_its_client_certificate() {
     let echo_id = "spiffe://mesh.test/sidecar/echo";
     let sidecar = pki.issue("sidecar", &["127.0.0.1", echo_id]);
     let intruder = pki.issue("intruder", &["127.0.0.1", "spiffe://mesh.test/intruder"]);
-    let registrants = pki.dir.path().join("registrants.yaml");
+    let registrants = pki.dir().join("registrants.yaml");
     std::fs::write(
         &registrants,
         format!("registrants:\n  - {{name: echo, identities: [\"{echo_id}\"], tools: [echo]}}\n"),
@@ -445,7 +400,7 @@ async fn a_registrant_may_be_its_client_certificate() {
             "--tls-client-ca-file",
             &pki.ca_file,
             "--registrants-file",
-            &path(&registrants),
+            &utf8(&registrants),
         ],
         &[],
     )

@@ -53,9 +53,7 @@ impl TestRegistry {
             shutdown_grace: Duration::from_secs(2),
             ..toolmesh_registry::Config::default()
         };
-        let server = LoopbackServer::spawn(listener, move |listener, shutdown| {
-            toolmesh_registry::run(listener, config, shutdown)
-        });
+        let server = toolmesh_test_support::server::registry(listener, config);
         let channel = tonic::transport::Endpoint::from_shared(server.url())
             .unwrap()
             .connect_lazy();

@@ -82,34 +82,6 @@ async fn runs_once_then_replays_and_refuses_other_arguments() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn concurrent_claims_run_once_and_all_get_the_outcome() {
-    let store = Arc::new(store(100));
-    let mut tasks = Vec::new();
-    for _ in 0..20 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            match claim(&store, "k", "fp", WAIT).await {
-                Claim::Run(ticket) => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    ticket.complete(outcome(7)).await;
-                    None
-                }
-                Claim::Replay(outcome) => Some(outcome),
-                Claim::ArgumentsDiffer => panic!("same arguments"),
-            }
-        }));
-    }
-    let mut runs = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            None => runs += 1,
-            Some(replayed) => assert_eq!(replayed, outcome(7)),
-        }
-    }
-    assert_eq!(runs, 1);
-}
-
-#[tokio::test(start_paused = true)]
 async fn waiting_claim_times_out_at_its_deadline() {
     let store = store(10);
     let _ticket = run(&store, "k", "fp").await;
