@@ -18,18 +18,24 @@
 #
 #   scripts/bench.sh            # 5 s per run (BENCH_SECONDS to change)
 #
-# Installs nginx and redis-server (Debian) when missing. Every server is on
-# loopback; every process it starts is stopped on exit.
+# Then the registry path again, driven by an independent client, h2load
+# (nghttp2), with the same request bytes (`toolmesh-bench frame`): its
+# figures are printed beside ours, not written to the table. h2load counts
+# HTTP statuses, not grpc-status, so its requests are first checked by
+# `toolmesh-bench load`, which sends the same bytes.
+#
+# Installs nginx, redis-server and nghttp2-client (Debian) when missing.
+# Every server is on loopback; every process it starts is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${BENCH_SECONDS:-5}
 base=${BENCH_PORT_BASE:-55000}
 
-if ! command -v nginx >/dev/null || ! command -v redis-server >/dev/null; then
+if ! command -v nginx >/dev/null || ! command -v redis-server >/dev/null || ! command -v h2load >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     ${SUDO:-} apt-get update -qq
-    ${SUDO:-} apt-get install -y -qq --no-install-recommends nginx redis-server >/dev/null
+    ${SUDO:-} apt-get install -y -qq --no-install-recommends nginx redis-server nghttp2-client >/dev/null
 fi
 
 cargo build --release --locked -p toolmesh-bench -p toolmesh-registry --bins
@@ -105,3 +111,22 @@ for payload in 100 16384; do
 done
 
 python3 bench/render.py "$results" docs/benchmarks.md docs/bench.svg
+
+# The registry path by h2load, beside toolmesh-bench load's figures for it.
+"$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke-100.bin"
+echo
+echo "registry, 100 B: toolmesh-bench load vs h2load -t 1 (same request bytes, $seconds s each)"
+for load in "1 1" "1 16" "8 16"; do
+    read -r c m <<<"$load"
+    ours=$(python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in rows if x.get("label")=="registry" and x.get("payload")==100 and x.get("connections")==int(sys.argv[2]) and x.get("streams")==int(sys.argv[3])]; print(round(r[0]["calls_per_s"]) if r else "?")' "$results" "$c" "$m" 2>/dev/null || echo "?")
+    h2load -t 1 -c "$c" -m "$m" -D "$seconds" --warm-up-time 1 \
+        -d "$work/invoke-100.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://$registry/toolmesh.v1.ToolRegistry/Invoke" >"$work/h2load.txt"
+    if ! grep -q ' 0 failed, 0 errored' "$work/h2load.txt"; then
+        echo "h2load saw failures:" >&2
+        cat "$work/h2load.txt" >&2
+        exit 1
+    fi
+    theirs=$(awk '/^finished in/ {for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) {gsub(",", "", $(i-1)); print $(i-1)}}' "$work/h2load.txt")
+    echo "  -c $c -m $m: toolmesh-bench load ${ours} calls/s; h2load ${theirs} req/s"
+done

@@ -49,6 +49,34 @@ pub(crate) struct Args {
     label: String,
 }
 
+/// `toolmesh-bench frame`: the request `load` would send, written to
+/// stdout, for another load generator (`h2load -d FILE`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct FrameArgs {
+    /// `execute`, `invoke` or `mcp`, as for `load`.
+    #[arg(long, value_parser = ["execute", "invoke", "mcp"])]
+    method: String,
+    /// The tool called.
+    #[arg(long, default_value = "echo")]
+    tool: String,
+    /// Bytes of `arguments_json`.
+    #[arg(long, default_value_t = 100)]
+    payload: usize,
+    /// The argument the payload is the text of.
+    #[arg(long, default_value = "text")]
+    field: String,
+}
+
+/// Writes the frame `args` describe to stdout.
+pub(crate) fn write_frame(args: &FrameArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let frame = frame(&args.method, &args.tool, &args.field, args.payload);
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(&frame)?;
+    stdout.flush()?;
+    Ok(())
+}
+
 /// `{"<field>":"xxx…"}` of exactly `bytes` bytes (at least the braces).
 fn arguments(field: &str, bytes: usize) -> String {
     let overhead = format!(r#"{{"{field}":""}}"#).len();

@@ -7,6 +7,7 @@
 //!   thread, pre-encoded request frames, as `h2load -t 1` would), which
 //!   also checks that every answer is `grpc-status: 0`, and prints one JSON
 //!   line of figures;
+//! - `toolmesh-bench frame`: the request `load` sends, for `h2load -d`;
 //! - `toolmesh-bench scale`: a large catalog announced over gRPC, timing
 //!   announce, heartbeat and `ListTools` (`scripts/scale.sh` drives it).
 
@@ -27,6 +28,8 @@ enum Command {
     Echo(echo::Args),
     /// Drives a gRPC method with pre-encoded requests.
     Load(load::Args),
+    /// Writes the request `load` sends to stdout (for `h2load -d`).
+    Frame(load::FrameArgs),
     /// Announces a large catalog and times announce, heartbeat, ListTools.
     Scale(scale::Args),
 }
@@ -42,6 +45,7 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(load::run(args)),
+        Command::Frame(args) => load::write_frame(&args),
         Command::Scale(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?

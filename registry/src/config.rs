@@ -1,9 +1,9 @@
 //! The registry's settings: command-line flags, each with an environment
 //! fallback. Every default is usable: the registry starts with no flags.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, CommandFactory as _, FromArgMatches as _, Parser};
 use toolmesh_proto::listen::ListenAddr;
 
 use toolmesh_proto::tls::{ClientTls, ServerTls};
@@ -355,69 +355,16 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// What `toolmesh-registry` runs with given no flag and no environment
+    /// variable: each default is written once, in its flag's attribute.
     fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 50051)).into(),
-            admin_listen: None,
-            mcp_listen: None,
-            mcp_call_timeout: Duration::from_secs(60),
-            mcp_max_sessions: 1024,
-            mcp_session_idle_timeout: Duration::from_secs(300),
-            mcp_page_size: 100,
-            mcp_search_tool: true,
-            mcp_allowed_hosts: Vec::new(),
-            mcp_allowed_origins: Vec::new(),
-            metrics_max_tools: crate::metrics::DEFAULT_MAX_TOOLS,
-            lease_ttl: Duration::from_secs(10),
-            default_timeout: Duration::from_secs(30),
-            max_arguments_bytes: 1 << 20,
-            max_message_bytes: 4 << 20,
-            connect_timeout: Duration::from_secs(2),
-            max_instances: 10_000,
-            max_tools: 10_000,
-            idempotency_retention: Duration::from_secs(24 * 3600),
-            idempotency_capacity: 100_000,
-            max_tool_timeout: Duration::from_secs(3600),
-            max_announce_bytes: 1 << 20,
-            endpoint_allow: Vec::new(),
-            execute_token_file: None,
-            registrants_file: None,
-            api_keys_file: None,
-            jwt_keys_file: None,
-            jwt_issuer: None,
-            jwt_audience: None,
-            jwt_leeway: Duration::from_secs(60),
-            jwt_caller_claim: "sub".into(),
-            jwt_groups_claim: "groups".into(),
-            policy_file: None,
-            audit_log: None,
-            insecure: false,
-            tls_cert_file: None,
-            tls_key_file: None,
-            tls_client_ca_file: None,
-            tls_require_client_cert: false,
-            tls: None,
-            sidecar_ca_file: None,
-            sidecar_cert_file: None,
-            sidecar_key_file: None,
-            sidecar_tls: None,
-            max_concurrent_streams: 256,
-            max_watchers: 1024,
-            max_watchers_per_connection: 16,
-            watch_lag_events: 512,
-            watch_lag_bytes: 16 << 20,
-            shutdown_delay: Duration::ZERO,
-            shutdown_grace: Duration::from_secs(10),
-            redis: None,
-            redis_cluster: false,
-            redis_password_file: None,
-            redis_ca_file: None,
-            redis_pool_size: 1,
-            redis_timeout: Duration::from_millis(250),
-            redis_prefix: "toolmesh".into(),
-            redis_outage: OutagePolicy::FailClosed,
-            log: toolmesh_telemetry::LogArgs::default(),
-            log_calls: true,
+        let matches = Self::command()
+            .mut_args(|arg| arg.env(None::<&str>))
+            .try_get_matches_from(["toolmesh-registry"]);
+        match matches.and_then(|matches| Self::from_arg_matches(&matches)) {
+            Ok(config) => config,
+            // The flags' own definitions, not anything a user gave.
+            Err(error) => unreachable!("the registry's flags parse without values: {error}"),
         }
     }
 }

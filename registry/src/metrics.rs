@@ -19,19 +19,13 @@ mod live;
 
 use std::{
     fmt,
-    sync::{Arc, OnceLock, Weak},
+    sync::{Arc, Weak},
     time::Duration,
 };
 
 use prometheus_client::{
-    collector::Collector,
-    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
-    metrics::{
-        counter::{ConstCounter, Counter},
-        family::Family,
-        gauge::{ConstGauge, Gauge},
-        histogram::Histogram,
-    },
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 use toolmesh_telemetry::{

@@ -27,20 +27,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 use toolmesh_proto::pb;
 
-use crate::arguments::{self, Argument};
-use toolmesh_proto::pattern::Pattern;
-
-use crate::backend::{CommandBackend, HttpBackend};
-use crate::mcp::{DEFAULT_RELIST_INTERVAL, McpServer, McpTransport, Selection};
-use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
+use crate::arguments::Argument;
 
 mod allowed;
 mod build;

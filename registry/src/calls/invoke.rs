@@ -436,7 +436,7 @@ fn stored(result: &Result<InvokeResponse, RegistryError>) -> StoredOutcome {
         Err(error) => {
             let status = error.to_status();
             StoredOutcome::Status {
-                code: status.code() as i32,
+                code: status.code(),
                 message: status.message().to_owned(),
             }
         }
@@ -459,9 +459,6 @@ fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
             attempts,
             content_json,
         }),
-        StoredOutcome::Status { code, message } => Err(RegistryError::Replayed {
-            code: tonic::Code::from_i32(code),
-            message,
-        }),
+        StoredOutcome::Status { code, message } => Err(RegistryError::Replayed { code, message }),
     }
 }

@@ -6,6 +6,8 @@
 //! catalog, so the map is bounded by the catalog.
 //! [`redis::RedisLimiter`] decides in Redis, exactly across replicas.
 
+#[cfg(test)]
+mod conformance;
 pub mod redis;
 
 use std::{num::NonZeroU32, sync::Arc, time::Duration};
@@ -241,50 +243,15 @@ mod tests {
     #[tokio::test]
     async fn a_callers_limit_is_its_own_and_spares_the_tools() {
         let (limiter, _clock) = limiter();
-        let one = Limit {
-            rate: 0.001,
-            burst: 1,
-        };
-        let three = Limit {
-            rate: 0.001,
-            burst: 3,
-        };
-        let call = |caller| CallLimits {
-            tool: "t",
-            limit: Some(three),
-            caller: Some((caller, one)),
-        };
-        assert_eq!(
-            limiter.acquire_call(call("a")).await.expect("decides"),
-            CallDecision::Allow
-        );
-        for _ in 0..5 {
-            assert!(matches!(
-                limiter.acquire_call(call("a")).await.expect("decides"),
-                CallDecision::Deny {
-                    by: Refused::Caller,
-                    ..
-                }
-            ));
-        }
-        // a's refusals took nothing from the tool: b and c still get in.
-        assert_eq!(
-            limiter.acquire_call(call("b")).await.expect("decides"),
-            CallDecision::Allow
-        );
-        assert_eq!(
-            limiter.acquire_call(call("c")).await.expect("decides"),
-            CallDecision::Allow
-        );
-        assert!(matches!(
-            limiter.acquire_call(call("d")).await.expect("decides"),
-            CallDecision::Deny {
-                by: Refused::Tool,
-                ..
-            }
-        ));
+        super::conformance::a_callers_limit_is_its_own_and_spares_the_tools(&limiter).await;
         limiter.forget("t");
         assert!(limiter.buckets.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_burst_is_admitted_then_the_next_waits() {
+        let (limiter, _clock) = limiter();
+        super::conformance::a_burst_is_admitted_then_the_next_waits(&limiter).await;
     }
 
     #[test]

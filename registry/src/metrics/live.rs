@@ -2,7 +2,18 @@
 //! catalog's live tools, instances and leases, the audit log's dropped
 //! records.
 
-use super::*;
+use std::{
+    fmt,
+    sync::{OnceLock, Weak},
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+};
+
+use crate::access::audit::AuditLog;
 
 /// What the metrics read of the catalog: at each scrape, and for the
 /// `tool` label.

@@ -129,7 +129,7 @@ async fn runs_once_then_replays_on_every_replica() {
 
     // A status is an outcome too.
     let status = StoredOutcome::Status {
-        code: 4,
+        code: tonic::Code::DeadlineExceeded,
         message: "deadline of 1s exceeded".into(),
     };
     run(&a, "s", "fp").await.complete(status.clone()).await;

@@ -1,7 +1,22 @@
 //! Building the tools and MCP servers a config describes: descriptors,
 //! backends, resolved paths and headers.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use toolmesh_proto::pattern::Pattern;
+use toolmesh_proto::pb;
+
+use super::{
+    ConfigError, KeyPath, McpConfig, Problem, SidecarConfig, ToolConfig, absolute_dir, rules,
+};
+use crate::arguments;
+use crate::backend::{CommandBackend, HttpBackend};
+use crate::mcp::{DEFAULT_RELIST_INTERVAL, McpServer, McpTransport, Selection};
+use crate::tool::{DEFAULT_MAX_OUTPUT_BYTES, Tool};
 
 impl SidecarConfig {
     /// [`Self::check`]s the config, then builds the tools. A relative

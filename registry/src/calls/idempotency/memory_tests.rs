@@ -63,7 +63,7 @@ async fn runs_once_then_replays_and_refuses_other_arguments() {
         Claim::ArgumentsDiffer
     ));
     let status = StoredOutcome::Status {
-        code: 4,
+        code: tonic::Code::DeadlineExceeded,
         message: "deadline exceeded".into(),
     };
     ticket.complete(status.clone()).await;

@@ -123,11 +123,25 @@ pub enum StoredOutcome {
     },
     /// The call ended with a gRPC status (e.g. `DEADLINE_EXCEEDED`).
     Status {
-        /// The `tonic::Code` as its number.
-        code: i32,
+        /// The status code (stored as its number, as gRPC writes it).
+        #[serde(with = "code_number")]
+        code: tonic::Code,
         /// The status message.
         message: String,
     },
+}
+
+/// A status code in a stored record: its number.
+mod code_number {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(code: &tonic::Code, to: S) -> Result<S::Ok, S::Error> {
+        to.serialize_i32(*code as i32)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<tonic::Code, D::Error> {
+        i32::deserialize(from).map(tonic::Code::from_i32)
+    }
 }
 
 /// What a call holding an idempotency key does.
@@ -258,5 +272,21 @@ mod tests {
         };
         assert_ne!(key("ab", "c", "k").digest(), key("a", "bc", "k").digest());
         assert_eq!(key("a", "b", "k").digest(), key("a", "b", "k").digest());
+    }
+
+    /// Replicas of another version read the same records: a code is
+    /// stored as its number.
+    #[test]
+    fn a_stored_status_keeps_its_code_as_a_number() {
+        let status = StoredOutcome::Status {
+            code: tonic::Code::DeadlineExceeded,
+            message: "late".into(),
+        };
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(json, r#"{"Status":{"code":4,"message":"late"}}"#);
+        assert_eq!(
+            serde_json::from_str::<StoredOutcome>(&json).unwrap(),
+            status
+        );
     }
 }

@@ -400,4 +400,29 @@ mod tests {
             Ok(Decision::Allow)
         ));
     }
+
+    /// The scenarios every limiter runs (`conformance.rs`), on a real
+    /// `redis-server`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_redis_limiter_decides_what_every_limiter_does() {
+        use crate::calls::ratelimit::conformance;
+        let Some(redis) = toolmesh_test_support::redis::RedisServer::start() else {
+            return;
+        };
+        let limiter = |prefix: &str| {
+            let pool = RedisPool::new(crate::redis_pool::RedisSettings {
+                url: redis.url(),
+                ..Default::default()
+            })
+            .expect("a pool");
+            RedisLimiter::new(
+                pool,
+                prefix,
+                OutagePolicy::FailClosed,
+                Arc::new(AtomicUsize::new(1)),
+            )
+        };
+        conformance::a_burst_is_admitted_then_the_next_waits(&limiter("l1")).await;
+        conformance::a_callers_limit_is_its_own_and_spares_the_tools(&limiter("l2")).await;
+    }
 }

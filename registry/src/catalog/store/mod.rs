@@ -19,6 +19,8 @@ use crate::{
     metrics::Metrics,
 };
 
+#[cfg(test)]
+mod conformance;
 pub mod memory;
 pub(crate) mod model;
 pub(crate) mod redis;

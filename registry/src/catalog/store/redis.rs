@@ -20,20 +20,19 @@
 //! every replica has written back.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Arc, Mutex, PoisonError, atomic::AtomicUsize},
     time::Duration,
 };
 
-use base64::{Engine as _, engine::general_purpose::STANDARD};
 use prost::Message as _;
 use redis::Script;
 use tokio::time::Instant;
-use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
+use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
     catalog::descriptor,
-    catalog::store::model::{Announcement, Instance, Lease, ToolState, lease_tag},
+    catalog::store::model::{Announcement, Lease, lease_tag},
     catalog::store::{CatalogStore, Expiries, memory::Limits, view::CatalogView},
     error::RegistryError,
     metrics::RedisOp,
@@ -44,7 +43,7 @@ mod background;
 mod records;
 mod repair;
 
-use records::{LeaseRecord, endpoint_of, stored_address, tool_state};
+use records::{LeaseRecord, stored_address, tool_state};
 
 const COMMON: &str = include_str!("redis/common.lua");
 

@@ -1,35 +1,12 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
-use crate::{access::registrants::Owner, catalog::store::model::ChangeKind};
-
-fn tool(name: &str, version: &str) -> ToolDescriptor {
-    ToolDescriptor {
-        name: name.into(),
-        version: version.into(),
-        ..Default::default()
-    }
-}
-
-fn announcement(id: &str, tools: Vec<ToolDescriptor>) -> Announcement {
-    Announcement {
-        instance_id: id.into(),
-        endpoint: format!("http://127.0.0.1/{id}"),
-        execute_key: None,
-        tools,
-        owner: Owner::default(),
-    }
-}
-
-fn owned(id: &str, tools: Vec<ToolDescriptor>, owner: &str, max: Option<usize>) -> Announcement {
-    Announcement {
-        owner: Owner {
-            name: owner.into(),
-            max_instances: max,
-            max_tools: None,
-        },
-        ..announcement(id, tools)
-    }
-}
+use crate::{
+    access::registrants::Owner,
+    catalog::store::{
+        conformance::{self, BOUNDED, announcement, owned, tool},
+        model::ChangeKind,
+    },
+};
 
 /// An announce by `owner`, who may hold at most `max_tools` names.
 fn bounded(id: &str, names: &[&str], owner: &str, max_tools: usize) -> Announcement {
@@ -96,10 +73,6 @@ async fn a_registrant_at_its_tool_bound_takes_no_name_and_the_others_keep_theirs
         .expect("inventory's re-announce and a new tool of its own");
 }
 
-fn denied<T: std::fmt::Debug>(result: Result<T, RegistryError>) -> bool {
-    matches!(result, Err(RegistryError::PermissionDenied { .. }))
-}
-
 #[tokio::test]
 async fn an_expired_lease_is_an_audit_record() {
     use crate::access::audit::{AuditLog, AuditOptions, AuditTarget};
@@ -121,76 +94,6 @@ async fn an_expired_lease_is_an_audit_record() {
     assert_eq!(line["caller"], "alice");
     assert_eq!(line["instance"], "a");
     assert_eq!(line["tools"], serde_json::json!(["t"]));
-}
-
-#[tokio::test]
-async fn a_tool_and_its_leases_belong_to_the_registrant_that_holds_them() {
-    let store = store();
-    let lease = store
-        .announce(owned("a", vec![tool("t", "1")], "alice", None))
-        .await
-        .unwrap();
-    // Another registrant can neither add an instance of the tool, nor
-    // replace its descriptor, nor take over the instance id.
-    assert!(denied(
-        store
-            .announce(owned("m", vec![tool("t", "1")], "mallory", None))
-            .await
-    ));
-    assert!(denied(
-        store
-            .announce(owned("a", vec![tool("t", "2")], "mallory", None))
-            .await
-    ));
-    assert!(denied(
-        store
-            .announce(owned("a", vec![tool("u", "1")], "mallory", None))
-            .await
-    ));
-    assert!(denied(
-        store
-            .announce(announcement("m", vec![tool("t", "1")]))
-            .await
-    ));
-    // Nor renew or end its lease.
-    assert!(denied(store.heartbeat(&lease.id, "mallory").await));
-    assert!(denied(store.withdraw(&lease.id, "mallory").await));
-    assert_eq!(store.get("t").unwrap().instances.len(), 1);
-    // The owner can do all of it.
-    store
-        .announce(owned("b", vec![tool("t", "1")], "alice", None))
-        .await
-        .unwrap();
-    store.heartbeat(&lease.id, "alice").await.unwrap();
-    store.withdraw(&lease.id, "alice").await.unwrap();
-    assert_eq!(store.get("t").unwrap().instances.len(), 1);
-}
-
-#[tokio::test]
-async fn a_registrant_holds_at_most_its_instances_and_the_others_still_fit() {
-    let store = store();
-    for id in ["a", "b"] {
-        store
-            .announce(owned(id, vec![tool("t", "1")], "alice", Some(2)))
-            .await
-            .unwrap();
-    }
-    assert!(matches!(
-        store
-            .announce(owned("c", vec![tool("t", "1")], "alice", Some(2)))
-            .await,
-        Err(RegistryError::CatalogFull(_))
-    ));
-    // Re-announcing an instance it holds is no new instance.
-    store
-        .announce(owned("a", vec![tool("t", "1")], "alice", Some(2)))
-        .await
-        .unwrap();
-    store
-        .announce(owned("x", vec![tool("u", "1")], "bob", Some(2)))
-        .await
-        .unwrap();
-    assert_eq!(store.lock().held.get("alice"), Some(&2));
 }
 
 fn store() -> Arc<MemoryStore> {
@@ -318,105 +221,42 @@ async fn heartbeat_keeps_the_lease() {
     ));
 }
 
+// The scenarios every engine runs (`conformance.rs`).
+
 #[tokio::test]
 async fn conflicting_descriptor_is_refused_and_changes_nothing() {
-    let store = store();
-    store
-        .announce(announcement("a", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    let err = store
-        .announce(announcement("b", vec![tool("u", "1"), tool("t", "2")]))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, RegistryError::DescriptorConflict { ref tool, .. } if tool == "t"));
-    assert!(store.get("u").is_none());
-    assert_eq!(store.get("t").unwrap().instances.len(), 1);
+    conformance::conflicting_descriptor_is_refused_and_changes_nothing(&*store()).await;
 }
 
 #[tokio::test]
 async fn sole_instance_may_change_its_descriptor() {
-    let store = store();
-    let (_, mut events) = store.watch();
-    store
-        .announce(announcement("a", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    store
-        .announce(announcement("a", vec![tool("t", "2")]))
-        .await
-        .unwrap();
-    assert_eq!(store.get("t").unwrap().descriptor.version, "2");
-    assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
-    assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Updated);
+    conformance::sole_instance_may_change_its_descriptor(&*store()).await;
 }
 
 #[tokio::test]
 async fn reannounce_replaces_the_old_lease() {
-    let store = store();
-    let first = store
-        .announce(announcement("a", vec![tool("t", "1"), tool("u", "1")]))
-        .await
-        .unwrap();
-    let second = store
-        .announce(announcement("a", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    assert!(store.heartbeat(&first.id, "").await.is_err());
-    assert!(store.heartbeat(&second.id, "").await.is_ok());
-    assert!(store.get("u").is_none());
-    assert_eq!(store.list().len(), 1);
+    conformance::reannounce_replaces_the_old_lease(&*store()).await;
 }
 
 #[tokio::test]
 async fn withdraw_removes_only_that_instance() {
+    conformance::withdraw_removes_only_that_instance(&*store()).await;
+}
+
+#[tokio::test]
+async fn a_tool_and_its_leases_belong_to_the_registrant_that_holds_them() {
+    conformance::a_tool_and_its_leases_belong_to_the_registrant_that_holds_them(&*store()).await;
+}
+
+#[tokio::test]
+async fn a_registrant_holds_at_most_its_instances_and_the_others_still_fit() {
     let store = store();
-    let a = store
-        .announce(announcement("a", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    store
-        .announce(announcement("b", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    assert_eq!(store.get("t").unwrap().instances.len(), 2);
-    store.withdraw(&a.id, "").await.unwrap();
-    let t = store.get("t").unwrap();
-    assert_eq!(t.instances.len(), 1);
-    assert_eq!(t.instances[0].id, "b");
-    store.withdraw("unknown", "").await.unwrap();
+    conformance::a_registrant_holds_at_most_its_instances_and_the_others_still_fit(&*store).await;
+    assert_eq!(store.lock().held.get("alice"), Some(&2));
 }
 
 #[tokio::test]
 async fn limits_bound_the_catalog() {
-    let store = MemoryStore::new(
-        Duration::from_secs(10),
-        Limits {
-            max_instances: 1,
-            max_tools: 2,
-        },
-    );
-    store
-        .announce(announcement("a", vec![tool("t", "1")]))
-        .await
-        .unwrap();
-    assert!(matches!(
-        store
-            .announce(announcement("b", vec![tool("t", "1")]))
-            .await,
-        Err(RegistryError::CatalogFull(_))
-    ));
-    assert!(matches!(
-        store
-            .announce(announcement(
-                "a",
-                vec![tool("x", "1"), tool("y", "1"), tool("z", "1")]
-            ))
-            .await,
-        Err(RegistryError::CatalogFull(_))
-    ));
-    store
-        .announce(announcement("a", vec![tool("x", "1"), tool("y", "1")]))
-        .await
-        .unwrap();
+    conformance::limits_bound_the_catalog(&*MemoryStore::new(Duration::from_secs(10), BOUNDED))
+        .await;
 }

@@ -1,7 +1,13 @@
 //! How leases, instances and tools are written in Redis's hashes, and read
 //! back.
 
-use super::*;
+use std::{collections::HashMap, sync::Arc};
+
+use base64::{Engine as _, engine::general_purpose::STANDARD};
+use prost::Message as _;
+use toolmesh_proto::{grant::CallKey, pb::ToolDescriptor};
+
+use crate::catalog::store::model::{Instance, ToolState};
 
 /// What a replica knows of a lease, to write it back if Redis loses it.
 #[derive(Debug, Clone)]

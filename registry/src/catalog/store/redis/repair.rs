@@ -1,7 +1,16 @@
 //! Keeping the view and Redis in step: the write-back after an outage, the
 //! resync, the lease sweep, the replicas' presence.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use prost::Message as _;
+use tokio::time::Instant;
+
+use super::{
+    RedisStore, SWEEP_BATCH,
+    records::{LeaseRecord, endpoint_of, tool_state},
+};
+use crate::{catalog::store::model::lease_tag, metrics::RedisOp, redis_pool::RedisError};
 
 impl RedisStore {
     /// After an outage, once Redis answers: writes back every lease this
