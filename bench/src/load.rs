@@ -18,20 +18,8 @@ pub(crate) struct Args {
     /// The server: `http://HOST:PORT`.
     #[arg(long)]
     target: String,
-    /// `execute` (a sidecar's `ToolRuntime.Execute`), `invoke` (the
-    /// registry's `ToolRegistry.Invoke`) or `mcp` (`tools/call` at 2026-07-28
-    /// on the registry's `/mcp`, over HTTP/2 without TLS).
-    #[arg(long, value_parser = ["execute", "invoke", "mcp"])]
-    method: String,
-    /// The tool called.
-    #[arg(long, default_value = "echo")]
-    tool: String,
-    /// Bytes of `arguments_json` per call.
-    #[arg(long, default_value_t = 100)]
-    payload: usize,
-    /// The argument the payload is the text of (`{"<field>": "xxx…"}`).
-    #[arg(long, default_value = "text")]
-    field: String,
+    #[command(flatten)]
+    request: Request,
     /// Connections (h2load's `-c`).
     #[arg(short = 'c', long, default_value_t = 1)]
     connections: usize,
@@ -49,26 +37,28 @@ pub(crate) struct Args {
     label: String,
 }
 
-/// `toolmesh-bench frame`: the request `load` would send, written to
-/// stdout, for another load generator (`h2load -d FILE`).
+/// The request every call sends (`toolmesh-bench frame`: written to stdout,
+/// for another load generator, `h2load -d FILE`).
 #[derive(Debug, clap::Args)]
-pub(crate) struct FrameArgs {
-    /// `execute`, `invoke` or `mcp`, as for `load`.
+pub(crate) struct Request {
+    /// `execute` (a sidecar's `ToolRuntime.Execute`), `invoke` (the
+    /// registry's `ToolRegistry.Invoke`) or `mcp` (`tools/call` at 2026-07-28
+    /// on the registry's `/mcp`, over HTTP/2 without TLS).
     #[arg(long, value_parser = ["execute", "invoke", "mcp"])]
     method: String,
     /// The tool called.
     #[arg(long, default_value = "echo")]
     tool: String,
-    /// Bytes of `arguments_json`.
+    /// Bytes of `arguments_json` per call.
     #[arg(long, default_value_t = 100)]
     payload: usize,
-    /// The argument the payload is the text of.
+    /// The argument the payload is the text of (`{"<field>": "xxx…"}`).
     #[arg(long, default_value = "text")]
     field: String,
 }
 
 /// Writes the frame `args` describe to stdout.
-pub(crate) fn write_frame(args: &FrameArgs) -> anyhow::Result<()> {
+pub(crate) fn write_frame(args: &Request) -> anyhow::Result<()> {
     use std::io::Write as _;
     let frame = frame(&args.method, &args.tool, &args.field, args.payload);
     let mut stdout = std::io::stdout().lock();
@@ -163,9 +153,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
-    let uri: http::Uri = format!("http://{authority}{}", path(&args.method)).parse()?;
-    let body = frame(&args.method, &args.tool, &args.field, args.payload);
-    let mcp = (args.method == "mcp").then(|| Arc::<str>::from(args.tool.as_str()));
+    let request = &args.request;
+    let uri: http::Uri = format!("http://{authority}{}", path(&request.method)).parse()?;
+    let body = frame(
+        &request.method,
+        &request.tool,
+        &request.field,
+        request.payload,
+    );
+    let mcp = (request.method == "mcp").then(|| Arc::<str>::from(request.tool.as_str()));
     let started = Instant::now();
     let measure_from = started + Duration::from_secs_f64(args.warmup);
     let stop_at = measure_from + Duration::from_secs_f64(args.seconds);
@@ -238,9 +234,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let first_error_shown = first_error.clone();
     let line = serde_json::json!({
         "label": args.label,
-        "method": args.method,
-        "tool": args.tool,
-        "payload": args.payload,
+        "method": request.method,
+        "tool": request.tool,
+        "payload": request.payload,
         "connections": args.connections,
         "streams": args.streams,
         "calls": count,

@@ -29,7 +29,7 @@ enum Command {
     /// Drives a gRPC method with pre-encoded requests.
     Load(load::Args),
     /// Writes the request `load` sends to stdout (for `h2load -d`).
-    Frame(load::FrameArgs),
+    Frame(load::Request),
     /// Announces a large catalog and times announce, heartbeat, ListTools.
     Scale(scale::Args),
 }

@@ -18,7 +18,7 @@ use toolmesh_proto::pb::ToolDescriptor;
 use crate::{
     catalog::descriptor,
     catalog::store::model::{Announcement, Instance, Lease, ToolState, lease_tag},
-    catalog::store::{CatalogStore, Expiries, view::CatalogView},
+    catalog::store::{CatalogStore, Resident},
     error::RegistryError,
 };
 
@@ -69,11 +69,10 @@ struct State {
 
 /// The in-memory [`CatalogStore`].
 pub struct MemoryStore {
-    expiries: Expiries,
+    resident: Resident,
     ttl: Duration,
     limits: Limits,
     state: Mutex<State>,
-    view: CatalogView,
 }
 
 impl MemoryStore {
@@ -81,11 +80,10 @@ impl MemoryStore {
     /// the current tokio runtime until the store is dropped.
     pub fn new(ttl: Duration, limits: Limits) -> Arc<Self> {
         let store = Arc::new(Self {
-            expiries: Expiries::default(),
+            resident: Resident::default(),
             ttl,
             limits,
             state: Mutex::new(State::default()),
-            view: CatalogView::default(),
         });
         tokio::spawn(sweep(Arc::downgrade(&store), sweep_interval(ttl)));
         store
@@ -110,7 +108,7 @@ impl MemoryStore {
         for lease_id in &expired {
             if let Some(record) = remove_lease(&mut state, lease_id) {
                 tracing::info!(instance = %record.instance.id, lease = %lease_tag(lease_id), "lease expired");
-                self.expiries.expired(Some(super::expiry_record(
+                self.resident.expiries.expired(Some(super::expiry_record(
                     &record.owner,
                     &record.instance.id,
                     &record.instance.endpoint,
@@ -131,7 +129,7 @@ impl MemoryStore {
                 descriptor: record.descriptor.clone(),
                 instances: record.instances.values().cloned().collect(),
             });
-            self.view.apply(&name, after);
+            self.resident.view.apply(&name, after);
         }
     }
 }
@@ -355,12 +353,8 @@ impl CatalogStore for MemoryStore {
         Ok(())
     }
 
-    fn view(&self) -> &CatalogView {
-        &self.view
-    }
-
-    fn expiries(&self) -> &Expiries {
-        &self.expiries
+    fn resident(&self) -> &Resident {
+        &self.resident
     }
 
     fn lease_count(&self) -> usize {

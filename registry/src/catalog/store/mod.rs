@@ -46,36 +46,34 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// Ends a lease; an unknown lease is not an error, another owner's is
     /// `PermissionDenied`.
     async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError>;
-    /// The local copy of the catalog this engine serves reads from.
-    fn view(&self) -> &CatalogView;
-    /// Where this engine tells of the leases that expire.
-    fn expiries(&self) -> &Expiries;
+    /// What this engine keeps in this process.
+    fn resident(&self) -> &Resident;
     /// One tool, if it has a live instance.
     fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.view().get(name)
+        self.resident().view.get(name)
     }
     /// Every tool with a live instance, sorted by name.
     fn list(&self) -> Vec<Arc<ToolState>> {
-        self.view().list()
+        self.resident().view.list()
     }
     /// The current tools and a receiver of every later change, taken
     /// atomically.
     fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        self.view().watch()
+        self.resident().view.watch()
     }
     /// Bytes of every change event published so far.
     fn published_bytes(&self) -> u64 {
-        self.view().published_bytes()
+        self.resident().view.published_bytes()
     }
     /// Records every lease that expires to `audit` from now on (only the
     /// first log given is kept).
     fn audit_expiries(&self, audit: AuditLog) {
-        let _ = self.expiries().audit.set(audit);
+        let _ = self.resident().expiries.audit.set(audit);
     }
     /// Counts every lease that expires in `metrics` from now on (only the
     /// first given is kept).
     fn count_expiries(&self, metrics: Arc<Metrics>) {
-        let _ = self.expiries().metrics.set(metrics);
+        let _ = self.resident().expiries.metrics.set(metrics);
     }
     /// Live leases as this engine knows them (in Redis mode, as of the
     /// last resync plus the changes seen since).
@@ -83,6 +81,15 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// Completes once the catalog has been loaded from its engine: at once
     /// in memory; in Redis mode after the first full resync.
     async fn loaded(&self);
+}
+
+/// What every engine keeps in this process: the local copy of the catalog
+/// its reads are served from, and where it tells of the leases that
+/// expire.
+#[derive(Default)]
+pub struct Resident {
+    pub(crate) view: CatalogView,
+    pub(crate) expiries: Expiries,
 }
 
 /// Where an engine tells of the leases that expire: the metrics count them,

@@ -33,7 +33,7 @@ use toolmesh_proto::pb::ToolDescriptor;
 use crate::{
     catalog::descriptor,
     catalog::store::model::{Announcement, Lease, lease_tag},
-    catalog::store::{CatalogStore, Expiries, memory::Limits, view::CatalogView},
+    catalog::store::{CatalogStore, Resident, memory::Limits},
     error::RegistryError,
     metrics::RedisOp,
     redis_pool::{RedisError, RedisPool},
@@ -106,14 +106,13 @@ pub(crate) struct RedisStoreSettings {
 
 /// The Redis [`CatalogStore`].
 pub(crate) struct RedisStore {
-    expiries: Expiries,
+    resident: Resident,
     /// `true` once a full resync succeeded.
     loaded: tokio::sync::watch::Sender<bool>,
     pool: Arc<RedisPool>,
     tag: String,
     settings: RedisStoreSettings,
     scripts: Scripts,
-    view: CatalogView,
     local: Mutex<Local>,
     /// Held while writing back after an outage, so callers that find Redis
     /// back at the same moment recover once between them.
@@ -126,13 +125,12 @@ impl RedisStore {
     /// on the current runtime until the store is dropped.
     pub(crate) fn new(pool: Arc<RedisPool>, settings: RedisStoreSettings) -> Arc<Self> {
         let store = Arc::new(Self {
-            expiries: Expiries::default(),
+            resident: Resident::default(),
             loaded: tokio::sync::watch::Sender::new(false),
             pool,
             tag: format!("{{{}}}", settings.prefix),
             settings,
             scripts: Scripts::new(),
-            view: CatalogView::default(),
             local: Mutex::new(Local::default()),
             recovery: tokio::sync::Mutex::new(()),
             replicas: Arc::new(AtomicUsize::new(1)),
@@ -203,7 +201,7 @@ impl RedisStore {
                     .await
             })
             .await?;
-        let shown = self.view.get(name);
+        let shown = self.resident.view.get(name);
         let new: Vec<String> = instances
             .keys()
             .filter(|id| {
@@ -213,7 +211,8 @@ impl RedisStore {
             })
             .cloned()
             .collect();
-        self.view
+        self.resident
+            .view
             .apply(name, tool_state(descriptor.as_deref(), instances));
         for instance in new {
             self.learn_lease(&instance).await?;
@@ -443,12 +442,8 @@ impl CatalogStore for RedisStore {
         Ok(())
     }
 
-    fn view(&self) -> &CatalogView {
-        &self.view
-    }
-
-    fn expiries(&self) -> &Expiries {
-        &self.expiries
+    fn resident(&self) -> &Resident {
+        &self.resident
     }
 
     fn lease_count(&self) -> usize {

@@ -78,12 +78,13 @@ impl RedisStore {
         }
         let present: HashSet<&String> = names.iter().collect();
         for (name, (descriptor, instances)) in tools {
-            self.view
+            self.resident
+                .view
                 .apply(&name, tool_state(descriptor.as_deref(), instances));
         }
-        for name in self.view.names() {
+        for name in self.resident.view.names() {
             if !present.contains(&name) {
-                self.view.apply(&name, None);
+                self.resident.view.apply(&name, None);
             }
         }
         self.local().leases = records;
@@ -128,7 +129,8 @@ impl RedisStore {
                         .tools
                         .iter()
                         .filter_map(|name| {
-                            self.view
+                            self.resident
+                                .view
                                 .get(name)
                                 .map(|t| (name.clone(), t.descriptor.encode_to_vec()))
                         })
@@ -180,7 +182,7 @@ impl RedisStore {
                 .map(|r| r.instance.clone())
                 .unwrap_or_default();
             tracing::info!(%instance, lease = %lease_tag(&lease), "lease expired");
-            self.expiries.expired(record.map(|record| {
+            self.resident.expiries.expired(record.map(|record| {
                 crate::catalog::store::expiry_record(
                     &record.owner,
                     &record.instance,
