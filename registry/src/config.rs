@@ -122,6 +122,20 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_IDEMPOTENCY_CAPACITY", default_value_t = 100_000)]
     pub idempotency_capacity: usize,
 
+    /// How long a task is kept once it is over (then GetTask answers
+    /// NOT_FOUND).
+    #[arg(long, env = "TOOLMESH_TASK_RETENTION", default_value = "1h", value_parser = values::duration())]
+    pub task_retention: Duration,
+
+    /// Most live tasks (working or waiting) in all; a start past it is
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TOOLMESH_MAX_TASKS", default_value_t = 1000)]
+    pub max_tasks: usize,
+
+    /// Most live tasks of one caller.
+    #[arg(long, env = "TOOLMESH_MAX_TASKS_PER_CALLER", default_value_t = 100)]
+    pub max_tasks_per_caller: usize,
+
     /// Longest `timeout` a tool may declare; an announce with a longer one
     /// is refused.
     #[arg(long, env = "TOOLMESH_MAX_TOOL_TIMEOUT", default_value = "1h", value_parser = values::duration())]

@@ -21,6 +21,9 @@ const VIOLATION_MAX: usize = 256;
 /// The google.rpc `ResourceInfo.resource_type` of a tool.
 pub const TOOL_RESOURCE_TYPE: &str = "toolmesh.v1.Tool";
 
+/// The google.rpc `ResourceInfo.resource_type` of a task.
+pub const TASK_RESOURCE_TYPE: &str = "toolmesh.v1.Task";
+
 /// One way the arguments fail the tool's input schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -210,6 +213,31 @@ pub enum RegistryError {
     /// The idempotency store holds as many calls in progress as it may.
     #[error("too many calls with idempotency keys in progress")]
     IdempotencyFull,
+    /// No such task for this caller: unknown, forgotten after its
+    /// retention, or another caller's (which is not told apart).
+    #[error("task {} not found: unknown, expired, or not the caller's", Quoted(.id))]
+    TaskNotFound {
+        /// The task id asked for.
+        id: String,
+    },
+    /// A limit on live tasks is reached.
+    #[error(
+        "{whose} already runs {limit} tasks, the most allowed (--{flag}); wait for one to end or cancel one"
+    )]
+    TasksFull {
+        /// `the caller` or `the registry`.
+        whose: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
+    /// A task report that does not come from the task's instance.
+    #[error("the report token is not task {}'s: only the instance the task was given to reports it", Quoted(.id))]
+    TaskReportRefused {
+        /// The task reported.
+        id: String,
+    },
     /// A repeat of a call whose first run ended with this status.
     #[error("{}", Clipped(.message))]
     Replayed {
@@ -295,7 +323,11 @@ impl RegistryError {
     /// The gRPC status code of this error.
     pub fn code(&self) -> Code {
         match self {
-            Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } => Code::NotFound,
+            Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } | Self::TaskNotFound { .. } => {
+                Code::NotFound
+            }
+            Self::TaskReportRefused { .. } => Code::PermissionDenied,
+            Self::TasksFull { .. } => Code::ResourceExhausted,
             Self::ArgumentsNotJson { .. }
             | Self::ArgumentsDuplicateKey { .. }
             | Self::ArgumentsTooLarge { .. }
@@ -409,6 +441,16 @@ impl RegistryError {
                 }
                 details
             }
+            Self::TaskNotFound { id } => ErrorDetails::with_resource_info(
+                TASK_RESOURCE_TYPE,
+                clip(id, QUOTED_MAX),
+                "",
+                "a task is kept for its retention once over (--task-retention), and shown only to its caller",
+            ),
+            Self::TasksFull { whose, limit, flag } => ErrorDetails::with_quota_failure_violation(
+                format!("tasks:{}", whose.trim_start_matches("the ")),
+                format!("at most {limit} live tasks (--{flag})"),
+            ),
             Self::LeaseNotFound { lease } => ErrorDetails::with_resource_info(
                 "toolmesh.v1.Lease",
                 clip(lease, QUOTED_MAX),
@@ -439,6 +481,7 @@ impl RegistryError {
             | Self::WatchOutdated { .. }
             | Self::Unauthenticated { .. }
             | Self::PermissionDenied { .. }
+            | Self::TaskReportRefused { .. }
             | Self::Replayed { .. } => return Status::new(code, message),
         };
         Status::with_error_details(code, message, details)

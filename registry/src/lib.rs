@@ -29,10 +29,13 @@
 //!   parsing that refuses duplicate keys); `listing`, `export` and
 //!   [`catalog::search`] (BM25) the three ways to read it.
 //!
-//! No two parts use each other: serving uses every other part; the call
-//! path uses the catalog, access and the process concerns; the catalog uses
+//! No two parts use each other: serving uses every other part; tasks use
+//! the call path and the catalog; the call path uses the catalog, access and the process concerns; the catalog uses
 //! access and the process concerns; access uses only the error type.
 //! `config` names the flag value types of the parts it configures.
+//! - `tasks`: calls that outlive one request (docs/tasks.md): started
+//!   through `Invoke`'s front door, run by a sidecar with no request open,
+//!   reported to any replica, kept in memory or in Redis.
 //! - [`access`]: who a caller is and what they may see and call:
 //!   [`access::auth`] (API keys, JWTs, the call policy, files that reload),
 //!   [`access::registrants`] (who may register which tools),
@@ -53,6 +56,7 @@ pub mod error;
 pub(crate) mod metrics;
 pub mod redis_pool;
 pub mod serving;
+pub(crate) mod tasks;
 
 pub use config::Config;
 pub use error::RegistryError;

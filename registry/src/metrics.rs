@@ -81,6 +81,13 @@ struct Version {
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// Task durations: from 100 ms to about 2 h, each bucket 4 times the last.
+fn task_time() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.1, 4.0, 9,
+    ))
+}
+
 /// The registry's metrics and the Prometheus registry that exposes them.
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -98,6 +105,9 @@ pub struct Metrics {
     ejections: Counter,
     replays: Family<ToolOnly, Counter>,
     nonconforming: Family<ToolOnly, Counter>,
+    tasks_started: Family<ToolOnly, Counter>,
+    tasks_ended: Family<ToolOutcome, Counter>,
+    task_duration: Histograms<ToolOutcome>,
     redis_duration: Histograms<Op>,
     redis_errors: Family<Op, Counter>,
     redis_circuit_open: Gauge,
@@ -139,6 +149,9 @@ impl Metrics {
             ejections: Counter::default(),
             replays: Family::default(),
             nonconforming: Family::default(),
+            tasks_started: Family::default(),
+            tasks_ended: Family::default(),
+            task_duration: Family::new_with_constructor(task_time),
             redis_duration: Family::new_with_constructor(latency),
             redis_errors: Family::default(),
             redis_circuit_open: Gauge::default(),
@@ -205,6 +218,21 @@ impl Metrics {
             "toolmesh_idempotency_replays",
             "Answers replayed from an idempotency key's first call",
             Always(metrics.replays.clone()),
+        );
+        r.register(
+            "toolmesh_tasks_started",
+            "Tasks started (handed to an instance), by tool",
+            Always(metrics.tasks_started.clone()),
+        );
+        r.register(
+            "toolmesh_tasks_ended",
+            "Tasks that ended, by tool and state (completed, failed, cancelled), as the replica that ended them saw it",
+            Always(metrics.tasks_ended.clone()),
+        );
+        r.register(
+            "toolmesh_task_duration_seconds",
+            "Time from a task's start to its end, by tool and state",
+            Always(metrics.task_duration.clone()),
         );
         r.register(
             "toolmesh_redis_command_duration_seconds",
@@ -329,6 +357,27 @@ impl Metrics {
                 tool: self.tool(tool),
             })
             .inc();
+    }
+
+    /// A task of `tool` was handed to an instance.
+    pub fn task_started(&self, tool: &str) {
+        self.tasks_started
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// A task of `tool` ended in `state` after `ran`.
+    pub fn task_ended(&self, tool: &str, state: &'static str, ran: Duration) {
+        let labels = ToolOutcome {
+            tool: self.tool(tool),
+            outcome: state,
+        };
+        self.tasks_ended.get_or_create(&labels).inc();
+        self.task_duration
+            .get_or_create(&labels)
+            .observe(ran.as_secs_f64());
     }
 
     /// A call of `tool` was answered from its idempotency key.

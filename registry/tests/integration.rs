@@ -69,6 +69,8 @@ mod registrants;
 mod search;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
+#[path = "integration/tasks.rs"]
+mod tasks;
 #[path = "integration/tls.rs"]
 mod tls;
 #[path = "integration/traces.rs"]

@@ -119,7 +119,7 @@ fn ttl_of(ttl: Option<prost_types::Duration>) -> Duration {
 }
 
 /// Runs `call` under a deadline, telling the server about it too.
-async fn with_deadline<T, F>(timeout: Duration, call: F) -> Result<T, tonic::Status>
+pub(crate) async fn with_deadline<T, F>(timeout: Duration, call: F) -> Result<T, tonic::Status>
 where
     F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
@@ -151,7 +151,13 @@ fn reason(status: &tonic::Status) -> String {
     }
 }
 
-fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Request<T> {
+/// `message` as a registry call: its deadline `timeout` sent as
+/// `grpc-timeout`, the registrant's `token` attached.
+pub(crate) fn request<T>(
+    message: T,
+    timeout: Duration,
+    token: Option<&Token>,
+) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     if let Some(token) = token {
@@ -160,26 +166,34 @@ fn request<T>(message: T, timeout: Duration, token: Option<&Token>) -> tonic::Re
     request
 }
 
+/// The channel to the registry at `registry` (`https://` with `tls`):
+/// it connects lazily, so an unreachable registry is retried, not an
+/// error.
+pub(crate) fn registry_channel(
+    registry: &str,
+    tls: ClientTls,
+) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(registry.to_owned())?
+        .connect_timeout(RPC_TIMEOUT_CAP)
+        .connect_with_connector_lazy(tls::connector(tls)))
+}
+
 impl Announcer {
     /// An announcer for `request`, with the tools `tools` holds at each
-    /// moment, talking to the registry at `registry`
-    /// (connects lazily: an unreachable registry is retried, not an error;
-    /// `https://` with `tls`), reporting its first announce to `readiness`,
-    /// presenting `token` (the registrant's) on every call, recording the
-    /// registry's answers in `metrics`.
+    /// moment, talking to the registry at `registry` over `channel`
+    /// ([`registry_channel`]), reporting its first announce to
+    /// `readiness`, presenting `token` (the registrant's) on every call,
+    /// recording the registry's answers in `metrics`.
     pub(crate) fn new(
         registry: &str,
+        channel: Channel,
         request: pb::AnnounceRequest,
         tools: watch::Receiver<Arc<Tools>>,
         token: Option<Token>,
         readiness: Readiness,
-        tls: ClientTls,
         metrics: Metrics,
-    ) -> Result<Self, tonic::transport::Error> {
-        let channel = Endpoint::from_shared(registry.to_owned())?
-            .connect_timeout(RPC_TIMEOUT_CAP)
-            .connect_with_connector_lazy(tls::connector(tls));
-        Ok(Self {
+    ) -> Self {
+        Self {
             registry: registry.to_owned(),
             client: RegistrationClient::new(channel),
             token,
@@ -191,7 +205,7 @@ impl Announcer {
             readiness,
             metrics,
             announced: false,
-        })
+        }
     }
 
     /// Keeps the lease alive until `stop` completes, then withdraws it and

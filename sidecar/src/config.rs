@@ -12,14 +12,14 @@
 //!   (every command's program exists and may be run);
 //! - [`SidecarConfig::load`] reads a file and does both;
 //! - [`SidecarConfig::build_tools`] checks, then turns the tools into
-//!   [`Tool`]s.
+//!   [`Tool`](crate::Tool)s.
 //!
 //! # Layout
 //! - `key`: [`KeyPath`], where a value sits.
 //! - `problem`: [`Problem`] and [`Position`].
 //! - `allowed`: what each key accepts, with an example.
 //! - `parse`: serde's errors in the user's words.
-//! - `duration`: the `timeout` key.
+//! - `duration`: the `timeout` and `task_timeout` keys.
 //! - `rules`: the rules serde cannot express.
 //! - `machine`: programs and folders on this machine.
 //! - `locate`: the line and column of a key, for problems found after parsing.
@@ -131,6 +131,10 @@ pub struct ToolConfig {
     /// Longest a call may run, e.g. `2s`, `500ms`.
     #[serde(default, deserialize_with = "duration::optional")]
     pub timeout: Option<Duration>,
+    /// Longest a call started as a task may run, e.g. `2h`; unset means
+    /// `timeout`.
+    #[serde(default, deserialize_with = "duration::optional")]
+    pub task_timeout: Option<Duration>,
     /// Whether running twice equals running once.
     #[serde(default)]
     pub idempotent: bool,

@@ -7,11 +7,16 @@
 //! ([`CALLER_ENV`], [`INVOCATION_ID_ENV`], [`CONFIG_ENV`] and
 //! [`config_env`]'s, `TRACEPARENT`, `TRACESTATE`), Rust tools get the
 //! struct ([`crate::sdk::tool_with_context`]) and run inside the call's
-//! `execute_tool` span, so their own spans join the trace. The tool's
+//! `execute_tool` span, so their own spans join the trace. A call run as
+//! a task carries a [`Progress`] handle ([`CallContext::report_progress`];
+//! a command writes progress lines to stderr instead, see
+//! [`crate::progress`]). The tool's
 //! `config` goes to its backend only: the registry and the LLM never see
 //! it.
 
 use toolmesh_telemetry::shown::Quoted;
+
+use crate::progress::Progress;
 
 /// The HTTP header naming the caller (left out for an anonymous call).
 pub const CALLER_HEADER: &str = "x-toolmesh-caller";
@@ -96,6 +101,9 @@ pub struct CallContext {
     /// The tool's configuration (its `config` in the sidecar YAML), the
     /// same on every call; empty when it has none.
     pub config: ToolSettings,
+    /// Where a task reports its progress; `None` for a call an agent
+    /// waits on (`Execute`).
+    progress: Option<Progress>,
 }
 
 /// Why a call's context cannot be given to a tool.
@@ -119,6 +127,32 @@ impl CallContext {
             invocation_id: invocation_id.into(),
             trace: toolmesh_telemetry::TraceContext::default(),
             config: ToolSettings::default(),
+            progress: None,
+        }
+    }
+
+    /// The same call, run as a task that reports its progress to
+    /// `progress`.
+    #[must_use]
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Where the call reports its progress: `Some` when it runs as a task
+    /// (`ToolRuntime.RunTask`), `None` when an agent waits on it.
+    pub fn progress(&self) -> Option<&Progress> {
+        self.progress.as_ref()
+    }
+
+    /// Reports how far the call has come, if it runs as a task (else does
+    /// nothing): `fraction` done from 0 to 1 (clamped; a non-finite one is
+    /// left out) and `message` (cut to
+    /// [`MAX_MESSAGE_BYTES`](crate::progress::MAX_MESSAGE_BYTES)). The
+    /// latest report wins; the registry hears at most four a second.
+    pub fn report_progress(&self, fraction: Option<f64>, message: impl Into<String>) {
+        if let Some(progress) = &self.progress {
+            progress.report(fraction, message);
         }
     }
 

@@ -80,6 +80,10 @@ pub struct Flags {
     /// flight [default: 1024].
     #[arg(long, env = "TOOLMESH_SIDECAR_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_streams: Option<u32>,
+    /// Most tasks (RunTask) this instance holds at once, running or with
+    /// an end the registry has not taken yet; more are RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TOOLMESH_SIDECAR_MAX_TASKS", default_value_t = crate::server::DEFAULT_MAX_TASKS, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u32).range(1..), |n| usize::try_from(n).unwrap_or(usize::MAX)))]
+    max_tasks: usize,
     /// Deprecated and ignored: every Execute carries a grant the registry
     /// signs with this instance's own key, which replaces the shared
     /// token. Kept so that a command line naming it still starts.
@@ -325,6 +329,7 @@ pub async fn run(
         readiness: Some(Readiness::not_ready("starting")),
         admin,
         mcp_servers,
+        max_tasks: Some(flags.max_tasks),
     };
     serve_with_withdraw(listener, tools, opts, withdraw, shutdown).await?;
     Ok(())

@@ -1,7 +1,8 @@
 //! The toolmesh sidecar: runs tools next to the services that implement
 //! them, and keeps them announced to the registry.
 //!
-//! A sidecar serves `ToolRuntime.Execute` for its tools, announces them to
+//! A sidecar serves `ToolRuntime.Execute` for its tools (and runs them as
+//! tasks, `RunTask`), announces them to
 //! the registry (`Registration.Announce`), heartbeats every TTL/3, announces
 //! again when the registry forgets the lease, and withdraws on shutdown. Use
 //! it as the `toolmesh-sidecar` binary with a YAML config ([`config`]), or
@@ -21,7 +22,14 @@
 //!   called, the servers restarted with backoff.
 //! - [`toolset`]: the tools served now, fixed and from MCP servers.
 //! - [`runtime`]: `ToolRuntime.Execute`: deadlines, result normalization,
-//!   output caps, the tonic service.
+//!   output caps, the tonic service; `RunTask` and `StopTask` checked the
+//!   same way.
+//! - `tasks` (private): the tasks this instance runs, bounded
+//!   (`--max-tasks`), their progress and end reported to the registry
+//!   (`Registration.ReportTask`) with backoff.
+//! - [`progress`]: how a task's tool reports its progress: the
+//!   [`progress::Progress`] handle of its [`CallContext`], a command's
+//!   `toolmesh-progress` stderr lines.
 //! - `announcer` (private): announce / heartbeat / re-announce / withdraw,
 //!   with backoff and jitter.
 //! - [`refusal`]: which announce refusals are final, and the error that
@@ -51,12 +59,14 @@ pub mod health;
 pub mod launch;
 pub mod mcp;
 pub mod metrics;
+pub mod progress;
 pub mod refusal;
 pub mod runtime;
 pub mod sdk;
 pub mod server;
 pub mod settings;
 pub mod shutdown;
+mod tasks;
 pub mod tool;
 pub mod toolset;
 pub mod withdraw;

@@ -32,6 +32,7 @@ use toolmesh_proto::pb;
 
 mod convert;
 mod environment;
+mod progress;
 mod session;
 mod stderr;
 mod supervise;

@@ -5,6 +5,10 @@
 //! - `toolmesh_sidecar_executions_total{tool, outcome}`: every `Execute`;
 //! - `toolmesh_sidecar_execute_duration_seconds{tool, outcome}`: its time;
 //! - `toolmesh_sidecar_in_flight{tool}`: executions running now;
+//! - `toolmesh_sidecar_tasks_total{tool, outcome}`: every task
+//!   (`RunTask`) once its work ended (`cancelled`: stopped, by `StopTask`
+//!   or the registry);
+//! - `toolmesh_sidecar_tasks_running{tool}`: tasks whose work runs now;
 //! - `toolmesh_sidecar_announces_total{result}` and
 //!   `toolmesh_sidecar_heartbeats_total{result}`: the registry's answers,
 //!   `accepted` or the gRPC code name;
@@ -22,6 +26,7 @@
 //! with `is_error`; a call its caller abandoned is `cancelled`.
 //!
 //! [`Metered`] records executions in front of the `ToolRuntime` service;
+//! the task table records tasks;
 //! the announcer records announces, heartbeats and the lease.
 
 use std::collections::HashSet;
@@ -84,6 +89,8 @@ struct Families {
     executions: Family<ToolOutcome, Counter>,
     durations: Family<ToolOutcome, Histogram, fn() -> Histogram>,
     in_flight: Family<ToolLabel, Gauge>,
+    tasks: Family<ToolOutcome, Counter>,
+    tasks_running: Family<ToolLabel, Gauge>,
     announces: Family<ResultLabel, Counter>,
     heartbeats: Family<ResultLabel, Counter>,
     registered: Gauge,
@@ -125,6 +132,18 @@ impl Metrics {
             "in_flight",
             "Execute calls running now, by tool",
             Always(in_flight.clone()),
+        );
+        let tasks = Family::<ToolOutcome, Counter>::default();
+        registry.register(
+            "tasks",
+            "Tasks (RunTask) whose work ended, by tool and outcome (ok, tool_error, or the gRPC code in snake case; cancelled: stopped)",
+            Always(tasks.clone()),
+        );
+        let tasks_running = Family::<ToolLabel, Gauge>::default();
+        registry.register(
+            "tasks_running",
+            "Tasks whose work runs now, by tool",
+            Always(tasks_running.clone()),
         );
         let announces = Family::<ResultLabel, Counter>::default();
         registry.register(
@@ -174,6 +193,8 @@ impl Metrics {
             executions,
             durations,
             in_flight,
+            tasks,
+            tasks_running,
             announces,
             heartbeats,
             registered,
@@ -201,6 +222,21 @@ impl Metrics {
             tool,
             start: Instant::now(),
             outcome: None,
+        }
+    }
+
+    /// A task of `tool` (a served tool's name) starts: counted running
+    /// until the returned record says how it ended, or is dropped
+    /// (`cancelled`).
+    pub(crate) fn task_started(&self, tool: Arc<str>) -> TaskRecord {
+        self.0
+            .tasks_running
+            .get_or_create(&ToolLabel { tool: tool.clone() })
+            .inc();
+        TaskRecord {
+            metrics: self.clone(),
+            tool,
+            ended: false,
         }
     }
 
@@ -307,6 +343,42 @@ impl Drop for Execution {
     }
 }
 
+/// One task's work, counted running until it ends.
+pub(crate) struct TaskRecord {
+    metrics: Metrics,
+    tool: Arc<str>,
+    ended: bool,
+}
+
+impl TaskRecord {
+    /// Its work ended with `outcome` (only the first call counts).
+    pub(crate) fn ended(&mut self, outcome: &'static str) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let families = &self.metrics.0;
+        families
+            .tasks_running
+            .get_or_create(&ToolLabel {
+                tool: self.tool.clone(),
+            })
+            .dec();
+        families
+            .tasks
+            .get_or_create(&ToolOutcome {
+                tool: self.tool.clone(),
+                outcome,
+            })
+            .inc();
+    }
+}
+
+impl Drop for TaskRecord {
+    fn drop(&mut self) {
+        self.ended(toolmesh_proto::code::outcome(Code::Cancelled));
+    }
+}
+
 /// The outcome label of an `Execute` answer.
 fn outcome(answer: &Result<tonic::Response<pb::ExecuteResponse>, tonic::Status>) -> &'static str {
     match answer {
@@ -381,6 +453,22 @@ where
         let answer = self.inner.execute(request).await;
         execution.finished(outcome(&answer));
         answer
+    }
+
+    /// Forwarded: a task is recorded by the table that runs it, from its
+    /// start to the end of its work.
+    async fn run_task(
+        &self,
+        request: tonic::Request<pb::RunTaskRequest>,
+    ) -> Result<tonic::Response<pb::RunTaskResponse>, tonic::Status> {
+        self.inner.run_task(request).await
+    }
+
+    async fn stop_task(
+        &self,
+        request: tonic::Request<pb::StopTaskRequest>,
+    ) -> Result<tonic::Response<pb::StopTaskResponse>, tonic::Status> {
+        self.inner.stop_task(request).await
     }
 }
 

@@ -1,5 +1,7 @@
 //! `ToolRuntime.Execute`: find the tool, compute the deadline, run the
-//! backend until then, and normalize what it returns.
+//! backend until then, and normalize what it returns; `RunTask` and
+//! `StopTask`, checked the same way, with the same run on a task of its
+//! own.
 //!
 //! [`Runtime`] is the plain logic (tested without gRPC); [`RuntimeService`]
 //! is the thin tonic service in front of it.
@@ -8,13 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolmesh_proto::deadline::Deadline;
-use toolmesh_proto::grant::{self, Verifier};
 use toolmesh_proto::pb;
-use toolmesh_telemetry::{
-    TraceContext,
-    shown::{QUOTED_MAX, Quoted, clip},
-    spans,
-};
+use toolmesh_telemetry::{shown::Quoted, spans};
 use tracing::Instrument as _;
 
 use crate::context::CallContext;
@@ -24,7 +21,14 @@ use crate::toolset::ToolSet;
 /// Deadline used when neither the tool nor the caller set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Longest a task runs, whatever its timeout says: a year, beyond any the
+/// registry gives (a week), and an instant the clock can always name.
+const MAX_TASK_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 pub use crate::toolset::ToolSetError;
+pub use service::RuntimeService;
+
+mod service;
 
 /// Why an execution produced no result.
 #[derive(Debug, thiserror::Error)]
@@ -103,54 +107,94 @@ impl Runtime {
             .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
         context.check().map_err(BackendError::from)?;
         let deadline = deadline.limited_by(tool_timeout(tool), DEFAULT_TIMEOUT);
-        let name = &tool.descriptor().name;
-        let span = toolmesh_telemetry::call_span!(
-            context.trace.is_traced(),
-            "execute_tool",
-            otel.name = %format_args!("execute_tool {name}"),
-        );
-        spans::set(&span, "gen_ai.operation.name", "execute_tool");
-        spans::set(&span, "gen_ai.tool.name", name.clone());
-        spans::set(&span, "gen_ai.tool.call.id", context.invocation_id.clone());
-        let trace = context.trace.onward(&span);
-        let context = context.in_trace(trace).with_config(tool.config().clone());
-        // Every backend gets `{}` for a call with no arguments, as the
-        // registry sends it.
-        let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
-        let call = tool.backend().call(arguments_json, &context, deadline);
-        let outcome =
-            match tokio::time::timeout_at(deadline.at(), call.instrument(span.clone())).await {
-                Ok(Ok(outcome)) => outcome,
-                Ok(Err(error)) => {
-                    spans::failed(&span, toolmesh_proto::code::name(error.to_status().code()));
-                    return Err(error.into());
-                }
-                Err(_elapsed) => {
-                    spans::failed(&span, "DEADLINE_EXCEEDED");
-                    return Err(BackendError::DeadlineExceeded.into());
-                }
-            };
-        let Outcome {
-            result_json,
-            is_error,
-            content_json,
-        } = normalize(outcome, tool.max_output_bytes());
-        if is_error {
-            spans::failed(&span, "tool_error");
-        }
-        Ok(pb::ExecuteResponse {
-            result_json,
-            is_error,
-            content_json,
-        })
+        run(tool, arguments_json, context, deadline).await
+    }
+
+    /// The work of `tool` run as a task with `arguments_json` for the call
+    /// `context` describes (refused at once, as [`Runtime::execute`]
+    /// refuses it, when the tool is unknown or the context cannot be
+    /// given to it): it runs for `timeout` from now, else the tool's
+    /// `task_timeout`, else its `timeout`, else [`DEFAULT_TIMEOUT`] (at
+    /// most a year), with no caller's deadline over it. Returns the tool's
+    /// name with it.
+    pub(crate) fn task(
+        &self,
+        tool: &str,
+        arguments_json: String,
+        context: CallContext,
+        timeout: Option<Duration>,
+    ) -> Result<(String, crate::tasks::Work), ExecuteError> {
+        let tool = self
+            .tools
+            .current()
+            .get(tool)
+            .cloned()
+            .ok_or_else(|| ExecuteError::UnknownTool(tool.to_owned()))?;
+        context.check().map_err(BackendError::from)?;
+        let budget = timeout
+            .or_else(|| toolmesh_proto::rules::duration(tool.descriptor().task_timeout))
+            .or_else(|| tool_timeout(&tool))
+            .unwrap_or(DEFAULT_TIMEOUT)
+            .min(MAX_TASK_TIMEOUT);
+        let deadline = Deadline::after(budget);
+        let name = tool.descriptor().name.clone();
+        let work = async move { run(&tool, &arguments_json, context, deadline).await };
+        Ok((name, Box::pin(work)))
     }
 }
 
+/// Runs `tool` for a checked call until `deadline`, and normalizes what
+/// it returns: `Execute` and tasks alike.
+async fn run(
+    tool: &Tool,
+    arguments_json: &str,
+    context: CallContext,
+    deadline: Deadline,
+) -> Result<pb::ExecuteResponse, ExecuteError> {
+    let name = &tool.descriptor().name;
+    let span = toolmesh_telemetry::call_span!(
+        context.trace.is_traced(),
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {name}"),
+    );
+    spans::set(&span, "gen_ai.operation.name", "execute_tool");
+    spans::set(&span, "gen_ai.tool.name", name.clone());
+    spans::set(&span, "gen_ai.tool.call.id", context.invocation_id.clone());
+    let trace = context.trace.onward(&span);
+    let context = context.in_trace(trace).with_config(tool.config().clone());
+    // Every backend gets `{}` for a call with no arguments, as the
+    // registry sends it.
+    let arguments_json = toolmesh_proto::rules::arguments(arguments_json);
+    let call = tool.backend().call(arguments_json, &context, deadline);
+    let outcome = match tokio::time::timeout_at(deadline.at(), call.instrument(span.clone())).await
+    {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(error)) => {
+            spans::failed(&span, toolmesh_proto::code::name(error.to_status().code()));
+            return Err(error.into());
+        }
+        Err(_elapsed) => {
+            spans::failed(&span, "DEADLINE_EXCEEDED");
+            return Err(BackendError::DeadlineExceeded.into());
+        }
+    };
+    let Outcome {
+        result_json,
+        is_error,
+        content_json,
+    } = normalize(outcome, tool.max_output_bytes());
+    if is_error {
+        spans::failed(&span, "tool_error");
+    }
+    Ok(pb::ExecuteResponse {
+        result_json,
+        is_error,
+        content_json,
+    })
+}
+
 fn tool_timeout(tool: &Tool) -> Option<Duration> {
-    let timeout = tool.descriptor().timeout?;
-    let secs = u64::try_from(timeout.seconds).ok()?;
-    let nanos = u32::try_from(timeout.nanos).ok()?;
-    Some(Duration::new(secs, nanos)).filter(|d| !d.is_zero())
+    toolmesh_proto::rules::duration(tool.descriptor().timeout)
 }
 
 /// Makes `outcome.result_json` valid JSON within `max_bytes` (its content
@@ -182,115 +226,7 @@ pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     }
 }
 
-/// The tonic `ToolRuntime` service: checks the call's grant, decodes,
-/// delegates to [`Runtime`], encodes.
-#[derive(Debug, Clone)]
-pub struct RuntimeService {
-    runtime: Arc<Runtime>,
-    grants: Arc<Verifier>,
-    identity: Option<String>,
-}
-
-impl RuntimeService {
-    /// The service in front of `runtime`, taking only calls whose grant
-    /// `grants` admits (see [`toolmesh_proto::grant`]); others are
-    /// `UNAUTHENTICATED`.
-    pub fn new(runtime: Arc<Runtime>, grants: Arc<Verifier>) -> Self {
-        Self {
-            runtime,
-            grants,
-            identity: None,
-        }
-    }
-
-    /// Takes only calls over a connection whose verified client
-    /// certificate carries `identity` (a URI or DNS SAN); others are
-    /// `UNAUTHENTICATED`.
-    #[must_use]
-    pub fn with_identity(mut self, identity: Option<String>) -> Self {
-        self.identity = identity;
-        self
-    }
-}
-
-#[tonic::async_trait]
-impl pb::tool_runtime_server::ToolRuntime for RuntimeService {
-    async fn execute(
-        &self,
-        request: tonic::Request<pb::ExecuteRequest>,
-    ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
-        let trace = TraceContext::from_metadata(request.metadata()).decide();
-        let span = toolmesh_telemetry::call_span!(
-            trace.is_traced(),
-            "toolmesh.v1.ToolRuntime/Execute",
-            otel.kind = "server",
-            tool = %clip(&request.get_ref().tool, QUOTED_MAX),
-            caller = %clip(&request.get_ref().caller, QUOTED_MAX),
-            invocation = %clip(&request.get_ref().invocation_id, QUOTED_MAX),
-        );
-        spans::serve(
-            span,
-            &trace,
-            EXECUTE,
-            self.execute_traced(request, trace.clone()),
-        )
-        .await
-    }
-}
-
-/// `ToolRuntime.Execute`'s fully qualified name, as its spans name it.
-const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
-
-impl RuntimeService {
-    /// `Execute` inside its server span; `trace` is the registry's context.
-    async fn execute_traced(
-        &self,
-        request: tonic::Request<pb::ExecuteRequest>,
-        trace: TraceContext,
-    ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
-        let call = request.get_ref();
-        if let Err(refusal) = self.grants.check(
-            request.metadata(),
-            &call.tool,
-            &call.invocation_id,
-            &call.caller,
-            &call.arguments_json,
-            grant::now_ms(),
-        ) {
-            tracing::warn!(%refusal, "Execute refused: not a call the registry signed");
-            return Err(ExecuteError::NotFromRegistry {
-                what: refusal.to_string(),
-            }
-            .to_status());
-        }
-        if let Some(identity) = &self.identity
-            && !toolmesh_proto::tls::peer(&request).has_identity(identity)
-        {
-            tracing::warn!("Execute without the registry's client certificate refused");
-            return Err(ExecuteError::NotFromRegistry {
-                what: "a client certificate with its identity".to_owned(),
-            }
-            .to_status());
-        }
-        let deadline = Deadline::of(&request);
-        let req = request.into_inner();
-        let context = CallContext::new(req.caller, req.invocation_id).in_trace(trace);
-        match self
-            .runtime
-            .execute(&req.tool, &req.arguments_json, context, deadline)
-            .await
-        {
-            Ok(response) => {
-                tracing::debug!(is_error = response.is_error, "tool ran");
-                Ok(tonic::Response::new(response))
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "tool did not run");
-                Err(err.to_status())
-            }
-        }
-    }
-}
-
+#[cfg(test)]
+mod task_tests;
 #[cfg(test)]
 mod tests;

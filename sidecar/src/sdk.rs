@@ -135,7 +135,10 @@ where
 
 /// Like [`tool`], for a handler that also takes the call's [`CallContext`]:
 /// who the registry authenticated as the caller (empty when it does not
-/// authenticate agents) and the invocation id.
+/// authenticate agents) and the invocation id. A call run as a task
+/// reports its progress through it ([`CallContext::report_progress`],
+/// which does nothing for a call an agent waits on); dropping the
+/// handler's future is how a task is stopped.
 ///
 /// ```
 /// use toolmesh_sidecar::sdk::{self, CallContext, ToolError};
@@ -158,6 +161,26 @@ where
 /// .per_caller_rate_limit(1.0, 5)
 /// .build();
 /// assert_eq!(note.descriptor().name, "note");
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Pages { count: u32 }
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Done { pages: u32 }
+///
+/// let render = sdk::tool_with_context(
+///     "render",
+///     "Render every page",
+///     |args: Pages, context: CallContext| async move {
+///         for page in 0..args.count {
+///             let fraction = f64::from(page) / f64::from(args.count.max(1));
+///             context.report_progress(Some(fraction), format!("page {page}"));
+///         }
+///         Ok::<_, ToolError>(Done { pages: args.count })
+///     },
+/// )
+/// .task_timeout(std::time::Duration::from_secs(3600))
+/// .build();
+/// assert_eq!(render.descriptor().task_timeout.map(|t| t.seconds), Some(3600));
 /// ```
 pub fn tool_with_context<A, R, F, Fut>(
     name: impl Into<String>,
@@ -224,6 +247,15 @@ impl ToolBuilder {
     /// Longest a call may run (durations beyond prost's range are ignored).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.descriptor.timeout = toolmesh_proto::rules::duration_field(timeout);
+        self
+    }
+
+    /// Longest a call started as a task (`Tasks.StartTask`) may run, when
+    /// it may run longer than [`Self::timeout`]: hours, say. Unset, a task
+    /// has the call's `timeout`. A handler reports how far it has come
+    /// with [`CallContext::report_progress`].
+    pub fn task_timeout(mut self, timeout: Duration) -> Self {
+        self.descriptor.task_timeout = toolmesh_proto::rules::duration_field(timeout);
         self
     }
 
@@ -351,6 +383,15 @@ impl Sidecar {
     /// ([`toolmesh_proto::grant::sign`]).
     pub fn execute_key(mut self, key: toolmesh_proto::grant::CallKey) -> Self {
         self.options.execute_key = Some(key);
+        self
+    }
+
+    /// Holds at most `max` tasks at once, running or with an end the
+    /// registry has not taken yet (default
+    /// [`DEFAULT_MAX_TASKS`](crate::server::DEFAULT_MAX_TASKS)); more are
+    /// `RESOURCE_EXHAUSTED`.
+    pub fn max_tasks(mut self, max: usize) -> Self {
+        self.options.max_tasks = Some(max);
         self
     }
 

@@ -18,12 +18,13 @@ use toolmesh_proto::{endpoint, pb};
 
 use crate::SidecarError;
 use crate::admin::Admin;
-use crate::announcer::Announcer;
+use crate::announcer::{Announcer, WITHDRAW_TIMEOUT, registry_channel};
 use crate::health::Readiness;
 use crate::mcp::{McpServer, Sources};
 use crate::metrics::{Metered, Metrics};
 use crate::refusal::AnnounceRefused;
 use crate::runtime::{Runtime, RuntimeService};
+use crate::tasks::{AbortOnDrop, RegistryReport, Tasks};
 use crate::tool::Tool;
 use crate::toolset::ToolSet;
 
@@ -83,7 +84,14 @@ pub struct ServeOptions {
     /// MCP servers whose tools are served beside the fixed ones, each
     /// kept running (or reached) and listed ([`crate::mcp`]).
     pub mcp_servers: Vec<McpServer>,
+    /// Most tasks (`RunTask`) this instance holds at once, running or
+    /// with an end the registry has not taken yet; `None`:
+    /// [`DEFAULT_MAX_TASKS`].
+    pub max_tasks: Option<usize>,
 }
+
+/// Most tasks an instance holds at once by default.
+pub const DEFAULT_MAX_TASKS: usize = 64;
 
 /// HTTP/2 `MAX_CONCURRENT_STREAMS` the sidecar advertises by default:
 /// calls one connection may have in flight (the registry pools its
@@ -118,8 +126,9 @@ pub fn default_advertise(addr: SocketAddr, tls: bool) -> String {
 
 /// Serves `tools` on `listener` and keeps them announced to the registry
 /// until `shutdown` completes; then withdraws (within a few seconds), stops
-/// accepting calls, lets in-flight ones finish (up to [`DRAIN_GRACE`]) and
-/// returns `Ok`.
+/// the tasks still running (each reported failed `UNAVAILABLE`, within a
+/// few seconds more), stops accepting calls, lets in-flight ones finish
+/// (up to [`DRAIN_GRACE`]) and returns `Ok`.
 ///
 /// It serves `grpc.health.v1.Health` on the same listener:
 /// `NOT_SERVING` until the first announce succeeded, `SERVING` from then
@@ -210,19 +219,30 @@ pub async fn serve_with_withdraw(
         opts.grant_max_age.unwrap_or(grant::DEFAULT_MAX_AGE),
     ));
     let (mut readiness, health) = Readiness::new(told).await;
+    let channel =
+        registry_channel(&registry, registry_tls).map_err(|e| SidecarError::RegistryUri {
+            reason: std::error::Error::source(&e)
+                .map_or_else(|| e.to_string(), ToString::to_string),
+            url: registry.clone(),
+        })?;
     let announcer = Announcer::new(
         &registry,
+        channel.clone(),
         announce,
         tools.subscribe(),
         opts.registration_token.clone(),
         readiness.clone(),
-        registry_tls,
         metrics.clone(),
-    )
-    .map_err(|e| SidecarError::RegistryUri {
-        reason: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
-        url: registry.clone(),
-    })?;
+    );
+    let tasks = Arc::new(Tasks::new(
+        opts.max_tasks.unwrap_or(DEFAULT_MAX_TASKS),
+        Arc::new(RegistryReport::new(
+            channel,
+            opts.registration_token.clone(),
+        )),
+        metrics.clone(),
+    ));
+    let _tasks_end = AbortOnDrop(tasks.clone());
     tracing::info!(%addr, %endpoint, instance = %instance_id, %registry, "sidecar serving");
 
     let sources = Sources::start(&opts.mcp_servers, &tools, &metrics);
@@ -234,7 +254,8 @@ pub async fn serve_with_withdraw(
         .add_service(health)
         .add_service(ToolRuntimeServer::new(Metered::new(
             RuntimeService::new(runtime.clone(), grants)
-                .with_identity(opts.registry_identity.clone()),
+                .with_identity(opts.registry_identity.clone())
+                .with_tasks(tasks.clone()),
             &runtime,
             metrics,
         )))
@@ -251,6 +272,9 @@ pub async fn serve_with_withdraw(
         }
         outcome = &mut control => outcome.err(),
     };
+    // Work no one will wait for: each task still running reports that it
+    // failed, while the registry can still be told.
+    tasks.shutdown(WITHDRAW_TIMEOUT).await;
     // Health watchers would hold the drain open: they have seen
     // NOT_SERVING, end their streams.
     readiness.end_watches().await;

@@ -162,6 +162,16 @@ impl CallLog {
         }
     }
 
+    /// The call was started as a task on `instance`; its line is written
+    /// now (the task's end writes one of its own).
+    pub(crate) fn started_task(mut self, instance: Option<&str>) {
+        self.outcome = TASK_STARTED;
+        if let Some(audit) = &mut self.audit {
+            audit.outcome = Outcome::Ok;
+        }
+        self.attempted(instance, u32::from(instance.is_some()));
+    }
+
     /// The call ends with `result`; its line is written now.
     pub(crate) fn finish(mut self, result: &Result<InvokeResponse, RegistryError>) {
         self.outcome = outcome(result);
@@ -229,6 +239,9 @@ impl Drop for CallLog {
         );
     }
 }
+
+/// The outcome of a call started as a task.
+pub(crate) const TASK_STARTED: &str = "task_started";
 
 /// `ok`, `tool_error` (the tool ran and reported a failure), or the gRPC
 /// code as an outcome (`invalid_argument`, `resource_exhausted`, ...): the

@@ -140,6 +140,39 @@ impl Invoker {
             .refused(error);
     }
 
+    /// The log line (and audit record, and metrics) of one call.
+    pub(crate) fn call_log(&self, request: &InvokeRequest, call: &Call<'_>) -> CallLog {
+        CallLog::start(&request.tool, self.settings.log_calls)
+            .traced(call.trace.trace_id())
+            .metered(&self.metrics)
+            .audited(
+                self.audit(),
+                call.caller,
+                call.peer,
+                request.arguments_json.len(),
+            )
+    }
+
+    /// The output schema's verdict on a task's result, as [`Invoker::invoke`]
+    /// gives it.
+    pub(crate) fn conformed(&self, entry: &Entry, response: InvokeResponse) -> InvokeResponse {
+        if response.is_error {
+            response
+        } else {
+            self.conform(entry, response)
+        }
+    }
+
+    /// The catalog the calls are looked up in.
+    pub(crate) fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The settings of the invoke path.
+    pub(crate) fn settings(&self) -> &InvokeSettings {
+        &self.settings
+    }
+
     /// Runs one call, and logs it in one line (and one audit record), in
     /// an `execute_tool` span.
     pub(crate) async fn invoke(
@@ -158,15 +191,7 @@ impl Invoker {
             spans::set(&span, "gen_ai.tool.name", clip(&request.tool, QUOTED_MAX));
             spans::set(&span, "gen_ai.tool.call.id", invocation_id.clone());
         }
-        let mut log = CallLog::start(&request.tool, self.settings.log_calls)
-            .traced(call.trace.trace_id())
-            .metered(&self.metrics)
-            .audited(
-                self.audit(),
-                call.caller,
-                call.peer,
-                request.arguments_json.len(),
-            );
+        let mut log = self.call_log(&request, &call);
         let result = self
             .run(request, &call, invocation_id, &mut log)
             .instrument(span.clone())
@@ -187,6 +212,56 @@ impl Invoker {
         invocation_id: String,
         log: &mut CallLog,
     ) -> Result<InvokeResponse, RegistryError> {
+        let span = tracing::Span::current();
+        let Admitted {
+            entry,
+            execute,
+            deadline,
+            ticket,
+        } = match self
+            .admit(request, call, invocation_id, log, Purpose::Invoke)
+            .await?
+        {
+            Admission::Admitted(admitted) => admitted,
+            Admission::Replay(outcome) => return replay(outcome),
+        };
+        let tool = entry.tool();
+        let attempted = self
+            .attempts
+            .run(tool, execute, deadline, &call.trace)
+            .await;
+        log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
+        spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));
+        if let Some(instance) = &attempted.last_instance {
+            spans::set(&span, "toolmesh.instance", instance.clone());
+        }
+        let result = match attempted.result {
+            Ok(response) if !response.is_error => Ok(self.conform(&entry, response)),
+            other => other,
+        };
+        if let Some(ticket) = ticket {
+            if attempted.reached {
+                ticket.complete(stored(&result)).await;
+            } else {
+                // Provably never ran: a repeat may run it.
+                ticket.release().await;
+            }
+        }
+        result
+    }
+
+    /// Takes a call through the front door: the tool looked up, the
+    /// arguments parsed and validated (and kept for the audit record), the
+    /// idempotency key claimed (a repeat is answered from its first run),
+    /// the rate limits' tokens taken.
+    pub(crate) async fn admit(
+        &self,
+        request: InvokeRequest,
+        call: &Call<'_>,
+        invocation_id: String,
+        log: &mut CallLog,
+        purpose: Purpose,
+    ) -> Result<Admission, RegistryError> {
         let caller = call.caller;
         let span = tracing::Span::current();
         let entry =
@@ -216,17 +291,23 @@ impl Invoker {
         if log.wants_arguments(&tool.descriptor) {
             log.arguments(&tool.descriptor, entry.redactor(), arguments.clone());
         }
-        let deadline = call.deadline.limited(
-            descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout),
-        );
+        let deadline = match purpose {
+            Purpose::Invoke => call.deadline.limited(
+                descriptor::timeout(&tool.descriptor).unwrap_or(self.settings.default_timeout),
+            ),
+            Purpose::Task => call.deadline.limited(TASK_START_BUDGET),
+        };
         let ticket = match request.idempotency_key.as_str() {
             "" => None,
-            key => match self.claim(tool, caller, key, &arguments, deadline).await? {
+            key => match self
+                .claim(tool, caller, key, &arguments, deadline, purpose)
+                .await?
+            {
                 Claim::Run(ticket) => Some(ticket),
                 Claim::Replay(outcome) => {
                     log.replayed();
                     spans::set(&span, "toolmesh.idempotency_replay", true);
-                    return replay(outcome);
+                    return Ok(Admission::Replay(outcome));
                 }
                 Claim::ArgumentsDiffer => {
                     return Err(RegistryError::IdempotencyKeyReused {
@@ -265,28 +346,12 @@ impl Invoker {
             invocation_id,
             caller: caller.to_owned(),
         };
-        let attempted = self
-            .attempts
-            .run(tool, execute, deadline, &call.trace)
-            .await;
-        log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
-        spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));
-        if let Some(instance) = &attempted.last_instance {
-            spans::set(&span, "toolmesh.instance", instance.clone());
-        }
-        let result = match attempted.result {
-            Ok(response) if !response.is_error => Ok(self.conform(&entry, response)),
-            other => other,
-        };
-        if let Some(ticket) = ticket {
-            if attempted.reached {
-                ticket.complete(stored(&result)).await;
-            } else {
-                // Provably never ran: a repeat may run it.
-                ticket.release().await;
-            }
-        }
-        result
+        Ok(Admission::Admitted(Admitted {
+            entry,
+            execute,
+            deadline,
+            ticket,
+        }))
     }
 
     /// `response` if its result matches the tool's output schema (or the
@@ -341,6 +406,7 @@ impl Invoker {
         key: &str,
         arguments: &serde_json::Value,
         deadline: Deadline,
+        purpose: Purpose,
     ) -> Result<Claim, RegistryError> {
         if key.len() > MAX_IDEMPOTENCY_KEY_LEN {
             return Err(RegistryError::InvalidRequest {
@@ -350,7 +416,11 @@ impl Invoker {
         }
         let key = IdempotencyKey {
             caller: caller.to_owned(),
-            tool: tool.name().to_owned(),
+            // A space: no tool's name, so a task's key is never a call's.
+            tool: match purpose {
+                Purpose::Invoke => tool.name().to_owned(),
+                Purpose::Task => format!("task {}", tool.name()),
+            },
             key: key.to_owned(),
         };
         let hold_for = deadline.budget() + IDEMPOTENCY_HOLD_MARGIN;
@@ -417,6 +487,39 @@ impl Invoker {
     }
 }
 
+/// What a call through the front door is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// An `Invoke`, answered when the tool is.
+    Invoke,
+    /// A task's start, answered once the task runs.
+    Task,
+}
+
+/// A call the front door let through.
+pub(crate) struct Admitted {
+    /// The tool, as the call found it.
+    pub entry: Entry,
+    /// What the sidecar is sent.
+    pub execute: ExecuteRequest,
+    /// The call's deadline, the tool's timeout applied (for a task's
+    /// start, [`TASK_START_BUDGET`]).
+    pub deadline: Deadline,
+    /// The idempotency key, claimed for this call.
+    pub ticket: Option<crate::calls::idempotency::Ticket>,
+}
+
+/// The front door's answer.
+pub(crate) enum Admission {
+    /// The call goes on.
+    Admitted(Admitted),
+    /// A repeat: its key's first call ended so.
+    Replay(StoredOutcome),
+}
+
+/// Longest a task's start may take (its caller's deadline may be shorter).
+pub(crate) const TASK_START_BUDGET: Duration = Duration::from_secs(10);
+
 /// Longest idempotency key accepted.
 pub(crate) const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
 /// How long past its deadline a call may hold its idempotency key (a replica
@@ -460,5 +563,10 @@ fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
             content_json,
         }),
         StoredOutcome::Status { code, message } => Err(RegistryError::Replayed { code, message }),
+        // Keys of tasks and of calls never meet (`Purpose`).
+        StoredOutcome::Task { .. } => Err(RegistryError::Replayed {
+            code: tonic::Code::Internal,
+            message: "the idempotency key's first call was started as a task".into(),
+        }),
     }
 }

@@ -86,7 +86,39 @@ impl Proxy {
         deadline: Deadline,
         trace: &TraceContext,
     ) -> Result<ExecuteResponse, ProxyError> {
-        let call = self.call(endpoint, request, grant.as_ref(), deadline, trace);
+        let call = self.call(endpoint, None, request, grant.as_ref(), deadline, trace);
+        Self::by(deadline, call).await
+    }
+
+    /// Sends `message` to `method` (a `ToolRuntime` path, e.g.
+    /// `/toolmesh.v1.ToolRuntime/RunTask`) of the sidecar at `endpoint`, on
+    /// the connection `Execute` uses, as [`Proxy::execute`] does.
+    pub async fn unary<Req: prost::Message, Resp: prost::Message + Default>(
+        &self,
+        endpoint: &str,
+        method: &'static str,
+        message: &Req,
+        grant: Option<AsciiMetadataValue>,
+        deadline: Deadline,
+        trace: &TraceContext,
+    ) -> Result<Resp, ProxyError> {
+        let request = unary::encode(message, self.max_message_bytes).map_err(ProxyError::Status)?;
+        let call = self.call(
+            endpoint,
+            Some(method),
+            request,
+            grant.as_ref(),
+            deadline,
+            trace,
+        );
+        Self::by(deadline, call).await
+    }
+
+    /// `call`'s answer, or [`ProxyError::Timeout`] once `deadline` passed.
+    async fn by<T>(
+        deadline: Deadline,
+        call: impl Future<Output = Result<T, ProxyError>>,
+    ) -> Result<T, ProxyError> {
         match tokio::time::timeout_at(deadline.at(), call).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
@@ -98,14 +130,15 @@ impl Proxy {
 
     /// One call; a connection found closed when the call starts is
     /// replaced once, as a new connection would have been made for it.
-    async fn call(
+    async fn call<M: prost::Message + Default>(
         &self,
         endpoint: &str,
+        method: Option<&'static str>,
         request: Bytes,
         grant: Option<&AsciiMetadataValue>,
         deadline: Deadline,
         trace: &TraceContext,
-    ) -> Result<ExecuteResponse, ProxyError> {
+    ) -> Result<M, ProxyError> {
         let not_sent = |reason: String| ProxyError::NotSent {
             endpoint: endpoint.to_owned(),
             reason,
@@ -124,9 +157,13 @@ impl Proxy {
             // connection was closed, the stream refused unprocessed): the
             // same grant stays good for it.
             let headers = headers(&deadline, grant, trace);
+            let uri = match method {
+                None => live.uri.clone(),
+                Some(path) => unary::at_path(&live.uri, path).map_err(not_sent)?,
+            };
             let outcome = unary::call(
                 live.send.clone(),
-                live.uri.clone(),
+                uri,
                 headers,
                 request.clone(),
                 self.max_message_bytes,

@@ -159,23 +159,43 @@ pub fn check(
             ));
         }
     }
-    if let Some(t) = descriptor.timeout {
-        let max = humantime::format_duration(max_timeout);
-        if !(0..1_000_000_000).contains(&t.nanos) {
-            return Err(invalid(
-                "timeout.nanos",
-                format!("{} must be from 0 to 999999999", t.nanos),
-            ));
-        }
-        match Duration::try_from(t) {
-            Err(_) => return Err(invalid("timeout", "must not be negative".into())),
-            Ok(timeout) if timeout > max_timeout => {
-                return Err(invalid("timeout", format!("must be at most {max}")));
-            }
-            Ok(_) => {}
+    for (sub, duration, max) in [
+        ("timeout", descriptor.timeout, max_timeout),
+        ("task_timeout", descriptor.task_timeout, MAX_TASK_TIMEOUT),
+    ] {
+        if let Some(t) = duration {
+            check_duration(t, max)
+                .map_err(|(part, reason)| invalid(&format!("{sub}{part}"), reason))?;
         }
     }
     Ok(())
+}
+
+/// Longest a task may run: a week.
+pub const MAX_TASK_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `t` within `0..=max`, or the part of it that is wrong (`""` or
+/// `".nanos"`) and why.
+fn check_duration(t: prost_types::Duration, max: Duration) -> Result<(), (&'static str, String)> {
+    if !(0..1_000_000_000).contains(&t.nanos) {
+        return Err((".nanos", format!("{} must be from 0 to 999999999", t.nanos)));
+    }
+    match Duration::try_from(t) {
+        Err(_) => Err(("", "must not be negative".into())),
+        Ok(d) if d > max => Err((
+            "",
+            format!("must be at most {}", humantime::format_duration(max)),
+        )),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// How long a call started as a task may run: its `task_timeout`, else
+/// its `timeout`, else `default`.
+pub fn task_timeout(descriptor: &ToolDescriptor, default: Duration) -> Duration {
+    toolmesh_proto::rules::duration(descriptor.task_timeout)
+        .or_else(|| timeout(descriptor))
+        .unwrap_or(default)
 }
 
 /// How `new` differs from `live`, one line per field; empty if they agree.
@@ -223,6 +243,11 @@ pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
     );
     field("timeout", timeout_text(live), timeout_text(new));
     field(
+        "task_timeout",
+        duration_text(live.task_timeout),
+        duration_text(new.task_timeout),
+    );
+    field(
         "idempotent",
         live.idempotent.to_string(),
         new.idempotent.to_string(),
@@ -267,7 +292,11 @@ fn limit_text(limit: Option<Limit>) -> String {
 }
 
 fn timeout_text(d: &ToolDescriptor) -> String {
-    timeout(d).map_or_else(
+    duration_text(d.timeout)
+}
+
+fn duration_text(d: Option<prost_types::Duration>) -> String {
+    toolmesh_proto::rules::duration(d).map_or_else(
         || "default".into(),
         |t| humantime::format_duration(t).to_string(),
     )

@@ -73,6 +73,12 @@ pub enum RedisOp {
     IdempotencyComplete,
     /// Releasing an idempotency key.
     IdempotencyRelease,
+    /// Storing a new task.
+    TaskCreate,
+    /// Reading tasks (GET, MGET, ZRANGE).
+    TaskRead,
+    /// Writing a changed task.
+    TaskUpdate,
 }
 
 impl RedisOp {
@@ -93,6 +99,9 @@ impl RedisOp {
             Self::IdempotencyClaim => "idempotency_claim",
             Self::IdempotencyComplete => "idempotency_complete",
             Self::IdempotencyRelease => "idempotency_release",
+            Self::TaskCreate => "task_create",
+            Self::TaskRead => "task_read",
+            Self::TaskUpdate => "task_update",
         }
     }
 }

@@ -35,6 +35,8 @@ pub enum Dependent {
     RateLimits,
     /// The idempotency store.
     Idempotency,
+    /// The task store.
+    Tasks,
 }
 
 /// What a dependent does while Redis is away, asked at each report (it may

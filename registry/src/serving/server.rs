@@ -10,7 +10,7 @@ mod janitor;
 mod listen;
 mod serve;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -38,6 +38,11 @@ use crate::{
     redis_pool::{RedisPool, RedisSettings},
 };
 use janitor::janitor;
+
+use crate::tasks::{TaskSettings, Tasks};
+
+/// How often the task janitor looks for tasks no sidecar will end.
+const TASK_SWEEP: Duration = Duration::from_millis(500);
 pub use listen::listen_and_serve;
 pub use serve::run;
 
@@ -78,6 +83,7 @@ pub struct Registry {
     audit: AuditLog,
     proxy: Arc<Proxy>,
     invoker: Arc<Invoker>,
+    tasks: Arc<Tasks>,
     config: Config,
     metrics: Arc<Metrics>,
     readiness: Readiness,
@@ -179,16 +185,25 @@ impl Registry {
             config.idempotency_retention,
         ));
         let limiter = RedisLimiter::new(
-            pool,
+            pool.clone(),
             &config.redis_prefix,
             config.redis_outage,
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = %config.redis_outage, "catalog and rate limits in redis");
-        Ok(
-            Self::new(store, Arc::new(limiter), idempotency, config, metrics)
-                .with_access(access, audit),
+        let tasks = crate::tasks::store::open(
+            Some((pool, config.redis_prefix.as_str())),
+            Default::default(),
+        );
+        Ok(Self::assemble(
+            store,
+            Arc::new(limiter),
+            idempotency,
+            tasks,
+            config,
+            metrics,
         )
+        .with_access(access, audit))
     }
 
     /// Authenticates agents and sidecars, and applies the call policy, as
@@ -219,11 +234,24 @@ impl Registry {
         self
     }
 
-    /// A registry over the given engines, recording in `metrics`.
+    /// A registry over the given engines (tasks in memory), recording in
+    /// `metrics`.
     pub fn new(
         store: Arc<dyn CatalogStore>,
         limiter: Arc<dyn RateLimiter>,
         idempotency: Arc<dyn IdempotencyStore>,
+        config: Config,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let tasks = crate::tasks::store::open(None, Default::default());
+        Self::assemble(store, limiter, idempotency, tasks, config, metrics)
+    }
+
+    fn assemble(
+        store: Arc<dyn CatalogStore>,
+        limiter: Arc<dyn RateLimiter>,
+        idempotency: Arc<dyn IdempotencyStore>,
+        task_store: Arc<dyn crate::tasks::store::TaskStore>,
         config: Config,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -279,18 +307,52 @@ impl Registry {
         let invoker = Arc::new(Invoker::new(
             catalog.clone(),
             limiter,
-            balancer,
+            balancer.clone(),
             proxy.clone(),
             idempotency,
             settings,
             metrics.clone(),
         ));
+        let tasks = Arc::new(Tasks::new(
+            task_store,
+            invoker.clone(),
+            balancer,
+            proxy.clone(),
+            TaskSettings {
+                retention: config.task_retention,
+                max_live: config.max_tasks,
+                max_live_per_caller: config.max_tasks_per_caller,
+                // One process has one view of the catalog: nothing lags.
+                orphan_grace: if config.redis.is_some() {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::ZERO
+                },
+                ..TaskSettings::default()
+            },
+            metrics.clone(),
+        ));
+        tokio::spawn({
+            let tasks = tasks.clone();
+            let stop = stop_janitor.clone();
+            async move {
+                let mut ticks = tokio::time::interval(TASK_SWEEP);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = ticks.tick() => tasks.sweep().await,
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+        });
         Self {
             catalog,
             access: Arc::default(),
             audit: AuditLog::disabled(),
             proxy,
             invoker,
+            tasks,
             config,
             metrics,
             readiness: Readiness::not_ready("starting"),

@@ -23,7 +23,7 @@ use toolmesh_registry::Config;
 
 use crate::common::*;
 
-/// A `ToolRuntime` that answers every `Execute` with `code`.
+/// A `ToolRuntime` that answers every call with `code`.
 #[derive(Clone)]
 struct Failing {
     code: Code,
@@ -37,6 +37,21 @@ impl ToolRuntime for Failing {
         _request: Request<pb::ExecuteRequest>,
     ) -> Result<Response<pb::ExecuteResponse>, Status> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(Status::new(self.code, "failing on purpose"))
+    }
+
+    async fn run_task(
+        &self,
+        _request: Request<pb::RunTaskRequest>,
+    ) -> Result<Response<pb::RunTaskResponse>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Err(Status::new(self.code, "failing on purpose"))
+    }
+
+    async fn stop_task(
+        &self,
+        _request: Request<pb::StopTaskRequest>,
+    ) -> Result<Response<pb::StopTaskResponse>, Status> {
         Err(Status::new(self.code, "failing on purpose"))
     }
 }

@@ -85,6 +85,20 @@ impl ToolRuntime for Tap {
             .map_err(|e| Status::unavailable(e.to_string()))?;
         client.execute(replay(&seen)).await
     }
+
+    async fn run_task(
+        &self,
+        _request: Request<pb::RunTaskRequest>,
+    ) -> Result<Response<pb::RunTaskResponse>, Status> {
+        Err(Status::unimplemented("the tap forwards Execute only"))
+    }
+
+    async fn stop_task(
+        &self,
+        _request: Request<pb::StopTaskRequest>,
+    ) -> Result<Response<pb::StopTaskResponse>, Status> {
+        Err(Status::unimplemented("the tap forwards Execute only"))
+    }
 }
 
 impl Tap {

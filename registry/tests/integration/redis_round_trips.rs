@@ -25,9 +25,10 @@ use crate::{
 /// | `sweep.lua`, nothing due | `zrangebyscore` | evalsha, time, zrangebyscore |
 /// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, hget, time, zadd |
 /// | resync | `smembers` | smembers, zrange, get + hgetall per tool, hgetall per lease |
+/// | task janitor, no live task | `zscan` | zscan |
 fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
     let count = |calls: &CommandCalls, name: &str| calls.get(name).copied().unwrap_or(0);
-    let jobs: [(&str, Vec<(&str, i64)>); 4] = [
+    let jobs: [(&str, Vec<(&str, i64)>); 5] = [
         (
             "zcard",
             vec![
@@ -61,6 +62,7 @@ fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
                 ("hgetall", tools + leases),
             ],
         ),
+        ("zscan", vec![("zscan", 1)]),
     ];
     for (marker, commands) in jobs {
         let times = count(&calls, marker);

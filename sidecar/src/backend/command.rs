@@ -5,6 +5,11 @@
 //! the call's W3C trace context (`TRACEPARENT`, `TRACESTATE`, unset when
 //! there is none).
 //!
+//! A line of stderr of the form `toolmesh-progress {"fraction": 0.5,
+//! "message": "step 2 of 4"}` reports the call's progress when it runs as
+//! a task ([`crate::progress`]); such lines are never part of the stderr
+//! an error result carries.
+//!
 //! The command runs in its own process group. When the deadline passes or
 //! the call is dropped, the whole group is killed (`SIGKILL`), so helpers the
 //! command started do not outlive it.
@@ -24,6 +29,8 @@ use crate::context::{CALLER_ENV, CallContext, INVOCATION_ID_ENV, config_env};
 use crate::tool::{Backend, BackendError, Outcome};
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_telemetry::propagation::{TRACEPARENT_ENV, TRACESTATE_ENV};
+
+mod stderr;
 
 /// Most stderr kept for an error message.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -165,7 +172,7 @@ impl Backend for CommandBackend {
             let (written, out, err) = tokio::join!(
                 write,
                 read_bounded(stdout, self.max_output_bytes),
-                read_bounded(stderr, MAX_STDERR_BYTES),
+                stderr::read(stderr, MAX_STDERR_BYTES, context.progress()),
             );
             written?;
             let status = child.wait().await?;

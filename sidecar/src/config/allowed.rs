@@ -100,6 +100,7 @@ const ALLOWED: &[(&str, &str)] = &[
         "a whole number of calls of each caller at once, e.g. 5",
     ),
     ("tools[].timeout", DURATION),
+    ("tools[].task_timeout", DURATION),
     ("tools[].idempotent", "true or false"),
     (
         "tools[].title",

@@ -56,7 +56,7 @@ impl SidecarConfig {
 
 impl ToolConfig {
     /// The MCP server of an entry whose backend is `mcp`: every tool it
-    /// publishes carries this entry's tags, limits, timeout and audit.
+    /// publishes carries this entry's tags, limits, timeouts and audit.
     pub(super) fn mcp_server(&self, mcp: &McpConfig, base_dir: &Path) -> McpServer {
         let transport = match (&mcp.command, &mcp.url) {
             (Some(command), _) => {
@@ -106,6 +106,9 @@ impl ToolConfig {
                 timeout: self
                     .timeout
                     .and_then(|t| prost_types::Duration::try_from(t).ok()),
+                task_timeout: self
+                    .task_timeout
+                    .and_then(|t| prost_types::Duration::try_from(t).ok()),
                 audit_arguments: self.audit_arguments,
                 ..Default::default()
             },
@@ -128,6 +131,11 @@ impl ToolConfig {
             .map(prost_types::Duration::try_from)
             .transpose()
             .map_err(|e| format!("timeout: out of range: {e}"))?;
+        let task_timeout = self
+            .task_timeout
+            .map(prost_types::Duration::try_from)
+            .transpose()
+            .map_err(|e| format!("task_timeout: out of range: {e}"))?;
         Ok(pb::ToolDescriptor {
             name: self.name.clone().unwrap_or_default(),
             description: self.description.clone().unwrap_or_default(),
@@ -148,6 +156,7 @@ impl ToolConfig {
             read_only: self.read_only,
             destructive: self.destructive,
             open_world: self.open_world,
+            task_timeout,
         })
     }
 

@@ -1,4 +1,4 @@
-//! The `timeout` key: a duration with a unit (`2s`, `500ms`, `1m 30s`). A
+//! The `timeout` and `task_timeout` keys: a duration with a unit (`2s`, `500ms`, `1m 30s`). A
 //! bare number is refused with the example that fixes it, rather than
 //! guessed to be seconds.
 

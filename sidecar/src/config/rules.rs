@@ -14,6 +14,9 @@ use super::allowed::allowed;
 use super::key::KeyPath;
 use super::problem::Problem;
 use super::schema;
+
+/// Longest `task_timeout` the registry takes: a week.
+const MAX_TASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 use super::{McpConfig, SidecarConfig, ToolConfig};
 use crate::arguments;
 use crate::context::{
@@ -132,10 +135,24 @@ fn check_tool(tool: &ToolConfig, at: &KeyPath) -> Result<(), Problem> {
             return Err(Problem::found(at.key(key).key("rate"), limit.rate));
         }
     }
-    if let Some(timeout) = tool.timeout
-        && timeout.is_zero()
+    for (key, timeout) in [
+        ("timeout", tool.timeout),
+        ("task_timeout", tool.task_timeout),
+    ] {
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Problem::found(at.key(key), "0s"));
+        }
+    }
+    if let Some(task_timeout) = tool.task_timeout
+        && task_timeout > MAX_TASK_TIMEOUT
     {
-        return Err(Problem::found(at.key("timeout"), "0s"));
+        return Err(Problem::new(
+            at.key("task_timeout"),
+            format!(
+                "found {}, expected a duration of at most 7 days (168h): the registry runs no task longer",
+                humantime::format_duration(task_timeout)
+            ),
+        ));
     }
     if let Some(title) = &tool.title
         && (title.len() > MAX_TITLE_BYTES || title.contains(char::is_control))

@@ -107,6 +107,7 @@ tools:
     version: 1.2.0
     tags: [math, read-only]
     timeout: 500ms
+    task_timeout: 2h
     max_output_bytes: 1024
     backend:
       command: [./bin/tool, --flag]
@@ -127,6 +128,13 @@ tools:
         Some(prost_types::Duration {
             seconds: 0,
             nanos: 500_000_000
+        })
+    );
+    assert_eq!(
+        d.task_timeout,
+        Some(prost_types::Duration {
+            seconds: 7200,
+            nanos: 0
         })
     );
     assert_eq!(tools[0].max_output_bytes(), 1024);
@@ -201,7 +209,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
     for (body, expected) in [
         (
             format!("    timout: 2s\n{CMD}"),
-            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
+            "line 4, column 5: tools[0].timout: unknown key, did you mean timeout? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, task_timeout, idempotent, audit_arguments, max_output_bytes, backend)",
         ),
         (
             "    backend: {comand: [echo]}\n".into(),
@@ -244,6 +252,18 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
             "line 4, column 14: tools[0].timeout: found 0s, expected a duration above 0 with a unit, e.g. 2s or 500ms",
         ),
         (
+            format!("    task_timeout: 0s\n{CMD}"),
+            "line 4, column 19: tools[0].task_timeout: found 0s, expected a duration above 0 with a unit, e.g. 2s or 500ms",
+        ),
+        (
+            format!("    task_timeout: 8 days\n{CMD}"),
+            "line 4, column 19: tools[0].task_timeout: found 8days, expected a duration of at most 7 days (168h): the registry runs no task longer",
+        ),
+        (
+            format!("    task_timeout: 3\n{CMD}"),
+            "line 4, column 19: tools[0].task_timeout: found 3 (a number without a unit), expected a duration above 0 with a unit, e.g. 2s or 500ms",
+        ),
+        (
             format!("    rate_limit: {{rate: 0}}\n{CMD}"),
             "line 4, column 24: tools[0].rate_limit.rate: found 0, expected a number of calls per second above 0, e.g. 5 or 0.5",
         ),
@@ -273,7 +293,7 @@ fn every_problem_names_the_key_the_value_and_what_is_allowed() {
         ),
         (
             format!("    per_caller_ratelimit: {{rate: 1}}\n{CMD}"),
-            "line 4, column 5: tools[0].per_caller_ratelimit: unknown key, did you mean per_caller_rate_limit? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, idempotent, audit_arguments, max_output_bytes, backend)",
+            "line 4, column 5: tools[0].per_caller_ratelimit: unknown key, did you mean per_caller_rate_limit? (allowed here: name, description, title, read_only, destructive, open_world, config, arguments, input_schema, output_schema, version, tags, rate_limit, per_caller_rate_limit, timeout, task_timeout, idempotent, audit_arguments, max_output_bytes, backend)",
         ),
         (
             format!("    audit_arguments: yes\n{CMD}"),
@@ -556,7 +576,7 @@ fn mcp_error(entry: &str) -> String {
 
 #[test]
 fn an_mcp_entry_stands_for_the_servers_tools() {
-    let yaml = "tools:\n  - backend: {mcp: {command: [sh, server.sh], env: {A: b}, env_pass: [GITHUB_TOKEN], prefix: everything., allow: [get-*, echo], deny: [get-env], relist_interval: 10s}}\n    tags: [demo]\n    rate_limit: {rate: 5, burst: 2}\n    timeout: 3s\n  - backend: {mcp: {url: 'http://127.0.0.1:8000/mcp', headers: {Authorization: Bearer x}}}\n  - {name: wc, description: Count words, backend: {command: [wc]}}\n";
+    let yaml = "tools:\n  - backend: {mcp: {command: [sh, server.sh], env: {A: b}, env_pass: [GITHUB_TOKEN], prefix: everything., allow: [get-*, echo], deny: [get-env], relist_interval: 10s}}\n    tags: [demo]\n    rate_limit: {rate: 5, burst: 2}\n    timeout: 3s\n    task_timeout: 1h\n  - backend: {mcp: {url: 'http://127.0.0.1:8000/mcp', headers: {Authorization: Bearer x}}}\n  - {name: wc, description: Count words, backend: {command: [wc]}}\n";
     let config = SidecarConfig::from_yaml_str(yaml).expect("valid");
     let servers = config.mcp_servers(Path::new("")).expect("servers");
     assert_eq!(servers.len(), 2);
@@ -580,6 +600,10 @@ fn an_mcp_entry_stands_for_the_servers_tools() {
     assert_eq!(everything.defaults.tags, ["demo"]);
     assert_eq!(everything.defaults.rate_limit.map(|l| l.burst), Some(2));
     assert_eq!(everything.defaults.timeout.map(|t| t.seconds), Some(3));
+    assert_eq!(
+        everything.defaults.task_timeout.map(|t| t.seconds),
+        Some(3600)
+    );
     assert!(matches!(
         &servers[1].transport,
         crate::mcp::McpTransport::Http { url, headers }

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{
-    ClientConfig, ErrorCode, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion,
-    RequestMetaObject, SubscriptionFilter, Tool as McpTool,
+    ClientConfig, ErrorCode, Implementation, MetaObject, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, RequestMetaObject, SubscriptionFilter,
+    Tool as McpTool,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer, RoleClient,
@@ -29,6 +30,7 @@ use tracing::Instrument as _;
 use super::McpTransport;
 use super::convert;
 use super::environment::environment;
+use super::progress;
 use crate::context::CallContext;
 use crate::tool::{Backend, BackendError, Outcome};
 
@@ -45,14 +47,24 @@ const MAX_PAGES: usize = 100;
 pub(crate) const MAX_TOOLS: usize = 10_000;
 
 /// What the sidecar does with a server's notifications: a changed tool
-/// list wakes the loop that lists again.
+/// list wakes the loop that lists again; progress goes to the task whose
+/// call it is about.
 pub(crate) struct Handler {
     pub(crate) tools_changed: Arc<Notify>,
+    pub(crate) progress: Arc<progress::Routes>,
 }
 
 impl rmcp::ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        self.progress.deliver(&params);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -297,6 +309,8 @@ pub(crate) struct McpBackend {
     /// Woken when the server refuses a call (its list may be stale) or
     /// cannot be reached (it may be gone).
     pub(crate) tools_changed: Arc<Notify>,
+    /// Where the connection's handler sends a task call's progress.
+    pub(crate) progress: Arc<progress::Routes>,
 }
 
 #[async_trait]
@@ -325,8 +339,16 @@ impl Backend for McpBackend {
         let mut params =
             rmcp::model::CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
         params.meta = Some(call_meta(context, &context.trace.onward(&span)));
-        let call = self.peer.call_tool(params).instrument(span);
-        let answer = tokio::time::timeout_at(deadline.at(), call)
+        // Either call sends notifications/cancelled if dropped unanswered.
+        let call = async {
+            match context.progress() {
+                Some(reported) => {
+                    progress::call_tool(&self.peer, params, &self.progress, reported).await
+                }
+                None => self.peer.call_tool(params).await,
+            }
+        };
+        let answer = tokio::time::timeout_at(deadline.at(), call.instrument(span))
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match answer {

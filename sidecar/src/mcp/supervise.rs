@@ -15,6 +15,7 @@ use toolmesh_telemetry::shown::{Clipped, Quoted};
 
 use super::McpServer;
 use super::convert::{self, Skipped};
+use super::progress::Routes;
 use super::session::{self, Handler, McpBackend, SessionError};
 use super::watch::Watch;
 use crate::announcer::Backoff;
@@ -142,8 +143,10 @@ async fn connected(
     refused_listen: &mut bool,
 ) -> Ended {
     let tools_changed = Arc::new(Notify::new());
+    let progress = Arc::new(Routes::default());
     let handler = Handler {
         tools_changed: tools_changed.clone(),
+        progress: progress.clone(),
     };
     let session = tokio::select! {
         session = session::connect(&server.transport, label, handler) => session,
@@ -188,7 +191,7 @@ async fn connected(
             Ok(listed) => listed,
             Err(error) => break Err(error),
         };
-        let published = publishable(server, label, &listed, &peer, &tools_changed);
+        let published = publishable(server, label, &listed, &peer, &tools_changed, &progress);
         let mut count = published.len();
         for name in tools.publish(index, published) {
             count -= 1;
@@ -241,6 +244,7 @@ fn publishable(
     listed: &[rmcp::model::Tool],
     peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
     tools_changed: &Arc<Notify>,
+    progress: &Arc<Routes>,
 ) -> Vec<Tool> {
     let mut published = Vec::new();
     for tool in listed {
@@ -251,6 +255,7 @@ fn publishable(
                     label: label.clone(),
                     peer: peer.clone(),
                     tools_changed: tools_changed.clone(),
+                    progress: progress.clone(),
                 };
                 published.push(
                     Tool::new(descriptor, Arc::new(backend))

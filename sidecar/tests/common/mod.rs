@@ -297,6 +297,15 @@ impl Registration for FakeRegistry {
         });
         Ok(tonic::Response::new(pb::WithdrawResponse {}))
     }
+
+    async fn report_task(
+        &self,
+        _request: tonic::Request<pb::ReportTaskRequest>,
+    ) -> Result<tonic::Response<pb::ReportTaskResponse>, tonic::Status> {
+        Err(tonic::Status::not_found(
+            "this fake registry keeps no tasks",
+        ))
+    }
 }
 
 /// A fake registry on loopback granting leases of `ttl`; returns it and

@@ -129,6 +129,11 @@ pub enum StoredOutcome {
         /// The status message.
         message: String,
     },
+    /// The call was started as this task (`Tasks.StartTask`).
+    Task {
+        /// The task's id.
+        id: String,
+    },
 }
 
 /// A status code in a stored record: its number.

@@ -11,6 +11,14 @@ use tonic::{Code, Status};
 /// `ToolRuntime.Execute`'s path.
 pub(super) const EXECUTE_PATH: &str = "/toolmesh.v1.ToolRuntime/Execute";
 
+/// `uri` with its path replaced by `path` (another method of the same
+/// service).
+pub(super) fn at_path(uri: &Uri, path: &'static str) -> Result<Uri, String> {
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static(path));
+    Uri::from_parts(parts).map_err(|e| e.to_string())
+}
+
 /// The length prefix of a gRPC message: a compression flag and a 32-bit
 /// big-endian length.
 const PREFIX_BYTES: usize = 5;

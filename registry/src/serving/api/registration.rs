@@ -19,6 +19,8 @@ use crate::{
 /// registrants of `--registrants-file`, each for its own tools.
 pub(crate) struct RegistrationApi {
     catalog: Arc<Catalog>,
+    /// Where sidecars' task reports go (`None`: reports are NOT_FOUND).
+    tasks: Option<Arc<crate::tasks::Tasks>>,
     access: Arc<Access>,
     audit: AuditLog,
     metrics: Arc<crate::metrics::Metrics>,
@@ -33,6 +35,7 @@ impl RegistrationApi {
     pub(crate) fn new(catalog: Arc<Catalog>, access: Arc<Access>) -> Self {
         Self {
             catalog,
+            tasks: None,
             access,
             audit: AuditLog::disabled(),
             metrics: Arc::default(),
@@ -52,6 +55,13 @@ impl RegistrationApi {
     #[must_use]
     pub(crate) fn audit(mut self, audit: AuditLog) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// Takes sidecars' reports on the tasks they run for `tasks`.
+    #[must_use]
+    pub(crate) fn reporting_to(mut self, tasks: Arc<crate::tasks::Tasks>) -> Self {
+        self.tasks = Some(tasks);
         self
     }
 
@@ -233,6 +243,23 @@ impl pb::registration_server::Registration for RegistrationApi {
         ));
         result?;
         Ok(Response::new(pb::WithdrawResponse {}))
+    }
+
+    async fn report_task(
+        &self,
+        request: Request<pb::ReportTaskRequest>,
+    ) -> Result<Response<pb::ReportTaskResponse>, Status> {
+        // Registrants authenticate as for a heartbeat; the task's own
+        // token says the report is its instance's.
+        self.registrant(&request)?;
+        let request = request.into_inner();
+        let Some(tasks) = &self.tasks else {
+            return Err(RegistryError::TaskNotFound {
+                id: request.task_id,
+            }
+            .into());
+        };
+        Ok(Response::new(tasks.report(request).await?))
     }
 }
 

@@ -73,6 +73,7 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
         | E::LimiterUnavailable { .. }
         | E::CatalogFull(_)
         | E::IdempotencyFull
+        | E::TasksFull { .. }
         | E::IdempotencyKeyReused { .. } => Ok(refusal(
             error.to_string(),
             toolmesh_proto::code::name(error.code()),
@@ -82,6 +83,8 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
         | E::InvalidSchema { .. }
         | E::DescriptorConflict { .. }
         | E::LeaseNotFound { .. }
+        | E::TaskNotFound { .. }
+        | E::TaskReportRefused { .. }
         | E::TooManyWatchers { .. }
         | E::WatchInterrupted { .. }
         | E::WatchOutdated { .. } => Err(ErrorData::internal_error(error.to_string(), None)),

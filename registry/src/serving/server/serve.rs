@@ -9,12 +9,15 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
-    pb::{self, registration_server::RegistrationServer, tool_registry_server::ToolRegistryServer},
+    pb::{
+        self, registration_server::RegistrationServer, tasks_server::TasksServer,
+        tool_registry_server::ToolRegistryServer,
+    },
 };
 
 use crate::{
     config::Config,
-    serving::api::{RegistrationApi, ToolRegistryApi},
+    serving::api::{RegistrationApi, TasksApi, ToolRegistryApi},
     serving::connections,
     serving::mcp::{McpEndpoint, McpSettings},
     serving::readiness::Reporter,
@@ -157,8 +160,12 @@ impl Registry {
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+        let tasks = TasksServer::new(TasksApi::new(self.access.clone(), self.tasks.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
         let registration = RegistrationServer::new(
             RegistrationApi::new(self.catalog.clone(), self.access.clone())
+                .reporting_to(self.tasks.clone())
                 .sharing(self.config.max_tools)
                 .audit(self.audit.clone())
                 .metered(self.metrics.clone()),
@@ -176,6 +183,7 @@ impl Registry {
             .add_service(reflection_v1)
             .add_service(reflection_alpha)
             .add_service(registry)
+            .add_service(tasks)
             .add_service(registration)
             .serve_with_incoming_shutdown(
                 toolmesh_proto::tls::incoming(

@@ -1,0 +1,338 @@
+//! Tasks: calls that outlive one request (docs/tasks.md).
+//!
+//! A task enters through `Invoke`'s front door ([`Invoker::admit`]), is
+//! given to one instance's sidecar (`ToolRuntime.RunTask`), which runs it
+//! with no request open and reports its progress and end to any replica
+//! (`Registration.ReportTask`). Its state lives in a [`TaskStore`]: memory
+//! when embedded, Redis when replicas share one, so that any replica
+//! answers for it. The janitor ends the tasks whose instance left, or whose
+//! timeout passed with no word from it.
+//!
+//! - `model`: the task and the only ways it changes.
+//! - `store`: the engines.
+//! - `start`: the front door, the instance, the hand-over.
+//! - `janitor`: what no sidecar will report.
+
+pub(crate) mod model;
+pub(crate) mod store;
+
+mod janitor;
+mod start;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::broadcast;
+use toolmesh_proto::{deadline::Deadline, pb};
+use toolmesh_telemetry::TraceContext;
+
+use crate::{
+    calls::{balance::Balancer, invoke::Invoker, proxy::Proxy},
+    error::RegistryError,
+    metrics::Metrics,
+};
+use model::{Outcome, Progress, Task, now_ms};
+use store::{Cursor, StoreError, TaskStore};
+
+/// The limits and times of tasks.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskSettings {
+    /// How long a task is kept once over.
+    pub retention: Duration,
+    /// Most live tasks in all.
+    pub max_live: usize,
+    /// Most live tasks of one caller.
+    pub max_live_per_caller: usize,
+    /// How often a watch reads the store again for changes other replicas
+    /// made (those this replica makes wake it at once).
+    pub poll: Duration,
+    /// How long the janitor waits, once a task's instance is missing from
+    /// the catalog, before it fails the task (a replica's view of the
+    /// catalog may lag another's by this much).
+    pub orphan_grace: Duration,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(3600),
+            max_live: 1000,
+            max_live_per_caller: 100,
+            poll: Duration::from_millis(500),
+            orphan_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Most tasks one page of `ListTasks` holds, and when the request says none.
+const MAX_PAGE: usize = 500;
+const DEFAULT_PAGE: usize = 50;
+
+/// The tasks of this registry.
+pub(crate) struct Tasks {
+    store: Arc<dyn TaskStore>,
+    invoker: Arc<Invoker>,
+    balancer: Arc<Balancer>,
+    proxy: Arc<Proxy>,
+    settings: TaskSettings,
+    /// The id of every task this replica changes, for its watchers.
+    changes: broadcast::Sender<Arc<str>>,
+    orphans: janitor::Orphans,
+    metrics: Arc<Metrics>,
+}
+
+impl Tasks {
+    /// Tasks in `store`, started through `invoker`'s front door and handed
+    /// to instances `balancer` picks, over `proxy`.
+    pub(crate) fn new(
+        store: Arc<dyn TaskStore>,
+        invoker: Arc<Invoker>,
+        balancer: Arc<Balancer>,
+        proxy: Arc<Proxy>,
+        settings: TaskSettings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            store,
+            invoker,
+            balancer,
+            proxy,
+            settings,
+            changes: broadcast::channel(1024).0,
+            orphans: janitor::Orphans::default(),
+            metrics,
+        }
+    }
+
+    /// `caller`'s task `id`.
+    pub(crate) async fn get(&self, id: &str, caller: &str) -> Result<Task, RegistryError> {
+        let task = self.store.get(id).await.map_err(store_error)?;
+        task.filter(|t| t.caller == caller && !forgotten(t, now_ms()))
+            .ok_or_else(|| RegistryError::TaskNotFound { id: id.to_owned() })
+    }
+
+    /// Cancels `caller`'s task `id`, and tells its instance to stop.
+    pub(crate) async fn cancel(
+        &self,
+        id: &str,
+        caller: &str,
+        trace: &TraceContext,
+    ) -> Result<Task, RegistryError> {
+        self.get(id, caller).await?;
+        let now = now_ms();
+        let (task, changed) = self
+            .change(id, &move |t: &mut Task| t.cancel(now))
+            .await?
+            .ok_or_else(|| RegistryError::TaskNotFound { id: id.to_owned() })?;
+        if changed {
+            self.stop_on_instance(&task, trace).await;
+        }
+        Ok(task)
+    }
+
+    /// A page of `caller`'s tasks, newest first.
+    pub(crate) async fn list(
+        &self,
+        caller: &str,
+        request: &pb::ListTasksRequest,
+    ) -> Result<pb::ListTasksResponse, RegistryError> {
+        let size = match usize::try_from(request.page_size).unwrap_or(MAX_PAGE) {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+        let after = match request.page_token.as_str() {
+            "" => None,
+            token => Some(
+                Cursor::parse(token).ok_or_else(|| RegistryError::InvalidRequest {
+                    field: "page_token".into(),
+                    reason: "not a token ListTasks gave".into(),
+                })?,
+            ),
+        };
+        let now = now_ms();
+        // One more than asked: whether there is a next page.
+        let mut tasks = self
+            .store
+            .list(caller, after.as_ref(), size + 1)
+            .await
+            .map_err(store_error)?;
+        tasks.retain(|t| !forgotten(t, now));
+        let next_page_token = if tasks.len() > size {
+            tasks.truncate(size);
+            tasks
+                .last()
+                .map(|t| Cursor::after(t).token())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(pb::ListTasksResponse {
+            tasks: tasks.iter().map(Task::to_proto).collect(),
+            next_page_token,
+        })
+    }
+
+    /// A sidecar's report on a task it runs: the task's state after it.
+    pub(crate) async fn report(
+        &self,
+        request: pb::ReportTaskRequest,
+    ) -> Result<pb::ReportTaskResponse, RegistryError> {
+        use pb::report_task_request::Report;
+        let id = request.task_id.as_str();
+        let unknown = || RegistryError::TaskNotFound { id: id.to_owned() };
+        let task = self
+            .store
+            .get(id)
+            .await
+            .map_err(store_error)?
+            .ok_or_else(unknown)?;
+        if !task.reported_by(&request.report_token) {
+            return Err(RegistryError::TaskReportRefused { id: id.to_owned() });
+        }
+        let now = now_ms();
+        let (task, changed) = match request.report {
+            None => (task, false),
+            Some(Report::Progress(progress)) => {
+                let progress = Progress::from_report(&progress);
+                self.change(id, &move |t: &mut Task| t.progress(progress.clone(), now))
+                    .await?
+                    .ok_or_else(unknown)?
+            }
+            Some(Report::Response(response)) => {
+                let outcome = self.conformed(&task, response);
+                self.change(id, &move |t: &mut Task| t.finish(outcome.clone(), now))
+                    .await?
+                    .ok_or_else(unknown)?
+            }
+            Some(Report::Error(error)) => {
+                let outcome = Outcome::of_error(&error);
+                self.change(id, &move |t: &mut Task| t.finish(outcome.clone(), now))
+                    .await?
+                    .ok_or_else(unknown)?
+            }
+        };
+        if changed && task.state.is_terminal() {
+            self.ended(&task);
+        }
+        Ok(pb::ReportTaskResponse {
+            state: task.state.to_proto() as i32,
+        })
+    }
+
+    /// Waits until `caller`'s task `id` has a revision past `seen`, or is
+    /// over, or `deadline` passes: the task then (or `None` at the deadline).
+    pub(crate) async fn next(
+        &self,
+        id: &str,
+        caller: &str,
+        seen: u64,
+        deadline: Deadline,
+    ) -> Result<Option<Task>, RegistryError> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            let task = self.get(id, caller).await?;
+            if task.revision > seen {
+                return Ok(Some(task));
+            }
+            let poll = tokio::time::sleep(self.settings.poll);
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline.at()) => return Ok(None),
+                () = poll => {}
+                changed = wait_for(&mut changes, id) => changed,
+            }
+        }
+    }
+
+    /// A response's outcome, checked against the tool's output schema as
+    /// `Invoke` checks it (when the tool is still in the catalog).
+    fn conformed(&self, task: &Task, response: pb::ExecuteResponse) -> Outcome {
+        let instance_id = task
+            .holder
+            .as_ref()
+            .map(|h| h.instance.clone())
+            .unwrap_or_default();
+        let mut answer = pb::InvokeResponse {
+            result_json: response.result_json,
+            is_error: response.is_error,
+            instance_id,
+            attempts: 1,
+            content_json: response.content_json,
+        };
+        if let Some(entry) = self.invoker.catalog().entry(&task.tool) {
+            answer = self.invoker.conformed(&entry, answer);
+        }
+        Outcome::Response {
+            result_json: answer.result_json,
+            is_error: answer.is_error,
+            instance_id: answer.instance_id,
+            content_json: answer.content_json,
+        }
+    }
+
+    /// Applies `change` to task `id`, telling this replica's watchers.
+    async fn change(
+        &self,
+        id: &str,
+        change: store::Change<'_>,
+    ) -> Result<Option<(Task, bool)>, RegistryError> {
+        let changed = self.store.update(id, change).await.map_err(store_error)?;
+        if let Some((_, true)) = &changed {
+            let _ = self.changes.send(Arc::from(id));
+        }
+        Ok(changed)
+    }
+
+    /// Logs and meters a task that ended.
+    fn ended(&self, task: &Task) {
+        let outcome = match &task.outcome {
+            Some(Outcome::Response { is_error: true, .. }) => toolmesh_proto::code::TOOL_ERROR,
+            Some(Outcome::Response { .. }) => "ok",
+            Some(outcome) => outcome
+                .code()
+                .map_or("unknown", toolmesh_proto::code::outcome),
+            None => "unknown",
+        };
+        let ran = Duration::from_millis(task.updated_ms.saturating_sub(task.created_ms));
+        self.metrics.task_ended(&task.tool, task.state.name(), ran);
+        tracing::info!(
+            target: crate::calls::call_log::TARGET,
+            parent: None,
+            tool = toolmesh_telemetry::shown::clip(&task.tool, toolmesh_telemetry::shown::QUOTED_MAX).as_str(),
+            task = task.id.as_str(),
+            state = task.state.name(),
+            outcome,
+            duration_ms = u64::try_from(ran.as_millis()).unwrap_or(u64::MAX),
+            "task ended"
+        );
+    }
+}
+
+/// Whether `task` is past its retention (an engine may not have dropped it
+/// yet).
+fn forgotten(task: &Task, now_ms: u64) -> bool {
+    task.state.is_terminal() && task.expires_ms <= now_ms
+}
+
+/// Completes when task `id` changes on this replica (or changes were missed).
+async fn wait_for(changes: &mut broadcast::Receiver<Arc<str>>, id: &str) {
+    loop {
+        match changes.recv().await {
+            Ok(changed) if &*changed == id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+}
+
+fn store_error(error: StoreError) -> RegistryError {
+    match error {
+        StoreError::Unavailable(reason) => RegistryError::StoreUnavailable { reason },
+        // Ids are random: a clash is the store's fault, not the caller's.
+        StoreError::Exists => RegistryError::StoreUnavailable {
+            reason: "a task id was already taken".into(),
+        },
+        StoreError::Full(_) => RegistryError::StoreUnavailable {
+            reason: "the task store is full".into(),
+        },
+    }
+}
