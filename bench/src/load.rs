@@ -42,10 +42,15 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Request {
     /// `execute` (a sidecar's `ToolRuntime.Execute`), `invoke` (the
-    /// registry's `ToolRegistry.Invoke`) or `mcp` (`tools/call` at 2026-07-28
-    /// on the registry's `/mcp`, over HTTP/2 without TLS).
-    #[arg(long, value_parser = ["execute", "invoke", "mcp"])]
+    /// registry's `ToolRegistry.Invoke`), `mcp` (`tools/call` at 2026-07-28
+    /// on the registry's `/mcp`, over HTTP/2 without TLS), `task-start`
+    /// (`Tasks.StartTask` of the same call) or `task-get` (`Tasks.GetTask`
+    /// of one task of it, started first).
+    #[arg(long, value_parser = ["execute", "invoke", "mcp", "task-start", "task-get"])]
     method: String,
+    /// For `task-get` with `frame`: the task's id (`load` starts one).
+    #[arg(long, default_value = "")]
+    task_id: String,
     /// The tool called.
     #[arg(long, default_value = "echo")]
     tool: String,
@@ -60,7 +65,7 @@ pub(crate) struct Request {
 /// Writes the frame `args` describe to stdout.
 pub(crate) fn write_frame(args: &Request) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let frame = frame(&args.method, &args.tool, &args.field, args.payload);
+    let frame = frame(args, &args.task_id);
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(&frame)?;
     stdout.flush()?;
@@ -103,26 +108,29 @@ const MCP_REVISION: &str = "2026-07-28";
 
 /// The request message, in its gRPC frame (no compression, length
 /// prefix); for `mcp`, the JSON-RPC request.
-fn frame(method: &str, tool: &str, field: &str, payload: usize) -> Bytes {
-    let arguments_json = arguments(field, payload);
-    if method == "mcp" {
-        return mcp_request(tool, &arguments_json);
-    }
-    let message = if method == "execute" {
-        pb::ExecuteRequest {
+fn frame(request: &Request, task_id: &str) -> Bytes {
+    let tool = request.tool.as_str();
+    let arguments_json = arguments(&request.field, request.payload);
+    let invoke = || pb::InvokeRequest {
+        tool: tool.into(),
+        arguments_json: arguments_json.clone(),
+        idempotency_key: String::new(),
+    };
+    let message = match request.method.as_str() {
+        "mcp" => return mcp_request(tool, &arguments_json),
+        "execute" => pb::ExecuteRequest {
             tool: tool.into(),
-            arguments_json,
+            arguments_json: arguments_json.clone(),
             invocation_id: "bench".into(),
             caller: String::new(),
         }
-        .encode_to_vec()
-    } else {
-        pb::InvokeRequest {
-            tool: tool.into(),
-            arguments_json,
-            idempotency_key: String::new(),
+        .encode_to_vec(),
+        "task-start" => pb::StartTaskRequest {
+            call: Some(invoke()),
         }
-        .encode_to_vec()
+        .encode_to_vec(),
+        "task-get" => pb::GetTaskRequest { id: task_id.into() }.encode_to_vec(),
+        _ => invoke().encode_to_vec(),
     };
     let mut frame = BytesMut::with_capacity(5 + message.len());
     frame.put_u8(0);
@@ -135,8 +143,26 @@ fn path(method: &str) -> &'static str {
     match method {
         "execute" => "/toolmesh.v1.ToolRuntime/Execute",
         "mcp" => "/mcp",
+        "task-start" => "/toolmesh.v1.Tasks/StartTask",
+        "task-get" => "/toolmesh.v1.Tasks/GetTask",
         _ => "/toolmesh.v1.ToolRegistry/Invoke",
     }
+}
+
+/// Starts one task of the call `request` describes on the registry at
+/// `authority`: its id, for `task-get`.
+async fn one_task(authority: &str, request: &Request) -> anyhow::Result<String> {
+    let mut client = pb::tasks_client::TasksClient::connect(format!("http://{authority}")).await?;
+    let start = pb::StartTaskRequest {
+        call: Some(pb::InvokeRequest {
+            tool: request.tool.clone(),
+            arguments_json: arguments(&request.field, request.payload),
+            idempotency_key: String::new(),
+        }),
+    };
+    let mut call = tonic::Request::new(start);
+    call.set_timeout(Duration::from_secs(10));
+    Ok(client.start_task(call).await?.into_inner().id)
 }
 
 /// What one stream's loop saw.
@@ -155,12 +181,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         .to_owned();
     let request = &args.request;
     let uri: http::Uri = format!("http://{authority}{}", path(&request.method)).parse()?;
-    let body = frame(
-        &request.method,
-        &request.tool,
-        &request.field,
-        request.payload,
-    );
+    let task_id = if request.method == "task-get" {
+        one_task(&authority, request).await?
+    } else {
+        String::new()
+    };
+    let body = frame(request, &task_id);
     let mcp = (request.method == "mcp").then(|| Arc::<str>::from(request.tool.as_str()));
     let started = Instant::now();
     let measure_from = started + Duration::from_secs_f64(args.warmup);
@@ -371,7 +397,14 @@ mod tests {
 
     #[test]
     fn frames_carry_the_message_length() {
-        let frame = frame("invoke", "echo", "text", 100);
+        let request = Request {
+            method: "invoke".into(),
+            tool: "echo".into(),
+            payload: 100,
+            field: "text".into(),
+            task_id: String::new(),
+        };
+        let frame = frame(&request, "");
         let length = u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize;
         assert_eq!((frame[0], length), (0, frame.len() - 5));
         pb::InvokeRequest::decode(&frame[5..]).expect("an InvokeRequest");

@@ -362,23 +362,8 @@ pub(crate) fn now_ms() -> u64 {
 mod tests {
     use super::*;
 
-    pub(crate) fn task(id: &str, caller: &str) -> Task {
-        Task {
-            id: id.into(),
-            tool: "slow".into(),
-            caller: caller.into(),
-            state: State::Working,
-            status_message: String::new(),
-            created_ms: 1_000,
-            updated_ms: 1_000,
-            expires_ms: 61_000,
-            retention_ms: 3_600_000,
-            progress: None,
-            revision: 1,
-            outcome: None,
-            holder: None,
-            report_digest: report_digest(b"token"),
-        }
+    fn task(id: &str, caller: &str) -> Task {
+        crate::tasks::store::conformance::task(id, caller, 0)
     }
 
     fn response() -> Outcome {
