@@ -313,12 +313,25 @@ pub(crate) async fn watch(
 /// `invoke NAME [JSON] [--arg k=v ...]`.
 pub(crate) async fn invoke(
     registry: &mut Registry,
+    call: pb::InvokeRequest,
+    output: Output,
+) -> Result<(), Failure> {
+    let name = call.tool.clone();
+    let request = registry.request(call);
+    let response = registry.call(async |c| c.invoke(request).await).await?;
+    answer(&name, &response, output)
+}
+
+/// The call `invoke NAME [JSON] [--arg k=v ...]` makes: the arguments
+/// built from `json_arguments` and `pairs` (typed by the tool's schema,
+/// which is asked for only when there are pairs).
+pub(crate) async fn invoke_request(
+    registry: &mut Registry,
     name: String,
     json_arguments: Option<String>,
     pairs: Vec<String>,
     idempotency_key: Option<String>,
-    output: Output,
-) -> Result<(), Failure> {
+) -> Result<pb::InvokeRequest, Failure> {
     let schema = if pairs.is_empty() {
         Value::Null
     } else {
@@ -329,35 +342,58 @@ pub(crate) async fn invoke(
     };
     let arguments = arguments::build(json_arguments.as_deref(), &pairs, &schema)
         .map_err(|e| Failure::plain(Exit::Usage, e.0))?;
-    let request = registry.request(pb::InvokeRequest {
-        tool: name.clone(),
+    Ok(pb::InvokeRequest {
+        tool: name,
         arguments_json: arguments.to_string(),
         idempotency_key: idempotency_key.unwrap_or_default(),
-    });
-    let response = registry.call(async |c| c.invoke(request).await).await?;
-    let result: Value = serde_json::from_str(&response.result_json)
-        .unwrap_or_else(|_| Value::String(response.result_json.clone()));
+    })
+}
+
+/// A tool's answer as JSON: `invoke --output json`'s document.
+pub(crate) fn answer_json(response: &pb::InvokeResponse) -> Value {
+    json!({
+        "result": result_of(response),
+        "is_error": response.is_error,
+        "instance_id": response.instance_id,
+        "attempts": response.attempts,
+    })
+}
+
+/// The result of `response`: its JSON, or its text when it is not JSON.
+fn result_of(response: &pb::InvokeResponse) -> Value {
+    serde_json::from_str(&response.result_json)
+        .unwrap_or_else(|_| Value::String(response.result_json.clone()))
+}
+
+/// Prints what tool `name` answered, as `invoke` does: the result (pretty
+/// JSON, or with `--output json` [`answer_json`]); a tool that ran and
+/// failed is [`Exit::ToolFailed`] with its message.
+pub(crate) fn answer(
+    name: &str,
+    response: &pb::InvokeResponse,
+    output: Output,
+) -> Result<(), Failure> {
+    let result = result_of(response);
     match output {
-        Output::Json => print(json!({
-            "result": result,
-            "is_error": response.is_error,
-            "instance_id": response.instance_id,
-            "attempts": response.attempts,
-        }))?,
+        Output::Json => print(answer_json(response))?,
         Output::Text if !response.is_error => print(pretty(&result))?,
         Output::Text => {}
     }
     if response.is_error {
-        let message = match &result {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        };
         return Err(Failure {
             exit: Exit::ToolFailed,
-            message: format!("{name} ran and failed: {message}"),
+            message: format!("{name} ran and failed: {}", tool_error(&result)),
             details: Vec::new(),
             json: Value::Null,
         });
     }
     Ok(())
+}
+
+/// A tool's error (`is_error`'s result) in words.
+pub(crate) fn tool_error(result: &Value) -> String {
+    match result {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
 }

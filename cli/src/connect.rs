@@ -1,7 +1,8 @@
 //! The connection to the registry: its address (`--registry`, else
 //! `TOOLMESH_REGISTRY`, else `127.0.0.1:50051`), TLS for an `https://`
 //! address (verified with `--ca-file` or the public roots), the
-//! credential sent as `authorization: Bearer ...` on every call, and
+//! credential sent as `authorization: Bearer ...` on every call, the
+//! deadline of each call (`--timeout`, else [`CALL_TIMEOUT`]), and
 //! whether the registry is ready ([`Registry::ready`]).
 
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
+use toolmesh_proto::pb::tasks_client::TasksClient;
 use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
 use toolmesh_proto::pb::tool_registry_server::SERVICE_NAME;
 use toolmesh_proto::tls::{ClientFiles, ClientTls};
@@ -35,14 +37,18 @@ pub(crate) struct Target {
     /// PEM CA certificate an `https://` registry's certificate is verified with (else the public roots).
     #[arg(long, env = "TOOLMESH_CA_FILE", global = true)]
     pub(crate) ca_file: Option<PathBuf>,
-    /// Deadline of each call: `5s`, `250ms`, `1m`, or a number of seconds.
-    #[arg(long, env = "TOOLMESH_TIMEOUT", default_value = "30s", value_parser = timeout, global = true)]
-    pub(crate) timeout: Duration,
+    /// Deadline of each call: `5s`, `250ms`, `1m`, or a number of seconds [default: 30s]. For `tasks wait` and `invoke --task`: how long to wait for the task to end [default: until it ends].
+    #[arg(long, env = "TOOLMESH_TIMEOUT", value_parser = timeout, global = true)]
+    pub(crate) timeout: Option<Duration>,
 }
+
+/// The deadline of each call when `--timeout` sets none.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A connected client and the credential it presents.
 pub(crate) struct Registry {
     client: ToolRegistryClient<Channel>,
+    tasks: TasksClient<Channel>,
     health: HealthClient<Channel>,
     /// The address dialled, as errors name it.
     url: String,
@@ -62,7 +68,7 @@ impl Registry {
                 target.registry
             );
         }
-        let timeout = target.timeout;
+        let timeout = target.timeout.unwrap_or(CALL_TIMEOUT);
         let tls = ClientTls::load(ClientFiles {
             ca: target.ca_file.clone(),
             ..Default::default()
@@ -73,6 +79,7 @@ impl Registry {
             .connect_with_connector_lazy(toolmesh_proto::tls::connector(tls));
         Ok(Self {
             client: ToolRegistryClient::new(channel.clone()).max_decoding_message_size(64 << 20),
+            tasks: TasksClient::new(channel.clone()).max_decoding_message_size(64 << 20),
             health: HealthClient::new(channel),
             url,
             token,
@@ -127,6 +134,30 @@ impl Registry {
             .map_err(|status| self.failed(&status))
     }
 
+    /// `call` on the `Tasks` client, as [`Self::call`].
+    pub(crate) async fn tasks_call<T>(
+        &mut self,
+        call: impl AsyncFnOnce(&mut TasksClient<Channel>) -> Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, Failure> {
+        let answer = self.tasks_raw(call).await;
+        answer.map_err(|status| self.failed(&status))
+    }
+
+    /// `call` on the `Tasks` client, its status as it came: for a caller
+    /// that decides for itself what a failure means (a wait that
+    /// reconnects).
+    pub(crate) async fn tasks_raw<T>(
+        &mut self,
+        call: impl AsyncFnOnce(&mut TasksClient<Channel>) -> Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<T, tonic::Status> {
+        call(&mut self.tasks).await.map(tonic::Response::into_inner)
+    }
+
+    /// The deadline of each call.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// A call's failure, naming the registry when it was not reached.
     pub(crate) fn failed(&self, status: &tonic::Status) -> Failure {
         Failure::at(&self.url, status)
@@ -134,8 +165,14 @@ impl Registry {
 
     /// `message` as a request carrying the credential and the deadline.
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        self.request_within(message, self.timeout)
+    }
+
+    /// `message` as a request carrying the credential, with `deadline`
+    /// instead of the call deadline.
+    pub(crate) fn request_within<T>(&self, message: T, deadline: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.set_timeout(self.timeout);
+        request.set_timeout(deadline);
         if let Some(token) = &self.token
             && let Ok(value) = format!("Bearer {token}").parse()
         {

@@ -29,6 +29,9 @@ pub(crate) enum Exit {
     Unavailable = 8,
     /// No credential, or one refused (`UNAUTHENTICATED`, `PERMISSION_DENIED`).
     Unauthenticated = 9,
+    /// Interrupted (Ctrl-C) while waiting for a task, which goes on: 128 +
+    /// SIGINT, as a shell shows for an interrupted command.
+    Interrupted = 130,
     /// Standard output is a pipe whose reader has gone (`toolmesh watch |
     /// head -1`): 128 + SIGPIPE, the status a shell shows for `ls | head`,
     /// and nothing printed.

@@ -5,6 +5,8 @@
 //! toolmesh tools get NAME                         one tool, its schemas
 //! toolmesh search "what to do"                    the tools for a task
 //! toolmesh invoke NAME '{"k": 1}' [--arg k=v]     call a tool
+//! toolmesh invoke NAME ... --task [--detach]      call it as a task, wait for it
+//! toolmesh tasks list|get|wait|cancel             the tasks: calls that outlive one request
 //! toolmesh export --format anthropic              tools for an LLM API
 //! toolmesh watch [--once]                         changes as they happen
 //! toolmesh check sidecar.yaml                     a sidecar config, offline
@@ -16,6 +18,16 @@
 //! it is ready (its gRPC health), so that a registry still loading its
 //! catalog is not taken for an empty one. A closed standard output ends any
 //! command quietly with status 141, as `ls | head` does.
+//!
+//! # Layout
+//! - `connect`: the registry's address, TLS, credential, deadlines, health.
+//! - `commands`: the tools commands, `search`, `export`, `watch`, `invoke`.
+//! - `tasks`: `invoke --task` and `tasks ...` (its folder: showing a task,
+//!   following it to its end, the progress line).
+//! - `arguments`: `invoke`'s arguments, `--arg` typed by the schema.
+//! - `check`: a sidecar config, offline.
+//! - `output`, `failure`, `pipe`: what is printed, how a failure ends, a
+//!   reader gone from standard output.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +42,7 @@ mod connect;
 mod failure;
 mod output;
 mod pipe;
+mod tasks;
 
 use connect::{Registry, Target};
 use failure::{Exit, Failure};
@@ -39,7 +52,7 @@ use output::Output;
 #[command(
     name = "toolmesh",
     version,
-    about = "List, search, export, invoke and watch the tools of a toolmesh registry; check a sidecar config offline."
+    about = "List, search, export, invoke and watch the tools of a toolmesh registry, run calls as tasks; check a sidecar config offline."
 )]
 struct Cli {
     #[command(flatten)]
@@ -65,10 +78,19 @@ enum Command {
         /// One argument, `key=value`; the value is typed by the tool's input schema. Repeatable.
         #[arg(long = "arg", short = 'a', value_name = "KEY=VALUE")]
         args: Vec<String>,
-        /// Deduplicates: a repeat with the same key gets the first call's result.
+        /// Deduplicates: a repeat with the same key gets the first call's result (with `--task`, the first call's task).
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Run the call as a task, which outlives this command's connection, and wait for it as `tasks wait` does; `--timeout` bounds the wait (default: until it ends).
+        #[arg(long)]
+        task: bool,
+        /// With `--task`: print the task's id and state and return at once.
+        #[arg(long, short, requires = "task")]
+        detach: bool,
     },
+    /// Calls that outlive one request: list, show, wait for and cancel tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
     /// Find the tools most relevant to a task described in words.
     Search {
         /// The task, e.g. "will it rain in Paris tomorrow".
@@ -134,6 +156,37 @@ enum ToolsCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum TasksCommand {
+    /// Your tasks, newest first: id, tool, state, progress, age.
+    List {
+        /// Most tasks in one page (1 to 500; default the registry's, 50).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=500))]
+        page_size: Option<u32>,
+        /// The page after the one that gave this token.
+        #[arg(long, conflicts_with = "all_pages")]
+        page_token: Option<String>,
+        /// Every page, not just the first.
+        #[arg(long)]
+        all_pages: bool,
+    },
+    /// One task: its state, progress, times, and how it ended.
+    Get {
+        /// The task's id.
+        id: String,
+    },
+    /// Wait for a task to end, then print its result as `invoke` does (and exit as it would); `--timeout` bounds the wait (default: until it ends).
+    Wait {
+        /// The task's id.
+        id: String,
+    },
+    /// Cancel a task: it ends CANCELLED and its tool is stopped; one already over stays as it ended.
+    Cancel {
+        /// The task's id.
+        id: String,
+    },
+}
+
 /// `export --format`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Format {
@@ -185,6 +238,8 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let output = cli.output;
+    // A wait's own limit: none unless `--timeout` says.
+    let limit = cli.target.timeout;
     let connect = async || {
         let mut registry = Registry::connect(&cli.target)
             .await
@@ -236,16 +291,40 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
             args,
             idempotency_key,
+            task,
+            detach,
         } => {
-            commands::invoke(
+            let mut registry = connect().await?;
+            let call =
+                commands::invoke_request(&mut registry, name, json, args, idempotency_key).await?;
+            if task {
+                tasks::start(&mut registry, call, detach, limit, output).await
+            } else {
+                commands::invoke(&mut registry, call, output).await
+            }
+        }
+        Command::Tasks(TasksCommand::List {
+            page_size,
+            page_token,
+            all_pages,
+        }) => {
+            tasks::list(
                 &mut connect().await?,
-                name,
-                json,
-                args,
-                idempotency_key,
+                page_size,
+                page_token,
+                all_pages,
                 output,
             )
             .await
+        }
+        Command::Tasks(TasksCommand::Get { id }) => {
+            tasks::get(&mut connect().await?, id, output).await
+        }
+        Command::Tasks(TasksCommand::Wait { id }) => {
+            tasks::wait(&mut connect().await?, id, limit, output).await
+        }
+        Command::Tasks(TasksCommand::Cancel { id }) => {
+            tasks::cancel(&mut connect().await?, id, output).await
         }
     }
 }

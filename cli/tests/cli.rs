@@ -7,6 +7,8 @@
 mod pipes;
 #[path = "cli/readiness.rs"]
 mod readiness;
+#[path = "cli/tasks.rs"]
+mod tasks;
 
 use std::process::Output;
 use std::time::Duration;
@@ -47,15 +49,22 @@ struct Mesh {
 
 impl Mesh {
     async fn start() -> Self {
+        Self::serving(TOOLS).await
+    }
+
+    /// A registry, and a sidecar serving the tools of `yaml` to it, once
+    /// they are all live.
+    async fn serving(yaml: &str) -> Self {
         let config = Config {
             shutdown_grace: Duration::from_secs(1),
             ..Config::default()
         };
         let registry = toolmesh_test_support::server::registry(loopback_listener().await, config);
-        let tools = toolmesh_sidecar::config::SidecarConfig::from_yaml_str(TOOLS)
+        let tools = toolmesh_sidecar::config::SidecarConfig::from_yaml_str(yaml)
             .unwrap()
             .build_tools(std::path::Path::new("."))
             .unwrap();
+        let count = tools.len();
         let sidecar = sidecar(&registry.url(), "cli-test", tools).await;
         let mesh = Self {
             registry,
@@ -68,7 +77,7 @@ impl Mesh {
                 .success()
                 && json_of(&mesh.run(&["tools", "list", "-o", "json"]).await)
                     .as_array()
-                    .is_some_and(|a| a.len() == 4)
+                    .is_some_and(|a| a.len() == count)
         })
         .await;
         mesh

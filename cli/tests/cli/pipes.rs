@@ -18,13 +18,15 @@ async fn every_command_into_a_closed_pipe_ends_quietly() {
     let config = dir.path().join("sidecar.yaml");
     std::fs::write(&config, TOOLS).unwrap();
     let config = config.display().to_string();
-    let commands: [&[&str]; 10] = [
+    let commands: [&[&str]; 12] = [
         &["tools", "list"],
         &["tools", "list", "-o", "json"],
         &["tools", "get", "forecast"],
         &["search", "will it rain in Paris"],
         &["export", "--format", "anthropic"],
         &["invoke", "forecast", r#"{"city": "Oslo"}"#],
+        &["invoke", "forecast", r#"{"city": "Oslo"}"#, "--task"],
+        &["tasks", "list"],
         &["watch", "--once"],
         &["watch", "-o", "json"],
         &["completions", "bash"],
