@@ -12,6 +12,7 @@
 
 pub mod access;
 mod failures;
+mod long_call;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -23,7 +24,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use tonic_types::StatusExt as _;
-use toolmesh_proto::pb::{self, tool_event::Kind, tool_registry_client::ToolRegistryClient};
+use toolmesh_proto::pb::{
+    self, tasks_client::TasksClient, tool_event::Kind, tool_registry_client::ToolRegistryClient,
+};
 use toolmesh_proto::tls::{ClientFiles, ClientTls};
 
 pub use self::access::Access;
@@ -89,9 +92,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
 /// [`run`], with the agent's credential and CA.
 pub async fn run_with(options: &Options, access: &Access) -> anyhow::Result<Report> {
     let deadline = Instant::now() + options.wait_for_tools;
-    let client = connect(&options.registry, access, deadline).await?;
+    let channel = connect_channel(&options.registry, access, deadline).await?;
     let mut agent = Agent {
-        client,
+        client: ToolRegistryClient::with_interceptor(channel.clone(), access.bearer()),
+        tasks: TasksClient::with_interceptor(channel, access.bearer()),
         access: access.clone(),
         report: Report::default(),
     };
@@ -104,6 +108,7 @@ pub async fn run_with(options: &Options, access: &Access) -> anyhow::Result<Repo
     agent.rate_limit().await;
     agent.tool_errors().await;
     agent.timeout().await;
+    agent.long_call().await;
     agent.summary();
     Ok(agent.report)
 }
@@ -111,10 +116,27 @@ pub async fn run_with(options: &Options, access: &Access) -> anyhow::Result<Repo
 /// A registry client whose every call carries the agent's credential.
 pub type Client = ToolRegistryClient<InterceptedService<Channel, access::Bearer>>;
 
+/// The same, for the registry's `Tasks` service.
+pub type Tasks = TasksClient<InterceptedService<Channel, access::Bearer>>;
+
+/// Connects to the registry at `address` as [`connect_channel`] does: a
+/// client of its `ToolRegistry`.
+pub async fn connect(address: &str, access: &Access, deadline: Instant) -> anyhow::Result<Client> {
+    let channel = connect_channel(address, access, deadline).await?;
+    Ok(ToolRegistryClient::with_interceptor(
+        channel,
+        access.bearer(),
+    ))
+}
+
 /// Connects to the registry at `address`, retrying until `deadline`:
 /// `https://` is TLS verified with `access.ca_file` (else the public
 /// roots), never plaintext; a CA file with a plaintext address is refused.
-pub async fn connect(address: &str, access: &Access, deadline: Instant) -> anyhow::Result<Client> {
+pub async fn connect_channel(
+    address: &str,
+    access: &Access,
+    deadline: Instant,
+) -> anyhow::Result<Channel> {
     let url = toolmesh_proto::endpoint::url(address).context("invalid registry address")?;
     if let Some(ca) = &access.ca_file
         && !url.starts_with("https://")
@@ -137,12 +159,7 @@ pub async fn connect(address: &str, access: &Access, deadline: Instant) -> anyho
             .connect_with_connector(toolmesh_proto::tls::connector(tls.clone()))
             .await
         {
-            Ok(channel) => {
-                return Ok(ToolRegistryClient::with_interceptor(
-                    channel,
-                    access.bearer(),
-                ));
-            }
+            Ok(channel) => return Ok(channel),
             Err(e) if Instant::now() >= deadline => {
                 return Err(e).with_context(|| format!("cannot reach the registry at {url}"));
             }
@@ -153,6 +170,7 @@ pub async fn connect(address: &str, access: &Access, deadline: Instant) -> anyho
 
 struct Agent {
     client: Client,
+    tasks: Tasks,
     access: Access,
     report: Report,
 }

@@ -85,7 +85,10 @@ fn the_demo_observes_every_outcome_and_leaves_nothing_behind() {
         "is_error: true, tool error \"division by zero\"",
         "is_error: true, tool error {\"error\":\"no product with key",
         "<- DEADLINE_EXCEEDED",
-        "12/12 expected outcomes observed",
+        "-> start_task slow_report",
+        ".. 20% counting Q3: step 2 of 5",
+        "<- result {\"quarter\":\"Q3\",\"report\":\"all good\"}",
+        "13/13 expected outcomes observed",
         "demo passed",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
