@@ -83,18 +83,7 @@ paths=(
 # Every path answers before anything is measured.
 for spec in "${paths[@]}"; do
     read -r name target method tool <<<"$spec"
-    for attempt in $(seq 100); do
-        if "$bin/toolmesh-bench" load --target "$target" --method "$method" --tool "$tool" \
-            --seconds 0.1 --warmup 0 >/dev/null 2>&1; then
-            break
-        fi
-        if [ "$attempt" = 100 ]; then
-            echo "$name ($target) never answered; logs in $work:" >&2
-            tail -n 5 "$work"/*.log >&2
-            exit 1
-        fi
-        sleep 0.2
-    done
+    answers "$name" "$bin/toolmesh-bench" "$target" "$method" "$tool"
 done
 
 results="$work/results.jsonl"

@@ -45,17 +45,7 @@ start echo-redis "$bin/toolmesh-bench" echo --listen 127.0.0.1:$((base + 12)) \
     --registry "http://$redis_registry" --instance-id echo-redis
 
 for target in "$embedded" "$redis_registry"; do
-    for attempt in $(seq 100); do
-        if "$bin/toolmesh-bench" load --target "$target" --method invoke --seconds 0.1 --warmup 0 >/dev/null 2>&1; then
-            break
-        fi
-        if [ "$attempt" = 100 ]; then
-            echo "$target never answered; logs in $work:" >&2
-            tail -n 5 "$work"/*.log >&2
-            exit 1
-        fi
-        sleep 0.2
-    done
+    answers registry "$bin/toolmesh-bench" "$target" invoke echo
 done
 
 results="$work/results.jsonl"

@@ -39,7 +39,11 @@ async fn detached(mesh: &Mesh, tool: &str, arguments: &str) -> String {
     exits(&started, 0);
     let task = json_of(&started);
     assert_eq!(task["tool"], tool, "{task}");
-    assert_eq!(task["state"], "WORKING", "{task}");
+    // A quick tool's end may be in before the start is answered.
+    assert!(
+        task["state"] == "WORKING" || task["state"] == "COMPLETED",
+        "{task}"
+    );
     task["id"].as_str().unwrap().to_owned()
 }
 
