@@ -150,6 +150,12 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// A grant for this call under `key`, issued now with `nonce` (random,
+    /// one per grant): what the registry sends with every call it signs.
+    pub fn grant(&self, key: &CallKey, nonce: u64) -> AsciiMetadataValue {
+        mint(key, self, now_ms(), nonce)
+    }
+
     /// The bytes the HMAC covers: the domain, then each field as a 4-byte
     /// big-endian length and its bytes (so no two calls share a message),
     /// the arguments' digest, the issue time and the nonce (8 bytes
@@ -438,14 +444,14 @@ pub fn sign(
     // replay at worst, never a forged one.
     let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce);
     let body = request.get_ref();
-    let call = Call {
+    let grant = Call {
         instance,
         invocation: &body.invocation_id,
         tool: &body.tool,
         caller: &body.caller,
         arguments: ArgumentsDigest::of(&body.arguments_json),
-    };
-    let grant = mint(key, &call, now_ms(), u64::from_be_bytes(nonce));
+    }
+    .grant(key, u64::from_be_bytes(nonce));
     attach(request.metadata_mut(), grant);
 }
 

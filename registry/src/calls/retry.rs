@@ -371,14 +371,14 @@ struct Launch<'a> {
 impl Launch<'_> {
     /// A grant of this call for the instance `instance`, whose key is `key`.
     fn grant(&self, key: &CallKey, instance: &str) -> AsciiMetadataValue {
-        let call = grant::Call {
+        grant::Call {
             instance,
             invocation: &self.sent.invocation_id,
             tool: &self.sent.tool,
             caller: &self.sent.caller,
             arguments: self.arguments,
-        };
-        grant::mint(key, &call, grant::now_ms(), rand::random())
+        }
+        .grant(key, rand::random())
     }
 }
 

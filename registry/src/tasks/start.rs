@@ -199,14 +199,14 @@ impl Tasks {
         loop {
             tried.push(instance.id.clone());
             let grant = instance.execute_key.as_ref().map(|key| {
-                let signed = grant::Call {
+                grant::Call {
                     instance: &instance.id,
                     invocation: &call.invocation_id,
                     tool: &call.tool,
                     caller: &call.caller,
                     arguments,
-                };
-                grant::mint(key, &signed, grant::now_ms(), rand::random())
+                }
+                .grant(key, rand::random())
             });
             let budget = deadline.limited(HANDOVER_TIMEOUT);
             let answer: Result<pb::RunTaskResponse, ProxyError> = self
@@ -262,14 +262,14 @@ impl Tasks {
         let key = instance.as_ref().and_then(|i| i.execute_key.clone());
         let stop_tool = format!("stop {}", task.tool);
         let grant = key.map(|key| {
-            let signed = grant::Call {
+            grant::Call {
                 instance: &holder.instance,
                 invocation: &task.id,
                 tool: &stop_tool,
                 caller: &task.caller,
                 arguments: ArgumentsDigest::of(""),
-            };
-            grant::mint(&key, &signed, grant::now_ms(), rand::random())
+            }
+            .grant(&key, rand::random())
         });
         let stop = pb::StopTaskRequest {
             task_id: task.id.clone(),
