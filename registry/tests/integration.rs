@@ -47,6 +47,8 @@ mod mcp_python;
 mod mcp_redis;
 #[path = "integration/mcp_serving.rs"]
 mod mcp_serving;
+#[path = "integration/mcp_tasks.rs"]
+mod mcp_tasks;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/proxy.rs"]

@@ -22,6 +22,8 @@
 //! - [`search`]: `toolmesh.search_tools`, `SearchTools` as an MCP tool.
 //! - [`notify`]: `notifications/tools/list_changed` from the catalog's
 //!   change stream, coalesced.
+//! - [`tasks`]: the Tasks extension: which calls answer with a task, and
+//!   the registry's tasks as `tasks/get` shows them.
 
 pub(crate) mod auth;
 pub(crate) mod content;
@@ -33,5 +35,6 @@ pub(crate) mod results;
 pub(crate) mod search;
 pub(crate) mod serve;
 pub(crate) mod sessions;
+pub(crate) mod tasks;
 
 pub(crate) use serve::{McpEndpoint, McpSettings};

@@ -341,3 +341,92 @@ async fn python_sdk_gets_a_wrapped_servers_text_and_image_as_blocks() {
     }
     registry.stop().await;
 }
+
+/// The registry with a sidecar serving `long` (a command tool that takes
+/// `seconds`, 1 s interactive timeout, 60 s task timeout).
+async fn long_tool_registry(seconds: u32) -> (McpRegistry, crate::common::TestSidecar) {
+    let registry = McpRegistry::start(config()).await;
+    let rpc = Rpc::new(&registry.mcp);
+    let sidecar = crate::common::TestSidecar::start(
+        &registry.grpc,
+        "s",
+        crate::common::command_tools(&crate::tasks::long_tool_yaml(seconds)),
+    )
+    .await;
+    rpc.wait_listed("long", true).await;
+    (registry, sidecar)
+}
+
+/// The lines of one step the client printed so far.
+fn printed<'a>(client: &'a PythonClient, step: &'a str) -> impl Iterator<Item = Value> + 'a {
+    client
+        .seen
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(move |value| value["step"] == step)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_runs_a_task_through_the_tasks_extension() {
+    let Some(python) = python_with_sdk() else {
+        return;
+    };
+    let (registry, _sidecar) = long_tool_registry(2).await;
+    let mut client = PythonClient::spawn(&python, &registry.mcp, MODERN, None, "task");
+
+    let connected = client.step("connected").await;
+    assert_eq!(connected["protocolVersion"], MODERN, "{connected}");
+    let created = client.step("observed").await;
+    assert_eq!(created["kind"], "created", "{created}");
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["status"], "working", "{created}");
+    let id = created["taskId"].as_str().expect("a task id").to_owned();
+
+    let task = client.step("task").await;
+    assert_eq!(task["isError"], false, "{task}");
+    assert_eq!(
+        task["structured"],
+        serde_json::json!({"done": true}),
+        "{task}"
+    );
+    let polls: Vec<Value> = printed(&client, "observed")
+        .filter(|o| o["kind"] == "polled")
+        .collect();
+    let last = polls.last().expect("at least one poll");
+    assert_eq!(last["status"], "completed", "{polls:?}");
+    assert_eq!(last["taskId"], id.as_str(), "{polls:?}");
+    assert!(client.succeeded().await);
+    registry.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_cancels_a_task_it_stops_waiting_for() {
+    let Some(python) = python_with_sdk() else {
+        return;
+    };
+    let (registry, _sidecar) = long_tool_registry(30).await;
+    let mut client = PythonClient::spawn(&python, &registry.mcp, MODERN, None, "task-cancel");
+
+    let cancelled = client.step("task_cancelled").await;
+    let id = cancelled["taskId"].as_str().expect("a task id").to_owned();
+    assert!(
+        printed(&client, "observed").any(|o| o["kind"] == "cancelled"),
+        "the extension sent tasks/cancel: {:?}",
+        client.seen
+    );
+    let mut grpc = toolmesh_proto::pb::tasks_client::TasksClient::connect(registry.grpc.clone())
+        .await
+        .expect("connect");
+    let task = grpc
+        .get_task(toolmesh_proto::pb::GetTaskRequest { id })
+        .await
+        .expect("the task")
+        .into_inner();
+    assert_eq!(
+        task.state,
+        toolmesh_proto::pb::TaskState::Cancelled as i32,
+        "{task:?}"
+    );
+    assert!(client.succeeded().await);
+    registry.stop().await;
+}

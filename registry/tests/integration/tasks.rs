@@ -77,7 +77,7 @@ fn error(task: &pb::Task) -> &pb::TaskError {
 
 /// A command tool that takes `seconds`, reporting progress half way, then
 /// answers `{"done": true}`; its interactive timeout (1 s) is far shorter.
-fn long_tool_yaml(seconds: u32) -> String {
+pub(crate) fn long_tool_yaml(seconds: u32) -> String {
     format!(
         r#"tools:
   - name: long

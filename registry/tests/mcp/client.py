@@ -17,6 +17,12 @@ Scenarios (`--scenario`):
 - `content`: call `everything.echo` and `everything.get-tiny-image` (the
   test wraps server-everything behind a sidecar) and print each content
   block as the SDK parsed it.
+- `task`: through the SDK's high-level `Client` with the Tasks extension
+  (`tasks_extension.py`), call `--tool`: the registry answers with a task
+  handle, the extension polls `tasks/get` until it is over, and the call
+  returns the tool's result. Every handle and poll is printed.
+- `task-cancel`: the same call, cancelled once a poll saw it working: the
+  extension sends `tasks/cancel`.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types as types
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import listen
@@ -178,13 +185,58 @@ async def interop(session: ClientSession, revision: str, opened: GetStreamOpened
             emit("list_changed", label=label, names=names)
 
 
+async def tasks(url: str, scenario: str, tool: str) -> None:
+    from tasks_extension import TasksExtension
+
+    working = anyio.Event()
+    task_id: list[str] = []
+
+    def observe(kind: str, value: Any) -> None:
+        fields = dump(value)
+        emit("observed", kind=kind, **fields)
+        if kind == "created":
+            task_id.append(value.task_id)
+        if kind == "polled" and value.status == "working":
+            working.set()
+
+    client = Client(
+        url,
+        extensions=[TasksExtension(observe)],
+        read_timeout_seconds=60.0,
+        client_info=types.Implementation(name="toolmesh-interop", version="1.0"),
+    )
+    async with client:
+        emit("connected", protocolVersion=client.protocol_version)
+        if scenario == "task":
+            result = await client.call_tool(tool, {})
+            emit("task", **summary(result))
+            return
+        async with anyio.create_task_group() as group:
+            group.start_soon(client.call_tool, tool, {})
+            with anyio.fail_after(NOTIFICATION_TIMEOUT):
+                await working.wait()
+            group.cancel_scope.cancel()
+        emit("task_cancelled", taskId=task_id[0] if task_id else None)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--revision", required=True)
     parser.add_argument("--token")
-    parser.add_argument("--scenario", default="interop", choices=["interop", "connect", "content"])
+    parser.add_argument(
+        "--scenario", default="interop", choices=["interop", "connect", "content", "task", "task-cancel"]
+    )
+    parser.add_argument("--tool", default="long")
     args = parser.parse_args()
+    if args.scenario.startswith("task"):
+        try:
+            await tasks(args.url, args.scenario, args.tool)
+        except BaseException as error:  # noqa: BLE001 - the test reads what failed
+            emit("failed", error=repr(error), type=type(error).__name__)
+            return 1
+        emit("done")
+        return 0
 
     # The SDK's warnings on stderr, where the test looks for them (the
     # transport's logger gets a handler below, so Python's last resort

@@ -22,10 +22,10 @@ use http::{HeaderMap, HeaderValue};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, ErrorCode, Extensions, Implementation,
-        InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
-        PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-        SubscriptionFilter,
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, ErrorCode, Extensions,
+        GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+        JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+        ServerConfig, SubscriptionFilter, UpdateTaskParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -43,6 +43,7 @@ use super::{
     peer::PeerAddr,
     results,
     search::{self, SearchTool},
+    tasks,
 };
 use crate::{
     access::auth::Caller,
@@ -50,6 +51,8 @@ use crate::{
     calls::invoke::{Call, Invoker},
     catalog::search::ToolSearch,
     catalog::{Catalog, CatalogEvent},
+    error::RegistryError,
+    tasks::Tasks,
 };
 
 /// `_meta` key of a `tools/call` request: the call's idempotency key, as
@@ -66,6 +69,7 @@ pub(crate) struct Shared {
     catalog: Arc<Catalog>,
     access: Arc<Access>,
     invoker: Arc<Invoker>,
+    tasks: Arc<Tasks>,
     index: Arc<ToolSearch>,
     search_tool: Option<SearchTool>,
     limits: Limits,
@@ -95,6 +99,7 @@ impl Shared {
         catalog: Arc<Catalog>,
         access: Arc<Access>,
         invoker: Arc<Invoker>,
+        tasks: Arc<Tasks>,
         index: Arc<ToolSearch>,
         search_tool: bool,
         limits: Limits,
@@ -103,6 +108,7 @@ impl Shared {
             catalog,
             access,
             invoker,
+            tasks,
             index,
             search_tool: if search_tool { SearchTool::new() } else { None },
             subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
@@ -276,6 +282,7 @@ impl McpHandler {
         request: CallToolRequestParams,
         meta: &JsonObject,
         requester: Requester,
+        offered_tasks: bool,
         cancelled: CancellationToken,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.as_ref();
@@ -308,6 +315,19 @@ impl McpHandler {
             ),
             trace: requester.trace(meta),
         };
+        let long = shared
+            .catalog
+            .get(name)
+            .is_some_and(|tool| tasks::runs_as_task(&tool.descriptor, offered_tasks));
+        if long {
+            return match shared.tasks.start(invoke, call).await {
+                Ok(task) => Ok(CallToolResponse::Task(tasks::created(&task))),
+                Err(error) => {
+                    tracing::debug!(%error, "MCP task refused");
+                    results::from_error(name, &error).map(Into::into)
+                }
+            };
+        }
         let invoked = shared
             .calls
             .track_future(shared.invoker.invoke(invoke, call));
@@ -328,6 +348,15 @@ impl McpHandler {
     }
 }
 
+/// What a failed `tasks/*` request is to the client: an unknown task is
+/// invalid params; the store out of reach an internal error.
+fn task_error(id: &str, error: &RegistryError) -> ErrorData {
+    match error {
+        RegistryError::TaskNotFound { .. } => tasks::unknown_task(id),
+        other => ErrorData::internal_error(other.to_string(), None),
+    }
+}
+
 /// Every revision rmcp knows: 2026-07-28, and the handshake revisions
 /// back to 2024-11-05.
 const REVISIONS: &[ProtocolVersion] = ProtocolVersion::KNOWN_VERSIONS;
@@ -338,6 +367,7 @@ impl ServerHandler for McpHandler {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(
@@ -421,8 +451,67 @@ impl ServerHandler for McpHandler {
                 )
                 .map(Into::into);
         }
-        self.invoke(request, &context.meta, requester, context.ct.clone())
+        // The extension's rule: a task only for a request that offers the
+        // extension itself, whatever the session declared.
+        let offered_tasks = context
+            .meta
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        self.invoke(
+            request,
+            &context.meta,
+            requester,
+            offered_tasks,
+            context.ct.clone(),
+        )
+        .await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let requester = self.requester(&context.extensions)?;
+        let task = self
+            .shared
+            .tasks
+            .get(&request.task_id, &requester.caller.id)
             .await
+            .map_err(|error| task_error(&request.task_id, &error))?;
+        Ok(tasks::detailed(&task))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // No task asks for input yet: every response answers a request
+        // that is not outstanding, which the extension says to ignore.
+        let requester = self.requester(&context.extensions)?;
+        self.shared
+            .tasks
+            .get(&request.task_id, &requester.caller.id)
+            .await
+            .map_err(|error| task_error(&request.task_id, &error))?;
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let requester = self.requester(&context.extensions)?;
+        let trace = requester.trace(&JsonObject::new());
+        // A task that is over stays as it ended: cancelling is a wish.
+        self.shared
+            .tasks
+            .cancel(&request.task_id, &requester.caller.id, &trace)
+            .await
+            .map_err(|error| task_error(&request.task_id, &error))?;
+        Ok(())
     }
 
     fn accepted_subscription_filter(

@@ -91,6 +91,28 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
     }
 }
 
+/// The answer to a call that ran as a task and failed with `code` and
+/// `message` (the status `Invoke` would have answered): what `tools/call`
+/// answers for the same failure, an `isError` result, except for what
+/// only a fault of the registry's own can be (`INTERNAL`, `UNKNOWN`,
+/// `DATA_LOSS`), a JSON-RPC error.
+pub(crate) fn from_task_error(
+    code: tonic::Code,
+    message: &str,
+) -> Result<CallToolResult, ErrorData> {
+    use tonic::Code as C;
+    match code {
+        C::Internal | C::Unknown | C::DataLoss => Err(ErrorData::internal_error(
+            message.to_owned(),
+            Some(json!({ CODE_KEY: toolmesh_proto::code::name(code) })),
+        )),
+        _ => Ok(refusal(
+            message.to_owned(),
+            toolmesh_proto::code::name(code),
+        )),
+    }
+}
+
 /// An `isError` result saying `text`, with the status code in `_meta`.
 fn refusal(text: String, code: &str) -> CallToolResult {
     let mut meta = MetaObject::new();

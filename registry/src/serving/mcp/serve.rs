@@ -42,6 +42,7 @@ use crate::{
     catalog::search::ToolSearch,
     config::Config,
     serving::connections::{self, Cuttable},
+    tasks::Tasks,
 };
 
 /// The endpoint's path.
@@ -110,6 +111,7 @@ impl McpEndpoint {
         catalog: Arc<Catalog>,
         access: Arc<Access>,
         invoker: Arc<Invoker>,
+        tasks: Arc<Tasks>,
         index: Arc<ToolSearch>,
         settings: McpSettings,
     ) -> Self {
@@ -130,6 +132,7 @@ impl McpEndpoint {
             catalog,
             access,
             invoker,
+            tasks,
             index,
             settings.search_tool,
             limits,

@@ -96,6 +96,7 @@ impl Registry {
                 self.catalog.clone(),
                 self.access.clone(),
                 self.invoker.clone(),
+                self.tasks.clone(),
                 self.search.clone(),
                 McpSettings::from_config(&self.config),
             );
