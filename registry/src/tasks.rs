@@ -26,6 +26,7 @@ use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
 use crate::{
+    access::audit::{Outcome as AuditOutcome, TaskRecord},
     calls::{balance::Balancer, invoke::Invoker, proxy::Proxy},
     error::RegistryError,
     metrics::Metrics,
@@ -124,6 +125,7 @@ impl Tasks {
             .await?
             .ok_or_else(|| RegistryError::TaskNotFound { id: id.to_owned() })?;
         if changed {
+            self.ended(&task, "cancel");
             self.stop_on_instance(&task, trace).await;
         }
         Ok(task)
@@ -211,7 +213,7 @@ impl Tasks {
             }
         };
         if changed && task.state.is_terminal() {
-            self.ended(&task);
+            self.ended(&task, "instance");
         }
         Ok(pb::ReportTaskResponse {
             state: task.state.to_proto() as i32,
@@ -281,15 +283,14 @@ impl Tasks {
         Ok(changed)
     }
 
-    /// Logs and meters a task that ended.
-    fn ended(&self, task: &Task) {
+    /// Logs, meters and audits a task that ended; `by` says what ended it
+    /// (`instance`, `cancel`, `janitor`, `start`).
+    fn ended(&self, task: &Task, by: &'static str) {
         let outcome = match &task.outcome {
-            Some(Outcome::Response { is_error: true, .. }) => toolmesh_proto::code::TOOL_ERROR,
-            Some(Outcome::Response { .. }) => "ok",
-            Some(outcome) => outcome
-                .code()
-                .map_or("unknown", toolmesh_proto::code::outcome),
-            None => "unknown",
+            Some(Outcome::Response { is_error: true, .. }) => AuditOutcome::ToolError,
+            Some(Outcome::Response { .. }) => AuditOutcome::Ok,
+            Some(outcome) => AuditOutcome::Failed(outcome.code().unwrap_or(tonic::Code::Unknown)),
+            None => AuditOutcome::Failed(tonic::Code::Cancelled),
         };
         let ran = Duration::from_millis(task.updated_ms.saturating_sub(task.created_ms));
         self.metrics.task_ended(&task.tool, task.state.name(), ran);
@@ -299,10 +300,21 @@ impl Tasks {
             tool = toolmesh_telemetry::shown::clip(&task.tool, toolmesh_telemetry::shown::QUOTED_MAX).as_str(),
             task = task.id.as_str(),
             state = task.state.name(),
-            outcome,
+            outcome = outcome.as_str(),
+            ended_by = by,
             duration_ms = u64::try_from(ran.as_millis()).unwrap_or(u64::MAX),
             "task ended"
         );
+        self.invoker.audit().record(TaskRecord {
+            caller: task.caller.clone(),
+            tool: task.tool.clone(),
+            task: task.id.clone(),
+            instance: task.holder.as_ref().map(|h| h.instance.clone()),
+            state: task.state.name(),
+            outcome,
+            ended_by: by,
+            duration: ran,
+        });
     }
 }
 

@@ -25,7 +25,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use record::{InvokeRecord, Outcome, Record, RegistrationAction, RegistrationRecord};
+pub(crate) use record::{
+    InvokeRecord, Outcome, Record, RegistrationAction, RegistrationRecord, TaskRecord,
+};
 pub(crate) use redact::Redactor;
 
 use record::Entry;

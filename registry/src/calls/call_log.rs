@@ -47,6 +47,8 @@ pub(crate) struct CallLog {
     attempts: u32,
     replayed: bool,
     trace_id: Option<String>,
+    /// The task the call started, if it started one.
+    task: Option<String>,
     audit: Option<Audited>,
     metrics: Option<Arc<Metrics>>,
 }
@@ -78,6 +80,7 @@ impl CallLog {
             attempts: 0,
             replayed: false,
             trace_id: None,
+            task: None,
             audit: None,
             metrics: None,
         }
@@ -164,8 +167,9 @@ impl CallLog {
 
     /// The call was started as a task on `instance`; its line is written
     /// now (the task's end writes one of its own).
-    pub(crate) fn started_task(mut self, instance: Option<&str>) {
+    pub(crate) fn started_task(mut self, task: &str, instance: Option<&str>) {
         self.outcome = TASK_STARTED;
+        self.task = Some(task.to_owned());
         if let Some(audit) = &mut self.audit {
             audit.outcome = Outcome::Ok;
         }
@@ -204,6 +208,7 @@ impl Drop for CallLog {
                 idempotency_replay: self.replayed,
                 peer: audit.peer,
                 arguments: None,
+                task: self.task.take(),
             };
             if let Some((descriptor, redactor, arguments)) = audit.arguments {
                 record = record.with_arguments(&descriptor, &redactor, arguments);
@@ -234,6 +239,7 @@ impl Drop for CallLog {
                 .as_deref(),
             attempts = self.attempts,
             replayed = self.replayed.then_some(true),
+            task = self.task.as_deref(),
             trace_id = self.trace_id.as_deref(),
             "call"
         );

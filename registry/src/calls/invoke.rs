@@ -105,7 +105,7 @@ impl Invoker {
         let _ = self.audit.set(audit);
     }
 
-    fn audit(&self) -> &AuditLog {
+    pub(crate) fn audit(&self) -> &AuditLog {
         static DISABLED: std::sync::LazyLock<AuditLog> =
             std::sync::LazyLock::new(AuditLog::disabled);
         self.audit.get().unwrap_or(&DISABLED)

@@ -153,7 +153,7 @@ impl Tasks {
         {
             Ok(Some((ended, true))) => {
                 tracing::warn!(task = %ended.id, tool = %ended.tool, reason = status.message(), "task failed");
-                self.ended(&ended);
+                self.ended(&ended, "janitor");
                 // A sidecar still at work (a timeout it missed) is told.
                 self.stop_on_instance(&ended, &TraceContext::default())
                     .await;

@@ -57,7 +57,7 @@ impl Tasks {
         {
             Ok(Admission::Admitted(admitted)) => admitted,
             Ok(Admission::Replay(StoredOutcome::Task { id })) => {
-                log.started_task(None);
+                log.started_task(&id, None);
                 return self.get(&id, call.caller).await;
             }
             Ok(Admission::Replay(_)) => {
@@ -161,7 +161,7 @@ impl Tasks {
                 .await;
         }
         match handed {
-            Ok(instance) => log.started_task(Some(&instance)),
+            Ok(instance) => log.started_task(&task.id, Some(&instance)),
             Err(error) => {
                 log.refused(&error);
                 let now = now_ms();
@@ -172,7 +172,7 @@ impl Tasks {
                     })
                     .await?
                 {
-                    self.ended(&ended);
+                    self.ended(&ended, "start");
                     return Ok(ended);
                 }
             }

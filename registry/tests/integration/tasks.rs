@@ -320,8 +320,13 @@ async fn pid_in(pidfile: &std::path::Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_reaches_the_command_backend() {
-    let registry = TestRegistry::start(config_with_ttl(Duration::from_secs(5))).await;
     let dir = tempfile::tempdir().expect("temp dir");
+    let audit = dir.path().join("audit.jsonl");
+    let registry = TestRegistry::start(Config {
+        audit_log: Some(audit.to_string_lossy().into_owned()),
+        ..config_with_ttl(Duration::from_secs(5))
+    })
+    .await;
     let pidfile = dir.path().join("pid");
     let _sidecar = TestSidecar::start(
         &registry.url(),
@@ -339,7 +344,9 @@ async fn a_cancel_reaches_the_command_backend() {
     let pid = pid_in(&pidfile).await;
     assert!(!is_dead(pid), "the backend runs");
     let cancelled = client
-        .cancel_task(pb::CancelTaskRequest { id: task.id })
+        .cancel_task(pb::CancelTaskRequest {
+            id: task.id.clone(),
+        })
         .await
         .expect("cancel")
         .into_inner();
@@ -352,6 +359,33 @@ async fn a_cancel_reaches_the_command_backend() {
     )
     .await;
     eprintln!("backend stopped {:?} after the cancel", at.elapsed());
+
+    // The start and the end are audited, naming the task.
+    let mut lines = Vec::new();
+    wait_until(Duration::from_secs(10), "the task's audit records", || {
+        lines = std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .collect();
+        lines.iter().any(|l| l["kind"] == "task")
+    })
+    .await;
+    let started = lines
+        .iter()
+        .find(|l| l["kind"] == "invoke")
+        .expect("the start's record");
+    assert_eq!(started["task"], task.id.as_str(), "{started}");
+    assert_eq!(started["tool"], "slow");
+    let ended = lines
+        .iter()
+        .find(|l| l["kind"] == "task")
+        .expect("the end's record");
+    assert_eq!(ended["task"], task.id.as_str(), "{ended}");
+    assert_eq!(ended["state"], "cancelled", "{ended}");
+    assert_eq!(ended["outcome"], "cancelled", "{ended}");
+    assert_eq!(ended["ended_by"], "cancel", "{ended}");
+    assert_eq!(ended["instance"], "s", "{ended}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

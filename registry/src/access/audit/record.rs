@@ -96,6 +96,10 @@ pub struct InvokeRecord {
     /// [`InvokeRecord::with_arguments`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<LoggedArguments>,
+    /// The task the call started (`Tasks.StartTask`, or an MCP call that
+    /// became a task); its end is a [`TaskRecord`].
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub task: Option<String>,
 }
 
 impl InvokeRecord {
@@ -195,6 +199,35 @@ impl Serialize for RegistrationRecord {
     }
 }
 
+/// The end of a task: written once, by the replica that ended it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRecord {
+    /// Who started it.
+    #[serde(serialize_with = "text")]
+    pub caller: String,
+    /// The tool.
+    #[serde(serialize_with = "text")]
+    pub tool: String,
+    /// The task's id (the start's `invoke` record names it too).
+    #[serde(serialize_with = "text")]
+    pub task: String,
+    /// The instance that held it last; absent when none did.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub instance: Option<String>,
+    /// `completed`, `failed` or `cancelled`.
+    pub state: &'static str,
+    /// How the call ended: `ok`, `tool_error`, or the code it failed with
+    /// (`cancelled` for a cancelled task).
+    pub outcome: Outcome,
+    /// What ended it: `instance` (its report), `cancel` (`CancelTask` or
+    /// `tasks/cancel`), `janitor` (its instance was lost, or its timeout
+    /// passed unreported), `start` (no instance took it).
+    pub ended_by: &'static str,
+    /// From its start to its end.
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
+    pub duration: Duration,
+}
+
 /// Any audit record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -203,6 +236,14 @@ pub enum Record {
     Invoke(InvokeRecord),
     /// A registration change.
     Registration(RegistrationRecord),
+    /// A task's end.
+    Task(TaskRecord),
+}
+
+impl From<TaskRecord> for Record {
+    fn from(record: TaskRecord) -> Self {
+        Self::Task(record)
+    }
 }
 
 impl From<InvokeRecord> for Record {
@@ -306,6 +347,7 @@ mod tests {
             idempotency_replay: false,
             peer: Some("10.0.0.7:51234".parse().unwrap()),
             arguments: None,
+            task: None,
         }
     }
 
@@ -380,6 +422,37 @@ mod tests {
                 "peer": "10.0.0.9:40000"
             })
         );
+    }
+
+    #[test]
+    fn a_task_record_has_these_fields() {
+        let record = TaskRecord {
+            caller: "agent-7".into(),
+            tool: "report".into(),
+            task: "6f1c".into(),
+            instance: Some("s1".into()),
+            state: "cancelled",
+            outcome: Outcome::Failed(Code::Cancelled),
+            ended_by: "cancel",
+            duration: Duration::from_millis(1_500),
+        };
+        let parsed: Value = serde_json::from_str(&line(record)).unwrap();
+        assert_eq!(
+            parsed,
+            json!({
+                "ts": "2026-01-01T00:00:00.123Z", "kind": "task",
+                "caller": "agent-7", "tool": "report", "task": "6f1c", "instance": "s1",
+                "state": "cancelled", "outcome": "cancelled", "ended_by": "cancel",
+                "duration_ms": 1500.0
+            })
+        );
+        let started: Value = serde_json::from_str(&line(InvokeRecord {
+            task: Some("6f1c".into()),
+            ..invoke()
+        }))
+        .unwrap();
+        assert_eq!(started["task"], "6f1c");
+        assert!(serde_json::from_str::<Value>(&line(invoke())).unwrap()["task"].is_null());
     }
 
     #[test]

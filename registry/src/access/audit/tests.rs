@@ -22,6 +22,7 @@ fn invoke(tool: &str) -> InvokeRecord {
         idempotency_replay: false,
         peer: None,
         arguments: None,
+        task: None,
     }
 }
 
