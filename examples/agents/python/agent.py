@@ -8,6 +8,7 @@ decoded from the google.rpc.Status the registry sends in grpc-status-details-bin
     python3 agent.py list --openai                         # as OpenAI tool definitions
     python3 agent.py word_count '{"text": "a b c"}'        # only the result, on stdout
     python3 agent.py --registry http://10.0.0.5:50051 word_count '{"text": "a b c"}'
+    python3 agent.py --task slow_report '{"quarter": "Q3"}'   # as a task: progress on stderr, then the result
     TOOLMESH_TOKEN_FILE=key TOOLMESH_CA_FILE=ca.pem python3 agent.py --registry https://registry:50051 list
 
 The credential (an API key or a JWT) is sent as `authorization: Bearer ...`
@@ -21,6 +22,7 @@ limited; 4 the tool ran and failed (is_error); 5 the arguments were refused
 (INVALID_ARGUMENT); 6 unknown tool (NOT_FOUND); 7 timed out
 (DEADLINE_EXCEEDED); 8 unavailable: registry unreachable or no live instance
 (UNAVAILABLE); 9 no credential, or one the registry refuses (UNAUTHENTICATED).
+A task's end has the exit code of the same call's Invoke (a CANCELLED task: 1).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import json
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NoReturn
+from typing import Any, Callable, Iterator, Mapping, NoReturn
 
 _GEN_DIR = Path(__file__).resolve().parent / "gen"
 try:
     import grpc
-    from google.rpc import error_details_pb2
+    from google.rpc import error_details_pb2, status_pb2
     from grpc_status import rpc_status
 
     if str(_GEN_DIR) not in sys.path:
@@ -62,6 +65,8 @@ __all__ = [
     "token_from_env",
     "ca_file_from_env",
     "ToolSpec",
+    "Task",
+    "TaskProgress",
     "ToolmeshClient",
     "ToolmeshError",
     "ToolArgumentError",
@@ -71,6 +76,8 @@ __all__ = [
     "ToolTimeout",
     "ToolUnavailable",
     "Unauthenticated",
+    "TaskNotFound",
+    "TaskCancelled",
 ]
 
 
@@ -295,6 +302,20 @@ class Unauthenticated(ToolmeshError):
         self.status_message = status_message
         """What the registry said (never the credential)."""
 
+
+class TaskNotFound(ToolmeshError):
+    """NOT_FOUND for a task: unknown, expired (kept for its retention once
+    over), or another caller's."""
+
+    def __init__(self, message: str, task_id: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.task_id = task_id
+
+
+class TaskCancelled(ToolmeshError):
+    """CANCELLED: the task was cancelled (CancelTask) before it ended."""
+
+
 NO_CREDENTIAL_HINT = (
     "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, "
     "or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it"
@@ -321,11 +342,21 @@ def _unpack(status: Any | None, kind: type) -> Iterator[Any]:
             yield message
 
 
+TASK_RESOURCE_TYPE = "toolmesh.v1.Task"
+"""The ResourceInfo.resource_type of a NOT_FOUND task."""
+
+
 def _translate(err: grpc.RpcError, tool: str, had_credential: bool = False) -> ToolmeshError:
     """Maps a failed call to the typed exception an agent handles."""
     code = err.code()  # type: ignore[attr-defined]
     message = err.details() or code.name  # type: ignore[attr-defined]
-    status = _rich_status(err)
+    return _typed_error(code, message, _rich_status(err), tool, had_credential)
+
+
+def _typed_error(
+    code: grpc.StatusCode, message: str, status: Any | None, tool: str, had_credential: bool = False
+) -> ToolmeshError:
+    """The typed exception of a status: a failed call's, or a failed task's."""
     kw: dict[str, Any] = {"code": code, "status": status}
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         violations = [
@@ -335,7 +366,10 @@ def _translate(err: grpc.RpcError, tool: str, had_credential: bool = False) -> T
         ]
         return ToolArgumentError(message, violations, **kw)
     if code == grpc.StatusCode.NOT_FOUND:
-        names = [r.resource_name for r in _unpack(status, error_details_pb2.ResourceInfo)]
+        resources = list(_unpack(status, error_details_pb2.ResourceInfo))
+        if resources and resources[0].resource_type == TASK_RESOURCE_TYPE:
+            return TaskNotFound(message, resources[0].resource_name, **kw)
+        names = [r.resource_name for r in resources]
         return ToolNotFound(message, names[0] if names and names[0] else tool, **kw)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         retry_after = None
@@ -414,6 +448,104 @@ class ExportedTools:
     issues: list[tuple[str, bool, str]]
 
 
+def _result_of(response: Any) -> Any:
+    """The parsed result of an InvokeResponse; raises ToolFailed for is_error."""
+    result = json.loads(response.result_json) if response.result_json else None
+    if response.is_error:
+        if isinstance(result, str):
+            message = result
+        elif isinstance(result, dict) and isinstance(result.get("message"), str):
+            message = result["message"]
+        else:
+            message = response.result_json or "tool failed"
+        raise ToolFailed(message, result)
+    return result
+
+
+# --------------------------------------------------------------------------- tasks
+
+TASK_STATES = ("WORKING", "INPUT_REQUIRED", "COMPLETED", "FAILED", "CANCELLED")
+"""The states of a task (MCP's), as Task.state names them."""
+_OVER = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """How far a task has come, as its tool reports it."""
+
+    fraction: float | None
+    """Done so far, from 0 to 1; None when the tool does not say."""
+    message: str
+    """What the tool is doing, in words; may be empty."""
+
+    def __str__(self) -> str:
+        """`40% counting Q3: step 3 of 5`, or the message alone."""
+        percent = f"{min(max(self.fraction, 0.0), 1.0):.0%}" if self.fraction is not None else ""
+        return " ".join(part for part in (percent, self.message.strip()) if part)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A call that outlives one request (the Tasks service), as an agent sees it.
+
+    Started by ToolmeshClient.start_task; followed by wait_task or
+    watch_task; `result()` once it is over gives what invoke would have.
+    """
+
+    id: str
+    tool: str
+    state: str
+    """One of TASK_STATES: WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED."""
+    status_message: str
+    progress: TaskProgress | None
+    """The last progress its tool reported; None if none."""
+    revision: int
+    """Every change makes it larger."""
+    message: Any = field(default=None, repr=False, compare=False)
+    """The generated toolmesh.v1.Task message."""
+
+    @classmethod
+    def from_proto(cls, task: Any) -> "Task":
+        progress = None
+        if task.HasField("progress"):
+            fraction = task.progress.fraction if task.progress.HasField("fraction") else None
+            progress = TaskProgress(fraction, task.progress.message)
+        return cls(
+            id=task.id,
+            tool=task.tool,
+            state=toolmesh_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_"),
+            status_message=task.status_message,
+            progress=progress,
+            revision=task.revision,
+            message=task,
+        )
+
+    @property
+    def over(self) -> bool:
+        """True once COMPLETED, FAILED or CANCELLED: it never changes again."""
+        return self.state in _OVER
+
+    def result(self) -> Any:
+        """What invoke would have returned: the parsed result of a COMPLETED
+        task. Raises what invoke would have raised: ToolFailed when the tool
+        ran and failed, the typed error of a FAILED task's status
+        (ToolTimeout, ToolUnavailable, ...), TaskCancelled for a CANCELLED
+        one; a ToolmeshError while the task is not over."""
+        outcome = self.message.WhichOneof("outcome") if self.message is not None else None
+        if outcome == "response":
+            return _result_of(self.message.response)
+        if outcome == "error":
+            error = self.message.error
+            code = _STATUS_CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+            status = status_pb2.Status.FromString(error.details) if error.details else None
+            message = error.message or code.name
+            if self.state == "CANCELLED":
+                raise TaskCancelled(message, code=code, status=status)
+            raise _typed_error(code, message, status, self.tool)
+        raise ToolmeshError(f"task {self.id} is {self.state}: it has not ended")
+
+
 # --------------------------------------------------------------------------- client
 
 
@@ -460,6 +592,7 @@ class ToolmeshClient:
                 channel = grpc.insecure_channel(address.target)
         self._channel = channel
         self._stub = toolmesh_pb2_grpc.ToolRegistryStub(self._channel)
+        self._tasks = toolmesh_pb2_grpc.TasksStub(self._channel)
         self.default_timeout = default_timeout
 
     @classmethod
@@ -592,16 +725,131 @@ class ToolmeshClient:
             response = self._stub.Invoke(request, timeout=timeout or self.default_timeout, metadata=self._metadata)
         except grpc.RpcError as err:
             raise self._failed(err, name) from None
-        result = json.loads(response.result_json) if response.result_json else None
-        if response.is_error:
-            if isinstance(result, str):
-                message = result
-            elif isinstance(result, dict) and isinstance(result.get("message"), str):
-                message = result["message"]
-            else:
-                message = response.result_json or "tool failed"
-            raise ToolFailed(message, result)
-        return result
+        return _result_of(response)
+
+    def start_task(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Task:
+        """Starts a call as a task (Tasks.StartTask): the tool may run for
+        its task timeout, past the interactive one, with no request open.
+        Returns the task once an instance has taken it (WORKING, or already
+        over for a quick tool). A call invoke would refuse is refused here
+        with the same exception, and no task is made; a repeated
+        `idempotency_key` returns the first call's task.
+        """
+        call = toolmesh_pb2.InvokeRequest(
+            tool=name,
+            arguments_json=json.dumps(args if args is not None else {}),
+            idempotency_key=idempotency_key or "",
+        )
+        try:
+            task = self._tasks.StartTask(
+                toolmesh_pb2.StartTaskRequest(call=call),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, name) from None
+        return Task.from_proto(task)
+
+    def get_task(self, task_id: str, timeout: float | None = None) -> Task:
+        """One task as it is now; raises TaskNotFound if it is unknown,
+        expired or another caller's."""
+        try:
+            task = self._tasks.GetTask(
+                toolmesh_pb2.GetTaskRequest(id=task_id),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        return Task.from_proto(task)
+
+    def watch_task(self, task_id: str, timeout: float | None = None) -> Iterator[Task]:
+        """The task as it is, then the task each time it changes (progress,
+        the end), ending after it is over (Tasks.WatchTask). At the deadline
+        (`timeout` seconds, else the client's default) it raises ToolTimeout;
+        the task goes on."""
+        stream = self._tasks.WatchTask(
+            toolmesh_pb2.WatchTaskRequest(id=task_id),
+            timeout=timeout or self.default_timeout,
+            metadata=self._metadata,
+        )
+        try:
+            for task in stream:
+                yield Task.from_proto(task)
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        finally:
+            stream.cancel()
+
+    def wait_task(
+        self,
+        task_id: str,
+        timeout: float | None = None,
+        on_change: Callable[[Task], None] | None = None,
+    ) -> Task:
+        """Follows a task until it is over and returns it as it ended (call
+        its result()). `on_change` is called with the task as it is and at
+        each change until then (its progress, a state such as
+        INPUT_REQUIRED). `timeout` (seconds) bounds the wait: ToolTimeout
+        when it passes, the task going on. Without one it waits until the
+        task ends, watching again whenever a watch reaches the client's
+        default deadline.
+        """
+        until = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if until is None else until - time.monotonic()
+            if left is not None and left <= 0:
+                raise ToolTimeout(
+                    f"task {task_id} did not end within {timeout:g}s; it goes on",
+                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+            watch = self.default_timeout if left is None else min(left, self.default_timeout or left)
+            try:
+                for task in self.watch_task(task_id, timeout=watch):
+                    if task.over:
+                        return task
+                    if on_change is not None:
+                        on_change(task)
+            except ToolTimeout:
+                continue  # that watch's deadline: watch again, or end above
+            # The stream ended before the task did (it should not): read it.
+            task = self.get_task(task_id)
+            if task.over:
+                return task
+
+    def cancel_task(self, task_id: str, timeout: float | None = None) -> Task:
+        """Cancels a task: it ends CANCELLED at once and its backend is
+        stopped. A task already over is returned as it is."""
+        try:
+            task = self._tasks.CancelTask(
+                toolmesh_pb2.CancelTaskRequest(id=task_id),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        return Task.from_proto(task)
+
+    def list_tasks(
+        self, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> tuple[list[Task], str]:
+        """One page of the caller's tasks, newest first, and the next
+        page's token ("" on the last page). `page_size` 0 means 50."""
+        try:
+            response = self._tasks.ListTasks(
+                toolmesh_pb2.ListTasksRequest(page_size=page_size, page_token=page_token),
+                timeout=timeout or self.default_timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise self._failed(err, "") from None
+        return [Task.from_proto(t) for t in response.tasks], response.next_page_token
 
 
 # --------------------------------------------------------------------------- CLI
@@ -624,11 +872,14 @@ EXIT_UNAUTHENTICATED = 9
 
 _USAGE = """\
 agent.py [--registry ADDR] [--token-file FILE] [--ca-file PEM] list [--openai]
-       agent.py [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout S] [--idempotency-key K] [call] TOOL [JSON|-]"""
+       agent.py [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout S] [--idempotency-key K] [--task] [call] TOOL [JSON|-]"""
 
 _EPILOG = """\
 TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
 - reads it from stdin. `call` is only needed for a tool named "list" or "call".
+--task starts the call as a task, which may run for the tool's task timeout:
+its progress goes to stderr, its result to stdout; --timeout then bounds the
+wait (the task goes on), which is otherwise as long as the task runs.
 
 credential (sent as `authorization: Bearer ...`): --token-file FILE, else
 TOOLMESH_TOKEN (the API key or JWT) or TOOLMESH_TOKEN_FILE (a file holding
@@ -702,6 +953,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--openai", action="store_true", help="with list: print OpenAI tool definitions")
     parser.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS", help="deadline of the call, in seconds")
     parser.add_argument("--idempotency-key", default=None, metavar="KEY", help="calls with the same key run the tool once")
+    parser.add_argument("--task", action="store_true", help="start the call as a task and wait for its end, showing its progress")
     parser.add_argument("words", nargs="*", metavar="list | [call] TOOL [JSON]", help=argparse.SUPPRESS)
     opts, unknown = parser.parse_known_intermixed_args(argv)
     if unknown:
@@ -712,6 +964,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if words[:1] == ["list"]:
         if len(words) > 1:
             raise _UsageError(f"list takes no arguments, got {' '.join(words[1:])!r}")
+        if opts.task:
+            raise _UsageError("--task goes with a call, not with list")
         opts.command = "list"
         return opts
     if opts.openai:
@@ -750,6 +1004,26 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _run_task(mesh: ToolmeshClient, opts: argparse.Namespace) -> Any:
+    """`--task`: starts the call as a task, shows its progress on stderr
+    until it ends, and returns its result (raising as invoke would)."""
+    task = mesh.start_task(opts.tool, opts.arguments, idempotency_key=opts.idempotency_key)
+    print(f"task {task.id} started: {task.tool} {task.state}", file=sys.stderr, flush=True)
+    state, progress = task.state, None
+
+    def show(now: Task) -> None:
+        nonlocal state, progress
+        if now.state != state:
+            print(f"task {now.id}: {now.state} {now.status_message}".rstrip(), file=sys.stderr, flush=True)
+        if now.progress is not None and now.progress != progress:
+            print(f"progress: {now.progress}", file=sys.stderr, flush=True)
+        state, progress = now.state, now.progress
+
+    if not task.over:
+        task = mesh.wait_task(task.id, timeout=opts.timeout, on_change=show)
+    return task.result()
+
+
 def main(argv: list[str] | None = None) -> int:
     """The CLI: see the module's docstring and `agent.py --help`."""
     try:
@@ -786,9 +1060,12 @@ def main(argv: list[str] | None = None) -> int:
                         limit = f", {tool.rate:g}/s burst {tool.burst}" if tool.rate else ""
                         print(f"{tool.name}: {tool.description} ({tool.instances} instance(s){limit})")
                 return EXIT_OK
-            result = mesh.invoke(
-                opts.tool, opts.arguments, idempotency_key=opts.idempotency_key, timeout=opts.timeout
-            )
+            if opts.task:
+                result = _run_task(mesh, opts)
+            else:
+                result = mesh.invoke(
+                    opts.tool, opts.arguments, idempotency_key=opts.idempotency_key, timeout=opts.timeout
+                )
             print(json.dumps(result))
             return EXIT_OK
         except ToolArgumentError as err:
@@ -810,7 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_UNAUTHENTICATED
         except ToolmeshError as err:
             print(f"{type(err).__name__} ({err.code.name if err.code else '-'}): {err.message}", file=sys.stderr)
-            if isinstance(err, ToolNotFound):
+            if isinstance(err, (ToolNotFound, TaskNotFound)):
                 return EXIT_NOT_FOUND
             if isinstance(err, ToolTimeout):
                 return EXIT_TIMEOUT

@@ -25,6 +25,8 @@ from agent import (
     InvalidAddress,
     InvalidCredential,
     RateLimited,
+    TaskCancelled,
+    TaskNotFound,
     ToolArgumentError,
     ToolFailed,
     ToolmeshClient,
@@ -42,7 +44,11 @@ BIN_DIR = Path(os.environ.get("TOOLMESH_BIN_DIR") or HERE / "../../../target/deb
 AGENT = HERE / "agent.py"
 REPO_PROTO = (HERE / "../../../proto/proto").resolve()
 WORD_COUNT = (HERE / "../testdata/word_count.py").resolve()
-TOOLS = {"word_count", "always_fails", "slow", "echo", "limited"}
+SLOW_REPORT = (HERE / "../../demo/slow_report.py").resolve()
+TOOLS = {"word_count", "always_fails", "slow", "echo", "limited", "slow_report"}
+REPORT = {"quarter": "Q3", "report": "all good"}
+TASK_WAIT = 60.0
+"""Longest a test waits for slow_report's task (5 s of work) on a busy machine."""
 STARTUP_TIMEOUT = 20.0
 
 SIDECAR_YAML = f"""\
@@ -77,6 +83,14 @@ tools:
     timeout: 2s
     backend:
       command: ["cat"]
+  - name: slow_report
+    description: Build the quarterly report (5 s; 1 s as a call, 30 s as a task)
+    arguments:
+      - {{name: quarter, type: string, enum: [Q1, Q2, Q3, Q4], required: true}}
+    timeout: 1s
+    task_timeout: 30s
+    backend:
+      command: ["{sys.executable}", "{SLOW_REPORT}"]
 """
 
 
@@ -314,6 +328,74 @@ def test_rate_limited(client: ToolmeshClient) -> None:
     assert err.code.name == "RESOURCE_EXHAUSTED"
 
 
+# --------------------------------------------------------------------------- tasks
+
+
+def test_a_long_call_times_out_but_completes_as_a_task(client: ToolmeshClient) -> None:
+    # slow_report needs 5 s: as a call (timeout 1 s) it is cut off...
+    started = time.monotonic()
+    with pytest.raises(ToolTimeout):
+        client.invoke("slow_report", {"quarter": "Q3"})
+    assert time.monotonic() - started < 4.5
+    # ...as a task (task_timeout 30 s) it runs to its end, reporting its progress.
+    started = time.monotonic()
+    task = client.start_task("slow_report", {"quarter": "Q3"})
+    assert (task.tool, task.state) == ("slow_report", "WORKING"), task
+    seen: list = []
+    ended = client.wait_task(task.id, timeout=TASK_WAIT, on_change=seen.append)
+    assert ended.state == "COMPLETED", ended
+    assert ended.result() == REPORT
+    assert time.monotonic() - started >= 4
+    progress = [t.progress for t in seen if t.progress is not None]
+    assert progress, f"no progress seen in {seen}"
+    for report in progress:
+        assert report.fraction is not None and 0 <= report.fraction < 1, report
+        assert report.message.startswith("counting Q3: step "), report
+    assert str(progress[0]).endswith(progress[0].message) and "%" in str(progress[0])
+    assert ended.revision > task.revision
+    assert client.get_task(task.id).result() == REPORT
+
+
+def test_a_task_is_cancelled(client: ToolmeshClient) -> None:
+    task = client.start_task("slow_report", {"quarter": "Q4"})
+    cancelled = client.cancel_task(task.id)
+    assert cancelled.state == "CANCELLED", cancelled
+    with pytest.raises(TaskCancelled) as info:
+        cancelled.result()
+    assert info.value.code.name == "CANCELLED"
+    assert client.get_task(task.id).state == "CANCELLED"
+    # Cancelling a task that is over returns it as it is.
+    assert client.cancel_task(task.id).state == "CANCELLED"
+    listed, _ = client.list_tasks()
+    assert {"id": task.id, "state": "CANCELLED"} in [{"id": t.id, "state": t.state} for t in listed]
+
+
+def test_a_task_ends_as_invoke_would_have(client: ToolmeshClient) -> None:
+    # Refused at the start, as invoke is: no task is made.
+    with pytest.raises(ToolArgumentError) as refused:
+        client.start_task("slow_report", {"quarter": "Q5"})
+    assert "/quarter" in [path for path, _ in refused.value.violations]
+    # The tool ran and failed: COMPLETED, its result a ToolFailed.
+    failed = client.wait_task(client.start_task("always_fails").id, timeout=TASK_WAIT)
+    assert failed.state == "COMPLETED"
+    with pytest.raises(ToolFailed, match="boom"):
+        failed.result()
+    # Past its task timeout (slow has none: its timeout, 500 ms): FAILED, DEADLINE_EXCEEDED.
+    late = client.wait_task(client.start_task("slow").id, timeout=TASK_WAIT)
+    assert late.state == "FAILED", late
+    with pytest.raises(ToolTimeout):
+        late.result()
+
+
+def test_an_unknown_task_is_task_not_found(client: ToolmeshClient) -> None:
+    with pytest.raises(TaskNotFound) as info:
+        client.get_task("no-such-task")
+    assert info.value.task_id == "no-such-task"
+    assert info.value.code.name == "NOT_FOUND"
+    with pytest.raises(TaskNotFound):
+        client.wait_task("no-such-task", timeout=5)
+
+
 def test_unreachable_registry() -> None:
     with ToolmeshClient(f"127.0.0.1:{free_port()}") as nowhere:
         with pytest.raises(ToolUnavailable):
@@ -465,6 +547,28 @@ def test_cli_failures_have_their_own_exit_codes(registry: str, args: list[str], 
     assert "Traceback" not in done.stderr
 
 
+def test_cli_runs_a_long_call_as_a_task(registry: str) -> None:
+    args = ["--registry", registry, "slow_report", '{"quarter": "Q3"}']
+    # A call: cut off at the tool's 1 s timeout.
+    called = run_cli(*args)
+    assert_exit(called, 7)
+    assert called.stderr.startswith("ToolTimeout (DEADLINE_EXCEEDED): "), called.stderr
+    # A task: the progress on stderr, only the result on stdout.
+    done = run_cli("--task", *args)
+    assert_exit(done, 0)
+    assert done.stdout == json.dumps(REPORT) + "\n"
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("task ") and lines[0].endswith(" started: slow_report WORKING"), done.stderr
+    assert any(line.startswith("progress: ") and "counting Q3: step " in line for line in lines), done.stderr
+    # A wait shorter than the task: timed out, the task going on.
+    short = run_cli("--task", "--timeout", "1", *args)
+    assert_exit(short, 7)
+    assert short.stdout == ""
+    assert "did not end within 1s; it goes on" in short.stderr, short.stderr
+    # A task ends with the exit code of the same call.
+    assert_exit(run_cli("--task", "--registry", registry, "always_fails"), 4)
+
+
 def test_cli_invalid_arguments_name_the_path(registry: str) -> None:
     done = run_cli("--registry", registry, "word_count", '{"text": 42}')
     assert_exit(done, 5)
@@ -494,6 +598,7 @@ USAGE_ERRORS = [
     (["echo", "{}", "extra"], "too many arguments after echo"),
     (["list", "echo"], "list takes no arguments, got 'echo'"),
     (["--openai", "echo"], "--openai only goes with list"),
+    (["--task", "list"], "--task goes with a call, not with list"),
     (["--timeout", "soon", "echo"], "argument --timeout: 'soon' is not a number of seconds > 0"),
     (["--registry", "grpc://127.0.0.1:50051", "list"], '--registry "grpc://127.0.0.1:50051" is not a server address: the scheme must be http:// or https://'),
     (["--ca-file", "/dev/null", "list"], '--ca-file is set but the registry "127.0.0.1:50051" is plaintext: write https://127.0.0.1:50051 for TLS'),

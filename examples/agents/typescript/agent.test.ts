@@ -20,6 +20,8 @@ import {
   InvalidAddress,
   InvalidCredential,
   RateLimited,
+  TaskCancelled,
+  TaskNotFound,
   ToolArgumentError,
   ToolFailed,
   ToolmeshClient,
@@ -29,18 +31,24 @@ import {
   Unauthenticated,
   registryAddress,
   registryTarget,
+  progressText,
   tokenFromEnv,
+  type Task,
   type ToolmeshError,
   type ToolSpec,
 } from './agent';
 
 const BIN_DIR = path.resolve(process.env.TOOLMESH_BIN_DIR || path.join(__dirname, '../../../target/debug'));
 const WORD_COUNT = path.resolve(__dirname, '../testdata/word_count.py');
+const SLOW_REPORT = path.resolve(__dirname, '../../demo/slow_report.py');
 const AGENT = path.join(__dirname, 'agent.ts');
 const REPO_PROTO = path.resolve(__dirname, '../../../proto/proto');
 /** tsx's loader by absolute URL, so the CLI can be started from any folder. */
 const TSX = pathToFileURL(require.resolve('tsx')).href;
-const TOOLS = ['always_fails', 'echo', 'limited', 'slow', 'word_count'];
+const TOOLS = ['always_fails', 'echo', 'limited', 'slow', 'slow_report', 'word_count'];
+const REPORT = { quarter: 'Q3', report: 'all good' };
+/** Longest a test waits for slow_report's task (5 s of work) on a busy machine. */
+const TASK_WAIT_MS = 60_000;
 const STARTUP_TIMEOUT_MS = 20_000;
 
 const SIDECAR_YAML = `\
@@ -75,6 +83,14 @@ tools:
     timeout: 2s
     backend:
       command: ["cat"]
+  - name: slow_report
+    description: Build the quarterly report (5 s; 1 s as a call, 30 s as a task)
+    arguments:
+      - {name: quarter, type: string, enum: [Q1, Q2, Q3, Q4], required: true}
+    timeout: 1s
+    task_timeout: 30s
+    backend:
+      command: ["python3", ${JSON.stringify(SLOW_REPORT)}]
 `;
 
 function freePort(): Promise<number> {
@@ -358,6 +374,63 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
     assert.ok(err.retryAfter !== undefined && err.retryAfter > 0 && err.retryAfter <= 1.5, String(err.retryAfter));
     assert.ok(err.quotaViolations.length > 0);
   });
+  it('times a long call out, and completes it as a task with its progress', async () => {
+    // slow_report needs 5 s: as a call (timeout 1 s) it is cut off...
+    let started = Date.now();
+    await rejectsWith(client.invoke('slow_report', { quarter: 'Q3' }), ToolTimeout);
+    assert.ok(Date.now() - started < 4_500);
+    // ...as a task (task_timeout 30 s) it runs to its end, reporting its progress.
+    started = Date.now();
+    const task = await client.startTask('slow_report', { quarter: 'Q3' });
+    assert.deepEqual([task.tool, task.state], ['slow_report', 'WORKING']);
+    const seen: Task[] = [];
+    const ended = await client.waitTask(task.id, { timeoutMs: TASK_WAIT_MS, onChange: (t) => seen.push(t) });
+    assert.equal(ended.state, 'COMPLETED', JSON.stringify(ended.message));
+    assert.deepEqual(ended.result(), REPORT);
+    assert.ok(Date.now() - started >= 4_000);
+    const progress = seen.flatMap((t) => (t.progress ? [t.progress] : []));
+    assert.ok(progress.length > 0, `no progress seen in ${JSON.stringify(seen.map((t) => t.message))}`);
+    for (const report of progress) {
+      assert.ok(report.fraction !== undefined && report.fraction >= 0 && report.fraction < 1, JSON.stringify(report));
+      assert.ok(report.message.startsWith('counting Q3: step '), JSON.stringify(report));
+    }
+    assert.match(progressText(progress[0]), /^\d+% counting Q3: step \d of 5$/);
+    assert.ok(BigInt(ended.revision) > BigInt(task.revision));
+    assert.deepEqual((await client.getTask(task.id)).result(), REPORT);
+  });
+
+  it('cancels a task', async () => {
+    const task = await client.startTask('slow_report', { quarter: 'Q4' });
+    const cancelled = await client.cancelTask(task.id);
+    assert.equal(cancelled.state, 'CANCELLED');
+    assert.throws(() => cancelled.result(), (err: unknown) => err instanceof TaskCancelled && err.code === 1);
+    assert.equal((await client.getTask(task.id)).state, 'CANCELLED');
+    // Cancelling a task that is over returns it as it is.
+    assert.equal((await client.cancelTask(task.id)).state, 'CANCELLED');
+    const { tasks } = await client.listTasks();
+    assert.ok(tasks.some((t) => t.id === task.id && t.state === 'CANCELLED'));
+  });
+
+  it('ends a task as invoke would have', async () => {
+    // Refused at the start, as invoke is: no task is made.
+    const refused = await rejectsWith(client.startTask('slow_report', { quarter: 'Q5' }), ToolArgumentError);
+    assert.ok(refused.violations.some((v) => v.path === '/quarter'), JSON.stringify(refused.violations));
+    // The tool ran and failed: COMPLETED, its result a ToolFailed.
+    const failed = await client.waitTask((await client.startTask('always_fails')).id, { timeoutMs: TASK_WAIT_MS });
+    assert.equal(failed.state, 'COMPLETED');
+    assert.throws(() => failed.result(), (err: unknown) => err instanceof ToolFailed && /boom/.test(err.message));
+    // Past its task timeout (slow has none: its timeout, 500 ms): FAILED, DEADLINE_EXCEEDED.
+    const late = await client.waitTask((await client.startTask('slow')).id, { timeoutMs: TASK_WAIT_MS });
+    assert.equal(late.state, 'FAILED');
+    assert.throws(() => late.result(), ToolTimeout);
+  });
+
+  it('reports an unknown task as TaskNotFound', async () => {
+    const err = await rejectsWith(client.getTask('no-such-task'), TaskNotFound);
+    assert.equal(err.taskId, 'no-such-task');
+    await rejectsWith(client.waitTask('no-such-task', { timeoutMs: 5_000 }), TaskNotFound);
+  });
+
   it('takes the registry as an http:// URL too', async () => {
     const byUrl = new ToolmeshClient(`http://${mesh.registryAddr}`);
     try {
@@ -413,6 +486,28 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
       assert.ok(done.stderr.startsWith(stderr), done.stderr);
     });
   }
+
+  it('CLI: runs a long call as a task', () => {
+    const args = ['--registry', mesh.registryAddr, 'slow_report', '{"quarter": "Q3"}'];
+    // A call: cut off at the tool's 1 s timeout.
+    const called = cli(args);
+    assertExit(called, EXIT.timeout);
+    assert.ok(called.stderr.startsWith('ToolTimeout (DEADLINE_EXCEEDED): '), called.stderr);
+    // A task: the progress on stderr, only the result on stdout.
+    const done = cli(['--task', ...args]);
+    assertExit(done, EXIT.ok);
+    assert.equal(done.stdout, `${JSON.stringify(REPORT)}\n`);
+    const lines = done.stderr.trim().split('\n');
+    assert.match(lines[0], /^task \S+ started: slow_report WORKING$/);
+    assert.ok(lines.some((l) => l.startsWith('progress: ') && l.includes('counting Q3: step ')), done.stderr);
+    // A wait shorter than the task: timed out, the task going on.
+    const short = cli(['--task', '--timeout', '1', ...args]);
+    assertExit(short, EXIT.timeout);
+    assert.equal(short.stdout, '');
+    assert.match(short.stderr, /did not end within 1s; it goes on/);
+    // A task ends with the exit code of the same call.
+    assertExit(cli(['--task', '--registry', mesh.registryAddr, 'always_fails']), EXIT.toolFailed);
+  });
 
   it('CLI: invalid arguments name the path', () => {
     const done = cli(['--registry', mesh.registryAddr, 'word_count', '{"text": 42}']);
@@ -532,6 +627,7 @@ describe('the CLI on bad input', () => {
     [['echo', '{}', 'extra'], 'too many arguments after echo'],
     [['list', 'echo'], "list takes no arguments, got 'echo'"],
     [['--openai', 'echo'], '--openai only goes with list'],
+    [['--task', 'list'], '--task goes with a call, not with list'],
     [['--timeout', 'soon', 'echo'], "argument --timeout: 'soon' is not a number of seconds > 0"],
     [
       ['--registry', 'grpc://127.0.0.1:50051', 'list'],

@@ -11,6 +11,7 @@
  *   npx tsx agent.ts list                                     # the live tools, one a line
  *   npx tsx agent.ts word_count '{"text":"a b c"}'            # only the result, on stdout
  *   npx tsx agent.ts --registry http://10.0.0.5:50051 list --openai
+ *   npx tsx agent.ts --task slow_report '{"quarter":"Q3"}'    # as a task: progress on stderr, then the result
  *   TOOLMESH_TOKEN_FILE=key TOOLMESH_CA_FILE=ca.pem npx tsx agent.ts --registry https://registry:50051 list
  *
  * The credential (an API key or a JWT) is sent as `authorization: Bearer ...`
@@ -18,7 +19,8 @@
  * TOOLMESH_TOKEN_FILE. An https:// registry is TLS, verified with
  * TOOLMESH_CA_FILE (or --ca-file), else Node's public roots.
  *
- * The CLI's exit codes are those of the Python agent: see EXIT below.
+ * The CLI's exit codes are those of the Python agent: see EXIT below. A
+ * task's end has the exit code of the same call's Invoke (a CANCELLED task: 1).
  */
 
 import * as fs from 'node:fs';
@@ -30,6 +32,8 @@ import * as protobuf from 'protobufjs';
 
 import type { ProtoGrpcType } from './gen/toolmesh';
 import type { ToolRegistryClient } from './gen/toolmesh/v1/ToolRegistry';
+import type { TasksClient } from './gen/toolmesh/v1/Tasks';
+import type { Task__Output } from './gen/toolmesh/v1/Task';
 import type { Tool__Output } from './gen/toolmesh/v1/Tool';
 import type { InvokeResponse__Output } from './gen/toolmesh/v1/InvokeResponse';
 import type { Duration__Output } from './gen/google/protobuf/Duration';
@@ -305,6 +309,19 @@ export class Unauthenticated extends ToolmeshError {
   }
 }
 
+/** NOT_FOUND for a task: unknown, expired (kept for its retention once over), or another caller's. */
+export class TaskNotFound extends ToolmeshError {
+  override name = 'TaskNotFound';
+  constructor(message: string, readonly taskId: string, code?: grpc.status, status?: Status__Output) {
+    super(message, code, status);
+  }
+}
+
+/** CANCELLED: the task was cancelled (CancelTask) before it ended. */
+export class TaskCancelled extends ToolmeshError {
+  override name = 'TaskCancelled';
+}
+
 // google.rpc messages are decoded with protobufjs (the library under
 // proto-loader) from the .proto files google-proto-files ships.
 let rpcRoot: protobuf.Root | undefined;
@@ -347,37 +364,50 @@ function seconds(d: Duration__Output): number {
   return Number(d.seconds) + d.nanos / 1e9;
 }
 
+/** The ResourceInfo.resourceType of a NOT_FOUND task. */
+export const TASK_RESOURCE_TYPE = 'toolmesh.v1.Task';
+
 function translate(err: grpc.ServiceError, tool: string, hadCredential = false): ToolmeshError {
-  const status = richStatus(err);
-  const message = err.details || grpc.status[err.code];
-  switch (err.code) {
+  return typedError(err.code, err.details || grpc.status[err.code], richStatus(err), tool, hadCredential);
+}
+
+/** The typed error of a status: a failed call's, or a failed task's. */
+function typedError(
+  code: grpc.status,
+  message: string,
+  status: Status__Output | undefined,
+  tool: string,
+  hadCredential = false,
+): ToolmeshError {
+  switch (code) {
     case grpc.status.INVALID_ARGUMENT: {
       const violations = details<BadRequest__Output>(status, 'google.rpc.BadRequest').flatMap((b) =>
         b.fieldViolations.map((v) => ({ path: v.field, message: v.description })),
       );
-      return new ToolArgumentError(message, violations, err.code, status);
+      return new ToolArgumentError(message, violations, code, status);
     }
     case grpc.status.NOT_FOUND: {
       const [info] = details<ResourceInfo__Output>(status, 'google.rpc.ResourceInfo');
-      return new ToolNotFound(message, info?.resourceName || tool, err.code, status);
+      if (info?.resourceType === TASK_RESOURCE_TYPE) return new TaskNotFound(message, info.resourceName, code, status);
+      return new ToolNotFound(message, info?.resourceName || tool, code, status);
     }
     case grpc.status.RESOURCE_EXHAUSTED: {
       const delay = details<RetryInfo__Output>(status, 'google.rpc.RetryInfo').find((r) => r.retryDelay)?.retryDelay;
       const quota = details<QuotaFailure__Output>(status, 'google.rpc.QuotaFailure').flatMap((q) =>
         q.violations.map((v) => ({ subject: v.subject, description: v.description })),
       );
-      return new RateLimited(message, delay ? seconds(delay) : undefined, quota, err.code, status);
+      return new RateLimited(message, delay ? seconds(delay) : undefined, quota, code, status);
     }
     case grpc.status.DEADLINE_EXCEEDED:
-      return new ToolTimeout(message, err.code, status);
+      return new ToolTimeout(message, code, status);
     case grpc.status.UNAVAILABLE:
-      return new ToolUnavailable(message, err.code, status);
+      return new ToolUnavailable(message, code, status);
     case grpc.status.UNAUTHENTICATED: {
       const text = hadCredential ? `the registry refused the credential (${message})` : `${NO_CREDENTIAL_HINT} (${message})`;
-      return new Unauthenticated(text, hadCredential, message, err.code, status);
+      return new Unauthenticated(text, hadCredential, message, code, status);
     }
     default:
-      return new ToolmeshError(message, err.code, status);
+      return new ToolmeshError(message, code, status);
   }
 }
 
@@ -443,6 +473,94 @@ function toSpec(tool: Tool__Output): ToolSpec {
   };
 }
 
+/** The parsed result of an InvokeResponse; throws ToolFailed for isError. */
+function resultOf<T>(response: InvokeResponse__Output): T {
+  const result: unknown = response.resultJson ? JSON.parse(response.resultJson) : null;
+  if (response.isError) {
+    const message =
+      typeof result === 'string'
+        ? result
+        : typeof (result as { message?: unknown })?.message === 'string'
+          ? (result as { message: string }).message
+          : response.resultJson || 'tool failed';
+    throw new ToolFailed(message, result);
+  }
+  return result as T;
+}
+
+// ------------------------------------------------------------------- tasks
+
+/** The states of a task (MCP's), as Task.state names them. */
+export const TASK_STATES = ['WORKING', 'INPUT_REQUIRED', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
+export type TaskStateName = (typeof TASK_STATES)[number];
+const OVER: readonly TaskStateName[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
+
+/** How far a task has come, as its tool reports it. */
+export interface TaskProgress {
+  /** Done so far, from 0 to 1; undefined when the tool does not say. */
+  fraction?: number;
+  /** What the tool is doing, in words; may be empty. */
+  message: string;
+}
+
+/** `40% counting Q3: step 3 of 5`, or the message alone. */
+export function progressText(progress: TaskProgress): string {
+  const percent =
+    progress.fraction === undefined ? '' : `${Math.round(Math.min(Math.max(progress.fraction, 0), 1) * 100)}%`;
+  return [percent, progress.message.trim()].filter(Boolean).join(' ');
+}
+
+/**
+ * A call that outlives one request (the Tasks service), as an agent sees
+ * it. Started by ToolmeshClient.startTask; followed by waitTask or
+ * watchTask; `result()` once it is over gives what invoke would have.
+ */
+export class Task {
+  readonly id: string;
+  readonly tool: string;
+  /** One of TASK_STATES: WORKING, INPUT_REQUIRED, COMPLETED, FAILED, CANCELLED. */
+  readonly state: TaskStateName;
+  readonly statusMessage: string;
+  /** The last progress its tool reported; undefined if none. */
+  readonly progress?: TaskProgress;
+  /** Every change makes it larger (a 64-bit integer, as a string). */
+  readonly revision: string;
+
+  constructor(/** The generated toolmesh.v1.Task, as received. */ readonly message: Task__Output) {
+    this.id = message.id;
+    this.tool = message.tool;
+    this.state = message.state.replace(/^TASK_STATE_/, '') as TaskStateName;
+    this.statusMessage = message.statusMessage;
+    if (message.progress) this.progress = { fraction: message.progress.fraction, message: message.progress.message };
+    this.revision = message.revision;
+  }
+
+  /** True once COMPLETED, FAILED or CANCELLED: it never changes again. */
+  get over(): boolean {
+    return OVER.includes(this.state);
+  }
+
+  /**
+   * What invoke would have resolved to: the parsed result of a COMPLETED
+   * task. Throws what invoke would have rejected with: ToolFailed when the
+   * tool ran and failed, the typed error of a FAILED task's status
+   * (ToolTimeout, ToolUnavailable, ...), TaskCancelled for a CANCELLED one;
+   * a ToolmeshError while the task is not over.
+   */
+  result<T = unknown>(): T {
+    const { outcome, response, error } = this.message;
+    if (outcome === 'response' && response) return resultOf<T>(response);
+    if (outcome === 'error' && error) {
+      const code = error.code as grpc.status;
+      const message = error.message || grpc.status[code] || 'UNKNOWN';
+      const status = error.details.length ? decode<Status__Output>('google.rpc.Status', error.details) : undefined;
+      if (this.state === 'CANCELLED') throw new TaskCancelled(message, code, status);
+      throw typedError(code, message, status, this.tool);
+    }
+    throw new ToolmeshError(`task ${this.id} is ${this.state}: it has not ended`);
+  }
+}
+
 // ------------------------------------------------------------------- client
 
 export interface InvokeOptions {
@@ -452,9 +570,17 @@ export interface InvokeOptions {
   timeoutMs?: number;
 }
 
+export interface WaitOptions {
+  /** Bounds the wait, in milliseconds: ToolTimeout when it passes, the task going on. Default: until the task ends. */
+  timeoutMs?: number;
+  /** Called with the task as it is and at each change until it is over (its progress, a state such as INPUT_REQUIRED). */
+  onChange?: (task: Task) => void;
+}
+
 /** Discovers and calls tools through a toolmesh registry. */
 export class ToolmeshClient {
   private readonly stub: ToolRegistryClient;
+  private readonly tasks: TasksClient;
   private readonly metadata: grpc.Metadata;
   private readonly hasCredential: boolean;
   readonly defaultTimeoutMs: number;
@@ -486,8 +612,10 @@ export class ToolmeshClient {
         credentials = grpc.credentials.createInsecure();
       }
     }
-    const { ToolRegistry } = toolmeshPackage().toolmesh.v1;
+    const { ToolRegistry, Tasks } = toolmeshPackage().toolmesh.v1;
     this.stub = new ToolRegistry(address.target, credentials);
+    // One channel for both services; closing the stub closes it.
+    this.tasks = new Tasks(address.target, credentials, { channelOverride: this.stub.getChannel() });
   }
 
   /**
@@ -594,18 +722,103 @@ export class ToolmeshClient {
       this.stub.invoke(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
         err ? reject(this.failed(err, name)) : resolve(response!),
       );
-    }).then((response) => {
-      const result: unknown = response.resultJson ? JSON.parse(response.resultJson) : null;
-      if (response.isError) {
-        const message =
-          typeof result === 'string'
-            ? result
-            : typeof (result as { message?: unknown })?.message === 'string'
-              ? (result as { message: string }).message
-              : response.resultJson || 'tool failed';
-        throw new ToolFailed(message, result);
+    }).then((response) => resultOf<T>(response));
+  }
+
+  /**
+   * Starts a call as a task (Tasks.StartTask): the tool may run for its task
+   * timeout, past the interactive one, with no request open. Resolves to the
+   * task once an instance has taken it (WORKING, or already over for a quick
+   * tool). A call invoke would refuse is refused here with the same error,
+   * and no task is made; a repeated idempotencyKey returns the first call's
+   * task.
+   */
+  startTask(name: string, args: Record<string, unknown> = {}, opts: InvokeOptions = {}): Promise<Task> {
+    const call = { tool: name, argumentsJson: JSON.stringify(args), idempotencyKey: opts.idempotencyKey ?? '' };
+    return new Promise((resolve, reject) => {
+      this.tasks.startTask({ call }, this.metadata, this.options(opts.timeoutMs), (err, task) =>
+        err ? reject(this.failed(err, name)) : resolve(new Task(task!)),
+      );
+    });
+  }
+
+  /** One task as it is now; rejects with TaskNotFound if it is unknown, expired or another caller's. */
+  getTask(id: string, timeoutMs?: number): Promise<Task> {
+    return new Promise((resolve, reject) => {
+      this.tasks.getTask({ id }, this.metadata, this.options(timeoutMs), (err, task) =>
+        err ? reject(this.failed(err, '')) : resolve(new Task(task!)),
+      );
+    });
+  }
+
+  /**
+   * The task as it is, then the task each time it changes (progress, the
+   * end), ending after it is over (Tasks.WatchTask). At the deadline
+   * (`timeoutMs`, else the client's default) it throws ToolTimeout; the task
+   * goes on.
+   */
+  async *watchTask(id: string, timeoutMs?: number): AsyncGenerator<Task, void, undefined> {
+    const stream = this.tasks.watchTask({ id }, this.metadata, this.options(timeoutMs));
+    try {
+      for await (const task of stream as AsyncIterable<Task__Output>) yield new Task(task);
+    } catch (err) {
+      if (err instanceof Error && 'code' in err && 'metadata' in err) throw this.failed(err as grpc.ServiceError, '');
+      throw err;
+    } finally {
+      stream.cancel();
+    }
+  }
+
+  /**
+   * Follows a task until it is over and resolves to it as it ended (call its
+   * result()). Without `timeoutMs` it waits until the task ends, watching
+   * again whenever a watch reaches the client's default deadline.
+   */
+  async waitTask(id: string, opts: WaitOptions = {}): Promise<Task> {
+    const until = opts.timeoutMs === undefined ? undefined : Date.now() + opts.timeoutMs;
+    for (;;) {
+      const left = until === undefined ? undefined : until - Date.now();
+      if (left !== undefined && left <= 0) {
+        throw new ToolTimeout(
+          `task ${id} did not end within ${opts.timeoutMs! / 1000}s; it goes on`,
+          grpc.status.DEADLINE_EXCEEDED,
+        );
       }
-      return result as T;
+      try {
+        for await (const task of this.watchTask(id, Math.min(left ?? Infinity, this.defaultTimeoutMs))) {
+          if (task.over) return task;
+          opts.onChange?.(task);
+        }
+      } catch (err) {
+        if (err instanceof ToolTimeout) continue; // that watch's deadline: watch again, or end above
+        throw err;
+      }
+      // The stream ended before the task did (it should not): read it.
+      const task = await this.getTask(id);
+      if (task.over) return task;
+    }
+  }
+
+  /** Cancels a task: it ends CANCELLED at once and its backend is stopped. A task already over is returned as it is. */
+  cancelTask(id: string, timeoutMs?: number): Promise<Task> {
+    return new Promise((resolve, reject) => {
+      this.tasks.cancelTask({ id }, this.metadata, this.options(timeoutMs), (err, task) =>
+        err ? reject(this.failed(err, '')) : resolve(new Task(task!)),
+      );
+    });
+  }
+
+  /** One page of the caller's tasks, newest first, and the next page's token ('' on the last page). */
+  listTasks(
+    opts: { pageSize?: number; pageToken?: string; timeoutMs?: number } = {},
+  ): Promise<{ tasks: Task[]; nextPageToken: string }> {
+    const request = { pageSize: opts.pageSize ?? 0, pageToken: opts.pageToken ?? '' };
+    return new Promise((resolve, reject) => {
+      this.tasks.listTasks(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
+        err
+          ? reject(this.failed(err, ''))
+          : resolve({ tasks: response!.tasks.map((t) => new Task(t)), nextPageToken: response!.nextPageToken }),
+      );
     });
   }
 }
@@ -637,7 +850,7 @@ export const EXIT = {
 } as const;
 
 const USAGE = `usage: agent.ts [--registry ADDR] [--token-file FILE] [--ca-file PEM] list [--openai]
-       agent.ts [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout SECONDS] [--idempotency-key KEY] [call] TOOL [JSON|-]
+       agent.ts [--registry ADDR] [--token-file FILE] [--ca-file PEM] [--timeout SECONDS] [--idempotency-key KEY] [--task] [call] TOOL [JSON|-]
 
 List the tools of a toolmesh registry, or call one.
 
@@ -652,9 +865,14 @@ options:
   --openai                 with list: print OpenAI tool definitions
   --timeout SECONDS        deadline of the call, in seconds
   --idempotency-key KEY    calls with the same key run the tool once
+  --task                   start the call as a task and wait for its end,
+                           showing its progress
 
 TOOL's result is printed alone on stdout, as JSON. JSON defaults to {};
 - reads it from stdin. \`call\` is only needed for a tool named "list" or "call".
+--task starts the call as a task, which may run for the tool's task timeout:
+its progress goes to stderr, its result to stdout; --timeout then bounds the
+wait (the task goes on), which is otherwise as long as the task runs.
 
 credential (sent as \`authorization: Bearer ...\`): --token-file FILE, else
 TOOLMESH_TOKEN (the API key or JWT) or TOOLMESH_TOKEN_FILE (a file holding
@@ -677,7 +895,7 @@ interface Command {
   caFile?: string;
   timeoutMs?: number;
   list?: { openai: boolean };
-  call?: { tool: string; args: Record<string, unknown>; idempotencyKey?: string };
+  call?: { tool: string; args: Record<string, unknown>; idempotencyKey?: string; task: boolean };
 }
 
 function parseCommand(argv: string[]): Command | 'help' {
@@ -692,6 +910,7 @@ function parseCommand(argv: string[]): Command | 'help' {
         openai: { type: 'boolean' },
         timeout: { type: 'string' },
         'idempotency-key': { type: 'string' },
+        task: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
       allowPositionals: true,
@@ -722,6 +941,7 @@ function parseCommand(argv: string[]): Command | 'help' {
   let words = positionals;
   if (words[0] === 'list') {
     if (words.length > 1) throw new UsageError(`list takes no arguments, got '${words.slice(1).join(' ')}'`);
+    if (values.task) throw new UsageError('--task goes with a call, not with list');
     command.list = { openai: values.openai ?? false };
     return command;
   }
@@ -748,8 +968,33 @@ function parseCommand(argv: string[]): Command | 'help' {
     const kind = args === null ? 'null' : Array.isArray(args) ? 'array' : typeof args;
     throw new UsageError(`the arguments must be a JSON object, not ${kind}: ${EXAMPLE}`);
   }
-  command.call = { tool: words[0], args: args as Record<string, unknown>, idempotencyKey: values['idempotency-key'] };
+  command.call = {
+    tool: words[0],
+    args: args as Record<string, unknown>,
+    idempotencyKey: values['idempotency-key'],
+    task: values.task ?? false,
+  };
   return command;
+}
+
+/**
+ * `--task`: starts the call as a task, shows its progress on stderr until it
+ * ends, and resolves to its result (rejecting as invoke would).
+ */
+async function runTask(mesh: ToolmeshClient, call: NonNullable<Command['call']>, timeoutMs?: number): Promise<unknown> {
+  let task = await mesh.startTask(call.tool, call.args, { idempotencyKey: call.idempotencyKey });
+  console.error(`task ${task.id} started: ${task.tool} ${task.state}`);
+  let state = task.state;
+  let progress: string | undefined;
+  const show = (now: Task) => {
+    if (now.state !== state) console.error(`task ${now.id}: ${now.state} ${now.statusMessage}`.trimEnd());
+    const text = now.progress && progressText(now.progress);
+    if (text !== undefined && text !== progress) console.error(`progress: ${text}`);
+    state = now.state;
+    progress = text;
+  };
+  if (!task.over) task = await mesh.waitTask(task.id, { timeoutMs, onChange: show });
+  return task.result();
 }
 
 /** The CLI: see USAGE. Resolves to the exit code. */
@@ -806,8 +1051,11 @@ export async function main(argv: string[]): Promise<number> {
         }
       }
     } else if (command.call) {
-      const { tool, args, idempotencyKey } = command.call;
-      console.log(JSON.stringify(await mesh.invoke(tool, args, { idempotencyKey, timeoutMs: command.timeoutMs })));
+      const { tool, args, idempotencyKey, task } = command.call;
+      const result = task
+        ? await runTask(mesh, command.call, command.timeoutMs)
+        : await mesh.invoke(tool, args, { idempotencyKey, timeoutMs: command.timeoutMs });
+      console.log(JSON.stringify(result));
     }
     return EXIT.ok;
   } catch (err) {
@@ -832,7 +1080,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (err instanceof ToolmeshError) {
       console.error(`${err.name} (${err.code === undefined ? '-' : grpc.status[err.code]}): ${err.message}`);
-      if (err instanceof ToolNotFound) return EXIT.notFound;
+      if (err instanceof ToolNotFound || err instanceof TaskNotFound) return EXIT.notFound;
       if (err instanceof ToolTimeout) return EXIT.timeout;
       if (err instanceof ToolUnavailable) return EXIT.unavailable;
       return EXIT.other;
