@@ -6,7 +6,9 @@
 //! tools (every page), publishes those the [`Selection`] keeps under their
 //! prefixed names, and lists again when the server sends
 //! `notifications/tools/list_changed` and every `relist_interval`. A call
-//! becomes `tools/call` under the server's own name.
+//! becomes `tools/call` under the server's own name; a task's, to a server
+//! that hosts tasks (the Tasks extension on 2026-07-28), may become the
+//! server's own task, followed with `tasks/get` to its end.
 //!
 //! A server that exits, or stops answering, has its tools withdrawn at once
 //! (the announcer re-announces without them, or leaves the registry when
@@ -18,9 +20,13 @@
 //! - `convert`: an MCP tool as a descriptor; a `tools/call` result as an
 //!   [`Outcome`](crate::Outcome).
 //! - `environment`: what a stdio server sees of the environment.
+//! - `progress`: a task's `tools/call`: the server's progress passed on,
+//!   the call cancelled when dropped.
 //! - `session`: one connection to a server: start or reach it, list, call.
 //! - `supervise`: the loop that keeps a server's tools published, and
 //!   `Sources`, every server's loop.
+//! - `tasks`: a call the server runs as its own task (the Tasks
+//!   extension), followed by `tasks/get` and cancelled by `tasks/cancel`.
 //! - `watch`: how that loop hears of changes and of the server's end.
 
 use std::collections::BTreeMap;
@@ -36,6 +42,7 @@ mod progress;
 mod session;
 mod stderr;
 mod supervise;
+mod tasks;
 mod watch;
 
 pub(crate) use environment::is_variable_name;

@@ -22,6 +22,8 @@ mod http;
 mod mcp;
 #[path = "integration/mcp_reference.rs"]
 mod mcp_reference;
+#[path = "integration/mcp_tasks.rs"]
+mod mcp_tasks;
 #[path = "integration/metrics.rs"]
 mod metrics;
 #[path = "integration/mistakes.rs"]

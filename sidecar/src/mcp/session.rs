@@ -6,6 +6,10 @@
 //! answers its `server/discover`, and falls back to the `initialize`
 //! handshake (offering 2025-11-25, taking what the server answers:
 //! 2025-06-18, 2025-03-26, 2024-11-05) with one that does not.
+//!
+//! A call the registry runs as a task, to a 2026-07-28 server that hosts
+//! tasks, may become the server's own task ([`super::tasks`]); every
+//! other call is one `tools/call`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,9 +17,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::model::{
-    ClientConfig, ErrorCode, Implementation, MetaObject, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, RequestMetaObject, SubscriptionFilter,
-    Tool as McpTool,
+    ClientCapabilities, ClientConfig, ErrorCode, Implementation, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestMetaObject,
+    SubscriptionFilter, Tool as McpTool,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer, RoleClient,
@@ -31,6 +35,7 @@ use super::McpTransport;
 use super::convert;
 use super::environment::environment;
 use super::progress;
+use super::tasks::{Answer, CallError, Lost};
 use crate::context::CallContext;
 use crate::tool::{Backend, BackendError, Outcome};
 
@@ -69,11 +74,19 @@ impl rmcp::ClientHandler for Handler {
 
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            Default::default(),
+            capabilities(),
             Implementation::new("toolmesh-sidecar", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
+}
+
+/// What the sidecar declares for the whole session: nothing (it declines
+/// sampling, elicitation and roots). The Tasks extension is offered on a
+/// task's request alone ([`super::tasks::offer`]), never here: an
+/// interactive call must not get a task handle back.
+pub(crate) fn capabilities() -> ClientCapabilities {
+    ClientCapabilities::default()
 }
 
 /// A running connection.
@@ -339,28 +352,41 @@ impl Backend for McpBackend {
         let mut params =
             rmcp::model::CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
         params.meta = Some(call_meta(context, &context.trace.onward(&span)));
-        // Either call sends notifications/cancelled if dropped unanswered.
+        // Either call sends notifications/cancelled if dropped unanswered
+        // (a task's, tasks/cancel if dropped while the server holds it).
         let call = async {
             match context.progress() {
                 Some(reported) => {
                     progress::call_tool(&self.peer, params, &self.progress, reported).await
                 }
-                None => self.peer.call_tool(params).await,
+                None => self
+                    .peer
+                    .call_tool(params)
+                    .await
+                    .map(Answer::Result)
+                    .map_err(CallError::Call),
             }
         };
         let answer = tokio::time::timeout_at(deadline.at(), call.instrument(span))
             .await
             .map_err(|_| BackendError::DeadlineExceeded)?;
         match answer {
-            Ok(result) => Ok(convert::outcome(&result)),
-            Err(ServiceError::McpError(error)) => {
+            Ok(Answer::Result(result)) => Ok(convert::outcome(&result)),
+            Ok(Answer::Ended(ended)) => Ok(ended.outcome()),
+            Err(CallError::Task(lost)) => {
+                if matches!(lost, Lost::Unreachable(_)) {
+                    self.tools_changed.notify_one();
+                }
+                Err(lost.to_backend_error(&self.label))
+            }
+            Err(CallError::Call(ServiceError::McpError(error))) => {
                 self.tools_changed.notify_one();
                 Ok(Outcome::error_message(&format!(
                     "the MCP server refused the call: {}",
                     error.message
                 )))
             }
-            Err(error) => {
+            Err(CallError::Call(error)) => {
                 // The loop lists again at once: a server that has gone
                 // (one reached over HTTP may say so no other way) has its
                 // tools withdrawn.

@@ -27,10 +27,7 @@ fn progress_reaches_its_call_only_and_never_goes_back() {
     let (progress, latest) = Progress::channel();
     routes.routes().insert(
         ProgressToken(NumberOrString::Number(1)),
-        Route {
-            progress,
-            last: f64::NEG_INFINITY,
-        },
+        Route::new(progress),
     );
     routes.deliver(&notification(2, 5.0, Some(10.0)));
     assert_eq!(*latest.borrow(), None, "another call's");
