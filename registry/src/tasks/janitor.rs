@@ -55,6 +55,15 @@ impl Orphans {
     }
 }
 
+/// How a live task must end, or move.
+#[derive(Debug)]
+enum Verdict {
+    /// Its timeout passed with no end reported.
+    TimedOut(tonic::Status),
+    /// Its instance cannot report any more.
+    Lost(tonic::Status),
+}
+
 /// Why a live task cannot end by its instance's report.
 #[derive(Debug, PartialEq, Eq)]
 enum Lost {
@@ -76,8 +85,10 @@ impl Tasks {
             }
         };
         for task in &live {
-            if let Some(status) = self.verdict(task, now) {
-                self.fail(task, &status).await;
+            match self.verdict(task, now) {
+                Some(Verdict::TimedOut(status)) => self.fail(task, &status).await,
+                Some(Verdict::Lost(status)) => self.lost_instance(task, status).await,
+                None => {}
             }
         }
         self.orphans
@@ -87,18 +98,47 @@ impl Tasks {
         }
     }
 
-    /// The status `task` must end with now, if it must.
-    fn verdict(&self, task: &Task, now: u64) -> Option<tonic::Status> {
+    /// A task whose instance was lost: run again elsewhere when its tool
+    /// is idempotent, else (or when no instance takes it) failed with
+    /// `status`.
+    async fn lost_instance(&self, task: &Task, status: tonic::Status) {
+        let lost = task
+            .holder
+            .as_ref()
+            .map(|h| h.instance.clone())
+            .unwrap_or_default();
+        match self.rerun(task).await {
+            None => self.fail(task, &status).await,
+            Some(Ok(instance)) => {
+                self.orphans.clear(&task.id);
+                if !instance.is_empty() {
+                    tracing::warn!(task = %task.id, tool = %task.tool, lost = %lost, %instance, "task's instance was lost; the idempotent task runs again on another");
+                }
+            }
+            Some(Err(error)) => {
+                let status = tonic::Status::unavailable(format!(
+                    "{}; no other instance took the task: {error}",
+                    status.message()
+                ));
+                self.fail(task, &status).await;
+            }
+        }
+    }
+
+    /// How `task` must end now, if it must.
+    fn verdict(&self, task: &Task, now: u64) -> Option<Verdict> {
         let grace = u64::try_from(TIMEOUT_GRACE.as_millis()).unwrap_or(u64::MAX);
         if now > task.expires_ms.saturating_add(grace) {
-            return Some(tonic::Status::deadline_exceeded(format!(
-                "the task's timeout passed with no end reported by {}",
-                task.holder
-                    .as_ref()
-                    .map_or("any instance".to_owned(), |h| format!(
-                        "instance {}",
-                        h.instance
-                    ))
+            return Some(Verdict::TimedOut(tonic::Status::deadline_exceeded(
+                format!(
+                    "the task's timeout passed with no end reported by {}",
+                    task.holder
+                        .as_ref()
+                        .map_or("any instance".to_owned(), |h| format!(
+                            "instance {}",
+                            h.instance
+                        ))
+                ),
             )));
         }
         let holder = task
@@ -115,7 +155,7 @@ impl Tasks {
         {
             return None;
         }
-        Some(tonic::Status::unavailable(match lost {
+        Some(Verdict::Lost(tonic::Status::unavailable(match lost {
             Lost::Left => format!(
                 "instance {} left the catalog (its lease ended) while the task ran; the task's result is lost",
                 holder.instance
@@ -124,7 +164,7 @@ impl Tasks {
                 "instance {} restarted while the task ran; the task's result is lost",
                 holder.instance
             ),
-        }))
+        })))
     }
 
     /// Whether `holder` can still report on a task of `tool`.

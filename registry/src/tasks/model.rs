@@ -220,6 +220,21 @@ pub(crate) struct Task {
     pub holder: Option<Holder>,
     /// The SHA-256 (hex) of the report token its holder was given.
     pub report_digest: String,
+    /// What running it again on another instance takes: kept only for an
+    /// idempotent tool, whose task may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<Rerun>,
+}
+
+/// A task's call, kept so that another instance can run it when its own
+/// is lost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Rerun {
+    /// The call's arguments, as validated at its start.
+    pub arguments_json: String,
+    /// How many times it was given to another instance after one was lost.
+    #[serde(default)]
+    pub reruns: u32,
 }
 
 impl Task {
@@ -245,6 +260,31 @@ impl Task {
             return false;
         }
         self.holder = Some(holder);
+        self.changed(now_ms);
+        true
+    }
+
+    /// Gives the task to `holder` with a new report token's `digest`, after
+    /// its instance `from` was lost: only a working task of an idempotent
+    /// tool, still held by `from` (another replica may have moved it).
+    pub(crate) fn rerun_on(
+        &mut self,
+        from: &str,
+        holder: Holder,
+        digest: String,
+        now_ms: u64,
+    ) -> bool {
+        let held_by_from = self.holder.as_ref().is_some_and(|h| h.instance == from);
+        let Some(rerun) = self.rerun.as_mut().filter(|_| held_by_from) else {
+            return false;
+        };
+        if self.state != State::Working {
+            return false;
+        }
+        rerun.reruns += 1;
+        self.holder = Some(holder);
+        self.report_digest = digest;
+        self.progress = None;
         self.changed(now_ms);
         true
     }
@@ -292,6 +332,7 @@ impl Task {
             + self.status_message.len()
             + self.progress.as_ref().map_or(0, |p| p.message.len())
             + self.outcome.as_ref().map_or(0, Outcome::size)
+            + self.rerun.as_ref().map_or(0, |r| r.arguments_json.len())
     }
 
     /// The wire form.
@@ -373,6 +414,47 @@ mod tests {
             instance_id: "s1".into(),
             content_json: String::new(),
         }
+    }
+
+    fn holder(instance: &str) -> Holder {
+        Holder {
+            instance: instance.into(),
+            endpoint: format!("http://{instance}"),
+            key_tag: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_an_idempotent_working_task_still_held_by_the_lost_instance_moves() {
+        let mut t = task("a", "c");
+        t.holder = Some(holder("s1"));
+        assert!(
+            !t.rerun_on("s1", holder("s2"), "d2".into(), 2_000),
+            "not idempotent"
+        );
+        t.rerun = Some(Rerun {
+            arguments_json: "{}".into(),
+            reruns: 0,
+        });
+        assert!(
+            !t.rerun_on("s9", holder("s2"), "d2".into(), 2_000),
+            "held by another"
+        );
+        let revision = t.revision;
+        assert!(t.rerun_on("s1", holder("s2"), "d2".into(), 2_000));
+        assert_eq!(t.holder.as_ref().map(|h| h.instance.as_str()), Some("s2"));
+        assert_eq!(
+            t.report_digest, "d2",
+            "the lost instance's token no longer reports"
+        );
+        assert_eq!(t.rerun.as_ref().map(|r| r.reruns), Some(1));
+        assert!(t.revision > revision);
+        assert!(
+            !t.rerun_on("s1", holder("s3"), "d3".into(), 3_000),
+            "moved already"
+        );
+        assert!(t.cancel(4_000));
+        assert!(!t.rerun_on("s2", holder("s3"), "d3".into(), 5_000), "over");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use toolmesh_telemetry::TraceContext;
 
 use super::{
     Tasks,
-    model::{Holder, Outcome, State, Task, now_ms, report_digest},
+    model::{Holder, Outcome, Rerun, State, Task, now_ms, report_digest},
     store::{Full, Limits, StoreError},
     store_error,
 };
@@ -34,6 +34,9 @@ use crate::{
 
 /// Most instances a task is offered to.
 const MAX_HANDOVERS: usize = 3;
+/// Most times a task of an idempotent tool is given to another instance
+/// after its own was lost.
+const MAX_RERUNS: u32 = 2;
 /// Longest a RunTask or StopTask may take.
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
 const RUN_TASK: &str = "/toolmesh.v1.ToolRuntime/RunTask";
@@ -98,6 +101,10 @@ impl Tasks {
             outcome: None,
             holder: None,
             report_digest: report_digest(&token),
+            rerun: tool.descriptor.idempotent.then(|| Rerun {
+                arguments_json: execute.arguments_json.clone(),
+                reruns: 0,
+            }),
         };
         let mut tried = Vec::new();
         let Some((first, _)) = self.balancer.pick(&tool.instances, &tried) else {
@@ -245,6 +252,49 @@ impl Tasks {
             }
             instance = next;
         }
+    }
+
+    /// Runs `task` again on another instance after its own was lost, if
+    /// its tool is idempotent and it was not moved too often already:
+    /// `None` when it cannot be (the janitor fails it), else whether it was
+    /// (`false`: another replica moved or ended it first, or this pass
+    /// could not tell).
+    pub(super) async fn rerun(&self, task: &Task) -> Option<Result<String, RegistryError>> {
+        let rerun = task.rerun.as_ref().filter(|r| r.reruns < MAX_RERUNS)?;
+        let lost = task.holder.as_ref()?.instance.clone();
+        let tool = self.invoker.catalog().get(&task.tool)?;
+        let now = now_ms();
+        let remaining = task.expires_ms.checked_sub(now).filter(|ms| *ms > 0)?;
+        let mut tried = vec![lost.clone()];
+        let (next, _) = self.balancer.pick(&tool.instances, &tried)?;
+        let token: [u8; 32] = rand::random();
+        let (to, digest) = (holder(&next), report_digest(&token));
+        let moved = self
+            .change(&task.id, &move |t: &mut Task| {
+                t.rerun_on(&lost, to.clone(), digest.clone(), now)
+            })
+            .await;
+        let mut moved = match moved {
+            Ok(Some((moved, true))) => moved,
+            Ok(_) => return Some(Ok(String::new())),
+            Err(error) => return Some(Err(error)),
+        };
+        let run = pb::RunTaskRequest {
+            call: Some(pb::ExecuteRequest {
+                tool: task.tool.clone(),
+                arguments_json: rerun.arguments_json.clone(),
+                invocation_id: task.id.clone(),
+                caller: task.caller.clone(),
+            }),
+            timeout: toolmesh_proto::rules::duration_field(Duration::from_millis(remaining)),
+            report_token: token.to_vec(),
+        };
+        let budget = Deadline::after(HANDOVER_TIMEOUT * u32::try_from(MAX_HANDOVERS).unwrap_or(1));
+        let trace = TraceContext::default();
+        Some(
+            self.hand_over(&tool, &mut moved, &run, next, &mut tried, budget, &trace)
+                .await,
+        )
     }
 
     /// Tells the instance that holds `task` to stop it, best effort: the

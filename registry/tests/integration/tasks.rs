@@ -482,3 +482,75 @@ async fn eventually_start(client: &mut TasksClient<tonic::transport::Channel>) -
         }
     }
 }
+
+/// An idempotent command tool that writes its pid to `pidfile`, takes
+/// `seconds`, then answers the arguments it was given.
+fn idempotent_tool_yaml(pidfile: &std::path::Path, seconds: u32) -> String {
+    format!(
+        r#"tools:
+  - name: rebuild
+    description: Writes its pid, takes a while, then answers its arguments
+    idempotent: true
+    task_timeout: 60s
+    backend:
+      command: ["sh", "-c", "echo $$ > {p}.tmp && mv {p}.tmp {p}; sleep {seconds}; cat"]
+"#,
+        p = pidfile.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_tools_task_runs_again_on_another_instance_when_its_own_dies() {
+    let Some((_, sidecar_binary)) = binaries() else {
+        return;
+    };
+    let ttl = Duration::from_secs(3);
+    let registry = TestRegistry::start(config_with_ttl(ttl)).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (first_pid, second_pid) = (dir.path().join("first"), dir.path().join("second"));
+    let first = SidecarProcess::start(
+        &sidecar_binary,
+        &registry.url(),
+        "first",
+        &idempotent_tool_yaml(&first_pid, 30),
+    )
+    .await;
+    wait_for_instances(&registry, "rebuild", 1).await;
+    let mut client = tasks(&registry.url()).await;
+    let arguments = r#"{"target":"docs"}"#;
+    let task = client
+        .start_task(start("rebuild", arguments, ""))
+        .await
+        .expect("start")
+        .into_inner();
+    pid_in(&first_pid).await;
+
+    // A second instance joins; the first dies mid-task.
+    let _second = SidecarProcess::start(
+        &sidecar_binary,
+        &registry.url(),
+        "second",
+        &idempotent_tool_yaml(&second_pid, 2),
+    )
+    .await;
+    wait_for_instances(&registry, "rebuild", 2).await;
+    first.signal(Signal::SIGKILL);
+    let killed = Instant::now();
+
+    let seen = follow(&mut client, &task.id, Duration::from_secs(40)).await;
+    let last = seen.last().expect("the end");
+    assert_eq!(state(last), pb::TaskState::Completed, "{last:?}");
+    assert_eq!(response(last).instance_id, "second", "{last:?}");
+    assert_eq!(
+        response(last).result_json,
+        arguments,
+        "the same arguments, kept with the task"
+    );
+    assert_eq!(last.id, task.id, "the same task");
+    pid_in(&second_pid).await;
+    eprintln!(
+        "the task completed on another instance {:?} after its own was killed (lease TTL {ttl:?})",
+        killed.elapsed()
+    );
+    drop(first);
+}

@@ -31,6 +31,7 @@ pub(crate) fn task(id: &str, caller: &str, created: u64) -> Task {
         outcome: None,
         holder: None,
         report_digest: report_digest(b"token"),
+        rerun: None,
     }
 }
 
