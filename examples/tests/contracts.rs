@@ -208,7 +208,7 @@ tools:
     };
 
     // POST, the arguments as sent, as JSON, with the YAML's headers and the
-    // client's `accept: */*`.
+    // sidecar's `accept`: a JSON body or a streamed answer.
     let (shown, is_error) = mesh
         .invoke_text("echo", r#"{ "n" : 1 }"#)
         .await
@@ -221,7 +221,7 @@ tools:
             "method": "POST",
             "content_type": "application/json",
             "x_tool_key": "secret",
-            "accept": "*/*",
+            "accept": "application/json, text/event-stream",
             // Nothing else: no user agent; the call's id, and no caller
             // header, since this registry does not authenticate agents.
             "names": ["accept", "content-length", "content-type", "host", "x-tool-key", "x-toolmesh-invocation-id"],

@@ -17,7 +17,8 @@
 //! - [`config`]: the YAML config file, its checks (every mistake said in
 //!   the user's words), and building tools from it.
 //! - `schema` (private): JSON Schemas compiled as the registry compiles them.
-//! - [`backend`]: HTTP endpoint and command backends.
+//! - [`backend`]: HTTP endpoint (a JSON body, or an answer streamed as
+//!   Server-Sent Events) and command backends.
 //! - [`mcp`]: MCP servers as backends: their tools listed, published and
 //!   called, the servers restarted with backoff.
 //! - [`toolset`]: the tools served now, fixed and from MCP servers.
@@ -29,7 +30,8 @@
 //!   (`Registration.ReportTask`) with backoff.
 //! - [`progress`]: how a task's tool reports its progress: the
 //!   [`progress::Progress`] handle of its [`CallContext`], a command's
-//!   `toolmesh-progress` stderr lines.
+//!   `toolmesh-progress` stderr lines, an HTTP backend's `progress`
+//!   events.
 //! - `announcer` (private): announce / heartbeat / re-announce / withdraw,
 //!   with backoff and jitter.
 //! - [`refusal`]: which announce refusals are final, and the error that

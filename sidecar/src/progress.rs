@@ -1,6 +1,8 @@
 //! How far a task has come, as its tool says: the [`Progress`] handle a
-//! task's [`CallContext`](crate::CallContext) carries, and the progress
-//! line a command writes to stderr ([`PREFIX`], [`Update::from_line`]).
+//! task's [`CallContext`](crate::CallContext) carries, the progress line
+//! a command writes to stderr ([`PREFIX`], [`Update::from_line`]), and the
+//! same JSON in an HTTP backend's `progress` event
+//! ([`crate::backend::http`]).
 //!
 //! Only the latest report counts: a handle keeps one update, replaced by
 //! each report, and the sidecar sends the newest to the registry at most
@@ -63,19 +65,16 @@ impl Update {
         if !rest.is_empty() && !rest.starts_with([' ', '\t']) {
             return None;
         }
-        let parsed =
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(rest.trim())
-                .and_then(|object| {
-                    serde_json::from_value::<Line>(serde_json::Value::Object(object))
-                });
-        let line = match parsed {
-            Ok(line) => line,
-            Err(error) => return Some(Err(LineError(error.to_string()))),
-        };
-        Some(Ok(Self::new(
-            line.fraction,
-            line.message.unwrap_or_default(),
-        )))
+        Some(Self::from_json(rest.trim()).map_err(|error| LineError(error.to_string())))
+    }
+
+    /// The report a JSON object of `fraction` (a number) and `message` (a
+    /// string), both optional, makes: the JSON of a progress line, or the
+    /// data of an HTTP backend's `progress` event.
+    pub(crate) fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        let line = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+            .and_then(|object| serde_json::from_value::<Line>(serde_json::Value::Object(object)))?;
+        Ok(Self::new(line.fraction, line.message.unwrap_or_default()))
     }
 
     /// As the wire carries it.
@@ -87,7 +86,7 @@ impl Update {
     }
 }
 
-/// The JSON of a progress line.
+/// The JSON of a progress line or event.
 #[derive(serde::Deserialize)]
 struct Line {
     #[serde(default)]

@@ -193,6 +193,13 @@ async fn run(
     })
 }
 
+/// The error result for output over `max_bytes`.
+pub(crate) fn output_too_large(max_bytes: usize) -> Outcome {
+    Outcome::error_message(&format!(
+        "the tool's output exceeds the limit of {max_bytes} bytes"
+    ))
+}
+
 fn tool_timeout(tool: &Tool) -> Option<Duration> {
     toolmesh_proto::rules::duration(tool.descriptor().timeout)
 }
@@ -204,9 +211,7 @@ fn tool_timeout(tool: &Tool) -> Option<Duration> {
 pub fn normalize(outcome: Outcome, max_bytes: usize) -> Outcome {
     let blocks = outcome.content_json.len();
     if outcome.result_json.len().saturating_add(blocks) > max_bytes {
-        return Outcome::error_message(&format!(
-            "the tool's output exceeds the limit of {max_bytes} bytes"
-        ));
+        return output_too_large(max_bytes);
     }
     let trimmed = outcome.result_json.trim();
     let result_json = if serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_ok() {

@@ -163,6 +163,10 @@ pub enum BackendError {
     /// The HTTP exchange failed after the connection was made.
     #[error("HTTP backend failed: {0}")]
     Http(#[source] reqwest::Error),
+    /// The HTTP backend's event stream (`text/event-stream`) ended without
+    /// its result, or ran past its bound.
+    #[error("HTTP backend failed: {0}")]
+    HttpStream(String),
     /// The caller or invocation id cannot be given to the tool unchanged.
     #[error(transparent)]
     InvalidContext(#[from] InvalidCallContext),
@@ -181,9 +185,11 @@ impl BackendError {
         let message = self.to_string();
         match self {
             Self::DeadlineExceeded => tonic::Status::deadline_exceeded(message),
-            Self::Spawn { .. } | Self::HttpConnect(_) | Self::Http(_) | Self::Unavailable(_) => {
-                tonic::Status::unavailable(message)
-            }
+            Self::Spawn { .. }
+            | Self::HttpConnect(_)
+            | Self::Http(_)
+            | Self::HttpStream(_)
+            | Self::Unavailable(_) => tonic::Status::unavailable(message),
             Self::InvalidContext(_) => tonic::Status::invalid_argument(message),
             Self::Io(_) | Self::Internal(_) => tonic::Status::internal(message),
         }

@@ -3,9 +3,17 @@
 //! The caller and the invocation id go in headers ([`CALLER_HEADER`],
 //! [`INVOCATION_ID_HEADER`]), each left out when empty; the trace context
 //! in `traceparent` and `tracestate`, from the request's client span.
+//!
+//! The request accepts a streamed answer too ([`ACCEPT_VALUE`]): a 2xx
+//! response of `Content-Type: text/event-stream` is read as its events
+//! arrive, progress events reported, until its result event.
+//!
+//! - `events`: the streamed answer's events: progress, result, error,
+//!   and its bounds.
+//! - `sse`: the event stream format, parsed chunk by chunk, bounded.
 
 use async_trait::async_trait;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_telemetry::spans;
 use tracing::Instrument as _;
@@ -14,6 +22,15 @@ use crate::context::{
     CALLER_HEADER, CONFIG_HEADER, CallContext, INVOCATION_ID_HEADER, config_header,
 };
 use crate::tool::{Backend, BackendError, Outcome};
+
+mod events;
+mod sse;
+
+pub use events::MAX_STREAM_BYTES;
+
+/// The `Accept` header of every request (unless the tool's headers set
+/// one): a JSON body, or an answer streamed as Server-Sent Events.
+pub const ACCEPT_VALUE: &str = "application/json, text/event-stream";
 
 /// POSTs the arguments to a URL.
 #[derive(Debug, Clone)]
@@ -30,7 +47,8 @@ impl HttpBackend {
     /// A backend POSTing to `url` through `client` (share one client between
     /// backends: it holds the connection pool), with extra `headers`.
     /// Response bodies longer than `max_body_bytes` are cut just past that
-    /// size, which the runtime then reports as too large.
+    /// size, which the runtime then reports as too large; a streamed
+    /// answer's result is bounded the same.
     pub fn new(
         client: reqwest::Client,
         url: reqwest::Url,
@@ -85,7 +103,25 @@ impl HttpBackend {
                 .map_err(|e| BackendError::Internal(format!("{name}: {e}")))?;
             headers.insert(name, value);
         }
+        if !headers.contains_key(ACCEPT) {
+            headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_VALUE));
+        }
         Ok(headers)
+    }
+
+    /// The answer streamed in `response`, read until its result.
+    async fn streamed(
+        response: &mut reqwest::Response,
+        max_output: usize,
+        context: &CallContext,
+    ) -> Result<Outcome, BackendError> {
+        let mut answer = events::Answer::new(max_output, context.progress());
+        while let Some(chunk) = response.chunk().await.map_err(Self::error)? {
+            if let Some(outcome) = answer.feed(&chunk)? {
+                return Ok(outcome);
+            }
+        }
+        Err(answer.ended())
     }
 }
 
@@ -139,6 +175,17 @@ impl Backend for HttpBackend {
         );
         if status.is_client_error() || status.is_server_error() {
             spans::failed(&span, status.as_str());
+        }
+        let streamed = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|value| events::is_event_stream(value.as_bytes()));
+        if status.is_success() && streamed {
+            let answer = Self::streamed(&mut response, self.max_body_bytes, context).await;
+            if answer.is_err() {
+                spans::failed(&span, "stream");
+            }
+            return answer;
         }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(Self::error)? {
@@ -199,12 +246,27 @@ mod tests {
                 ("x-key".to_owned(), "k".to_owned()),
                 ("x-toolmesh-caller".to_owned(), "alice".to_owned()),
                 ("x-toolmesh-invocation-id".to_owned(), "inv-1".to_owned()),
+                ("accept".to_owned(), ACCEPT_VALUE.to_owned()),
             ]
         );
         let anonymous = backend
             .headers(&CallContext::default())
             .expect("a valid context");
-        assert_eq!(shown(&anonymous), [("x-key".to_owned(), "k".to_owned())]);
+        assert_eq!(
+            shown(&anonymous),
+            [
+                ("x-key".to_owned(), "k".to_owned()),
+                ("accept".to_owned(), ACCEPT_VALUE.to_owned()),
+            ]
+        );
+        let own = self::backend(&[("accept", "application/json")])
+            .headers(&CallContext::default())
+            .expect("a valid context");
+        assert_eq!(
+            shown(&own),
+            [("accept".to_owned(), "application/json".to_owned())],
+            "a configured accept is kept"
+        );
     }
 
     #[test]

@@ -53,6 +53,24 @@ async fn upstream() -> String {
             post(|UrlPath(len): UrlPath<usize>| async move { json_of_len(len) }),
         )
         .route(
+            "/stream/{answer}",
+            post(|UrlPath(answer): UrlPath<String>| async move {
+                let (status, body) = match answer.as_str() {
+                    "result" => (
+                        StatusCode::OK,
+                        "event: progress\ndata: {\"fraction\": 0.5}\n\n: ping\n\nevent: result\ndata: {\"rows\":\ndata: 12}\n\n",
+                    ),
+                    "error" => (
+                        StatusCode::OK,
+                        "event: progress\ndata: oops\n\nevent: error\ndata: {\"message\": \"no such row\"}\n\n",
+                    ),
+                    "cut" => (StatusCode::OK, "event: progress\ndata: {}\n\nevent: result\ndata: 1\n"),
+                    _ => (StatusCode::BAD_GATEWAY, "event: result\ndata: 1\n\n"),
+                };
+                (status, [("content-type", "text/event-stream; charset=utf-8")], body)
+            }),
+        )
+        .route(
             "/slow",
             post(|| async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
@@ -193,4 +211,40 @@ async fn results_are_capped_at_4_mib_by_default() {
     );
 
     assert_refused(&fetch_bytes(&base, FOUR_MIB + 1, "").await, FOUR_MIB);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_read_to_its_result() {
+    let base = upstream().await;
+    let call = |answer: &'static str| {
+        let rt = runtime(&format!("{base}/stream/{answer}"), "");
+        async move {
+            rt.execute("t", "{}", CallContext::default(), Deadline::unbounded())
+                .await
+        }
+    };
+    let result = call("result").await.expect("a result");
+    assert_eq!(
+        (result.result_json.as_str(), result.is_error),
+        ("{\"rows\":\n12}", false)
+    );
+    let error = call("error").await.expect("an error result");
+    assert_eq!(
+        (error.result_json.as_str(), error.is_error),
+        (r#"{"message": "no such row"}"#, true)
+    );
+    // The last event is not ended by a blank line: no result.
+    let cut = call("cut").await.expect_err("no result");
+    assert_eq!(cut.to_status().code(), tonic::Code::Unavailable, "{cut}");
+    assert!(
+        cut.to_string().contains("ended without a result event"),
+        "{cut}"
+    );
+    // Not 2xx: the body is an error result, as any other.
+    let refused = call("refused").await.expect("an error result");
+    assert!(refused.is_error);
+    assert_eq!(
+        refused.result_json,
+        serde_json::json!("HTTP 502: event: result\ndata: 1").to_string()
+    );
 }
