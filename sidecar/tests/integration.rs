@@ -30,6 +30,8 @@ mod metrics;
 mod mistakes;
 #[path = "integration/sdk.rs"]
 mod sdk;
+#[path = "integration/tasks_backends.rs"]
+mod tasks_backends;
 #[path = "integration/tool_config.rs"]
 mod tool_config;
 #[path = "integration/withdraw.rs"]

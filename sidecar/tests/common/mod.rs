@@ -74,6 +74,11 @@ impl TestRegistry {
         ToolRegistryClient::new(self.channel.clone())
     }
 
+    /// A `Tasks` client (the same connection).
+    pub fn tasks(&self) -> pb::tasks_client::TasksClient<Channel> {
+        pb::tasks_client::TasksClient::new(self.channel.clone())
+    }
+
     /// `GetTool(name)`, or `None` when the registry answers NOT_FOUND
     /// (any other error panics).
     pub async fn tool(&self, name: &str) -> Option<pb::Tool> {
