@@ -147,6 +147,12 @@ pub fn allows(policy: Option<&Policy>, caller: &Caller, tool: &str) -> bool {
     policy.is_none_or(|p| p.allows(caller, tool))
 }
 
+/// Whether `caller` may see and cancel a task of `tool` that `owner`
+/// started: its own always; another's only where `policy` grants it.
+pub fn sees_task(policy: Option<&Policy>, caller: &Caller, owner: &str, tool: &str) -> bool {
+    caller.id == owner || policy.is_some_and(|p| p.sees_task(caller, owner, tool))
+}
+
 /// Whether `policy` (none: everything) lets `caller` see every tool, so
 /// that what it sees need not be asked tool by tool.
 pub fn allows_every_tool(policy: Option<&Policy>, caller: &Caller) -> bool {

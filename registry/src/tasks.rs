@@ -26,7 +26,11 @@ use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
 use crate::{
-    access::audit::{Outcome as AuditOutcome, TaskRecord},
+    access::{
+        audit::{Outcome as AuditOutcome, TaskRecord},
+        auth::{Caller, Policy},
+        sees_task,
+    },
     calls::{balance::Balancer, invoke::Invoker, proxy::Proxy},
     error::RegistryError,
     metrics::Metrics,
@@ -104,21 +108,27 @@ impl Tasks {
         }
     }
 
-    /// `caller`'s task `id`.
-    pub(crate) async fn get(&self, id: &str, caller: &str) -> Result<Task, RegistryError> {
+    /// Task `id`, if `viewer` may see it (else, as for an unknown one,
+    /// `TaskNotFound`).
+    pub(crate) async fn get(
+        &self,
+        id: &str,
+        viewer: &(impl Sees + ?Sized),
+    ) -> Result<Task, RegistryError> {
         let task = self.store.get(id).await.map_err(store_error)?;
-        task.filter(|t| t.caller == caller && !forgotten(t, now_ms()))
+        task.filter(|t| viewer.sees(t) && !forgotten(t, now_ms()))
             .ok_or_else(|| RegistryError::TaskNotFound { id: id.to_owned() })
     }
 
-    /// Cancels `caller`'s task `id`, and tells its instance to stop.
+    /// Cancels task `id`, if `viewer` may see it, and tells its instance to
+    /// stop.
     pub(crate) async fn cancel(
         &self,
         id: &str,
-        caller: &str,
+        viewer: &(impl Sees + ?Sized),
         trace: &TraceContext,
     ) -> Result<Task, RegistryError> {
-        self.get(id, caller).await?;
+        self.get(id, viewer).await?;
         let now = now_ms();
         let (task, changed) = self
             .change(id, &move |t: &mut Task| t.cancel(now))
@@ -220,18 +230,19 @@ impl Tasks {
         })
     }
 
-    /// Waits until `caller`'s task `id` has a revision past `seen`, or is
-    /// over, or `deadline` passes: the task then (or `None` at the deadline).
+    /// Waits until task `id` (which `viewer` may see) has a revision past
+    /// `seen`, or is over, or `deadline` passes: the task then (or `None`
+    /// at the deadline).
     pub(crate) async fn next(
         &self,
         id: &str,
-        caller: &str,
+        viewer: &(impl Sees + ?Sized),
         seen: u64,
         deadline: Deadline,
     ) -> Result<Option<Task>, RegistryError> {
         let mut changes = self.changes.subscribe();
         loop {
-            let task = self.get(id, caller).await?;
+            let task = self.get(id, viewer).await?;
             if task.revision > seen {
                 return Ok(Some(task));
             }
@@ -315,6 +326,40 @@ impl Tasks {
             ended_by: by,
             duration: ran,
         });
+    }
+}
+
+/// Which tasks a caller may see and cancel.
+pub(crate) trait Sees: Sync {
+    /// Whether `task` is one of them.
+    fn sees(&self, task: &Task) -> bool;
+}
+
+/// A caller id sees its own tasks.
+impl Sees for str {
+    fn sees(&self, task: &Task) -> bool {
+        task.caller == self
+    }
+}
+
+/// An authenticated caller, under the call policy in force: its own tasks,
+/// and those of others the policy's `tasks_of` gives it.
+#[derive(Clone)]
+pub(crate) struct Viewer {
+    /// Who asks.
+    pub caller: Caller,
+    /// The policy in force when it asked.
+    pub policy: Option<Arc<Policy>>,
+}
+
+impl Sees for Viewer {
+    fn sees(&self, task: &Task) -> bool {
+        sees_task(
+            self.policy.as_deref(),
+            &self.caller,
+            &task.caller,
+            &task.tool,
+        )
     }
 }
 

@@ -172,22 +172,34 @@ async fn a_long_tool_answers_a_client_that_offers_tasks_with_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_callers_task_is_unknown_to_another_caller() {
+async fn a_callers_task_is_unknown_to_another_caller_unless_the_policy_grants_it() {
     let dir = tempfile::tempdir().expect("a directory");
     let keys = write_keys(
         dir.path(),
         &[
             ("alice", "alice-key-0123456789"),
             ("bob", "bob-key-0123456789"),
+            ("ops", "ops-key-0123456789"),
         ],
     );
+    let policy = dir.path().join("policy.yaml");
+    let rules = r#"rules:
+  - callers: ["*"]
+    tools: ["*"]
+  - callers: [ops]
+    tools: [long]
+    tasks_of: ["*"]
+"#;
+    std::fs::write(&policy, rules).expect("write the policy");
     let registry = McpRegistry::start(Config {
         api_keys_file: Some(keys),
+        policy_file: Some(policy),
         ..config()
     })
     .await;
     let alice = Rpc::new(&registry.mcp).with("authorization", "Bearer alice-key-0123456789");
     let bob = Rpc::new(&registry.mcp).with("authorization", "Bearer bob-key-0123456789");
+    let ops = Rpc::new(&registry.mcp).with("authorization", "Bearer ops-key-0123456789");
     let _sidecar = TestSidecar::start(&registry.grpc, "s", command_tools(&long_tool_yaml(5))).await;
     alice.wait_listed("long", true).await;
 
@@ -205,8 +217,14 @@ async fn a_callers_task_is_unknown_to_another_caller() {
         got["result"]["status"], "working",
         "bob's cancel did nothing: {got}"
     );
-    let ack = task_request(&alice, 4, "tasks/cancel", &id, true).await;
+
+    // `tasks_of` lets ops see and cancel anyone's tasks of `long`.
+    let seen = task_request(&ops, 4, "tasks/get", &id, true).await;
+    assert_eq!(seen["result"]["status"], "working", "{seen}");
+    let ack = task_request(&ops, 5, "tasks/cancel", &id, true).await;
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let got = task_request(&alice, 6, "tasks/get", &id, true).await;
+    assert_eq!(got["result"]["status"], "cancelled", "{got}");
     registry.stop().await;
 }
 

@@ -5,12 +5,18 @@
 //!   - callers: [billing-agent]         # caller ids; "*" is every caller
 //!     groups: [billing]                # or groups the caller belongs to
 //!     tools: ["invoice.*", "lookup_customer"]
+//!   - groups: [operators]
+//!     tools: ["*"]
+//!     tasks_of: ["*"]                  # sees and cancels others' tasks
 //! ```
 //!
 //! A rule applies to a caller it names by id, or by one of the caller's
 //! groups, or to every authenticated caller when its `callers` holds `*`.
 //! A call is allowed when a rule that applies to the caller has a pattern
-//! ([`Pattern`]) matching the tool's name, and refused otherwise.
+//! ([`Pattern`]) matching the tool's name, and refused otherwise. A caller
+//! sees and cancels its own tasks; another caller's task of a tool when a
+//! rule that applies to it gives it the tool and names that caller (or
+//! `*`) in `tasks_of`.
 
 use std::collections::HashSet;
 
@@ -33,6 +39,8 @@ struct Rule {
     callers: HashSet<String>,
     groups: HashSet<String>,
     tools: Vec<Pattern>,
+    /// Whose tasks (of the rule's tools) the rule's callers see.
+    tasks_of: HashSet<String>,
 }
 
 #[derive(Deserialize)]
@@ -49,6 +57,8 @@ struct RuleEntry {
     #[serde(default)]
     groups: Vec<String>,
     tools: Vec<String>,
+    #[serde(default)]
+    tasks_of: Vec<String>,
 }
 
 impl Policy {
@@ -77,6 +87,17 @@ impl Policy {
         })
     }
 
+    /// Whether `caller` may see and cancel a task of `tool` that `owner`
+    /// started (its own always).
+    pub fn sees_task(&self, caller: &Caller, owner: &str, tool: &str) -> bool {
+        caller.id == owner
+            || self.rules.iter().any(|rule| {
+                rule.applies_to(caller)
+                    && (rule.tasks_of.contains("*") || rule.tasks_of.contains(owner))
+                    && rule.tools.iter().any(|p| p.matches(tool))
+            })
+    }
+
     /// Whether `caller` may call the tool `tool`.
     pub fn allows(&self, caller: &Caller, tool: &str) -> bool {
         self.rules
@@ -100,6 +121,7 @@ impl Rule {
             ("callers", &entry.callers),
             ("groups", &entry.groups),
             ("tools", &entry.tools),
+            ("tasks_of", &entry.tasks_of),
         ];
         for (list, items) in lists {
             if items.iter().any(String::is_empty) {
@@ -120,6 +142,7 @@ impl Rule {
             tools: entry.tools.iter().map(|tool| Pattern::new(tool)).collect(),
             callers: entry.callers.into_iter().collect(),
             groups: entry.groups.into_iter().collect(),
+            tasks_of: entry.tasks_of.into_iter().collect(),
         })
     }
 
@@ -161,6 +184,45 @@ rules:
   - callers: ["*"]
     tools: [ping]
 "#;
+
+    #[test]
+    fn tasks_of_others_are_seen_only_where_a_rule_grants_them() {
+        let policy = Policy::parse(
+            r#"
+rules:
+  - groups: [operators]
+    tools: ["deploy.*"]
+    tasks_of: ["*"]
+  - callers: [auditor]
+    tools: ["*"]
+    tasks_of: [billing-agent]
+  - callers: [billing-agent]
+    tools: ["*"]
+"#,
+        )
+        .expect("valid policy");
+        let (operator, auditor, billing) = (
+            caller("ops-1", &["operators"]),
+            caller("auditor", &[]),
+            caller("billing-agent", &[]),
+        );
+        assert!(
+            policy.sees_task(&billing, "billing-agent", "anything"),
+            "its own"
+        );
+        assert!(!policy.sees_task(&billing, "ops-1", "deploy.app"));
+        assert!(policy.sees_task(&operator, "billing-agent", "deploy.app"));
+        assert!(
+            !policy.sees_task(&operator, "billing-agent", "invoice.send"),
+            "not its tool"
+        );
+        assert!(policy.sees_task(&auditor, "billing-agent", "invoice.send"));
+        assert!(
+            !policy.sees_task(&auditor, "ops-1", "invoice.send"),
+            "not named"
+        );
+        assert!(Policy::parse("rules: [{callers: [a], tools: [x], tasks_of: ['']}]").is_err());
+    }
 
     #[test]
     fn allows_by_caller_id() {

@@ -12,7 +12,7 @@ use crate::{
     access::{Access, allows},
     calls::invoke::Call,
     error::RegistryError,
-    tasks::{Tasks, model::Task},
+    tasks::{Tasks, Viewer, model::Task},
 };
 
 /// `toolmesh.v1.Tasks`, over [`Tasks`].
@@ -25,6 +25,14 @@ impl TasksApi {
     /// The service over `tasks`, for the callers `access` knows.
     pub(crate) fn new(access: Arc<Access>, tasks: Arc<Tasks>) -> Self {
         Self { access, tasks }
+    }
+
+    fn viewer<T>(&self, request: &Request<T>) -> Result<Viewer, Status> {
+        let caller = self.access.caller(request.metadata())?;
+        Ok(Viewer {
+            caller,
+            policy: self.access.policy(),
+        })
     }
 
     fn caller<T>(&self, request: &Request<T>) -> Result<String, Status> {
@@ -71,8 +79,8 @@ impl pb::tasks_server::Tasks for TasksApi {
         &self,
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        let caller = self.caller(&request)?;
-        let task = self.tasks.get(&request.get_ref().id, &caller).await?;
+        let viewer = self.viewer(&request)?;
+        let task = self.tasks.get(&request.get_ref().id, &viewer).await?;
         Ok(Response::new(task.to_proto()))
     }
 
@@ -82,15 +90,15 @@ impl pb::tasks_server::Tasks for TasksApi {
         &self,
         request: Request<pb::WatchTaskRequest>,
     ) -> Result<Response<Self::WatchTaskStream>, Status> {
-        let caller = self.caller(&request)?;
+        let viewer = self.viewer(&request)?;
         let deadline = Deadline::of(&request);
         let id = request.into_inner().id;
         // The first answer is the task as it is: an unknown one fails here.
-        let first = self.tasks.get(&id, &caller).await?;
+        let first = self.tasks.get(&id, &viewer).await?;
         let watch = Watch {
             tasks: self.tasks.clone(),
             id,
-            caller,
+            viewer,
             deadline,
             seen: 0,
             first: Some(first),
@@ -104,11 +112,11 @@ impl pb::tasks_server::Tasks for TasksApi {
         &self,
         request: Request<pb::CancelTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        let caller = self.caller(&request)?;
+        let viewer = self.viewer(&request)?;
         let trace = TraceContext::from_metadata(request.metadata()).decide();
         let task = self
             .tasks
-            .cancel(&request.get_ref().id, &caller, &trace)
+            .cancel(&request.get_ref().id, &viewer, &trace)
             .await?;
         Ok(Response::new(task.to_proto()))
     }
@@ -128,7 +136,7 @@ impl pb::tasks_server::Tasks for TasksApi {
 struct Watch {
     tasks: Arc<Tasks>,
     id: String,
-    caller: String,
+    viewer: Viewer,
     deadline: Deadline,
     /// The revision last sent (0: none yet).
     seen: u64,
@@ -149,7 +157,7 @@ impl Watch {
             Some(first) => Ok(Some(first)),
             None => {
                 self.tasks
-                    .next(&self.id, &self.caller, self.seen, self.deadline)
+                    .next(&self.id, &self.viewer, self.seen, self.deadline)
                     .await
             }
         };

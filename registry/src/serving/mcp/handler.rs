@@ -52,7 +52,7 @@ use crate::{
     catalog::search::ToolSearch,
     catalog::{Catalog, CatalogEvent},
     error::RegistryError,
-    tasks::Tasks,
+    tasks::{Tasks, Viewer},
 };
 
 /// `_meta` key of a `tools/call` request: the call's idempotency key, as
@@ -263,6 +263,14 @@ impl McpHandler {
             ));
         }
         Ok(requester)
+    }
+
+    /// Whose tasks `requester` sees, under the policy in force.
+    fn viewer(&self, requester: Requester) -> Viewer {
+        Viewer {
+            caller: requester.caller,
+            policy: self.shared.access.policy(),
+        }
     }
 
     /// Completes when notifications should stop: the session ended or the
@@ -476,7 +484,7 @@ impl ServerHandler for McpHandler {
         let task = self
             .shared
             .tasks
-            .get(&request.task_id, &requester.caller.id)
+            .get(&request.task_id, &self.viewer(requester))
             .await
             .map_err(|error| task_error(&request.task_id, &error))?;
         Ok(tasks::detailed(&task))
@@ -492,7 +500,7 @@ impl ServerHandler for McpHandler {
         let requester = self.requester(&context.extensions)?;
         self.shared
             .tasks
-            .get(&request.task_id, &requester.caller.id)
+            .get(&request.task_id, &self.viewer(requester))
             .await
             .map_err(|error| task_error(&request.task_id, &error))?;
         Ok(())
@@ -508,7 +516,7 @@ impl ServerHandler for McpHandler {
         // A task that is over stays as it ended: cancelling is a wish.
         self.shared
             .tasks
-            .cancel(&request.task_id, &requester.caller.id, &trace)
+            .cancel(&request.task_id, &self.viewer(requester), &trace)
             .await
             .map_err(|error| task_error(&request.task_id, &error))?;
         Ok(())
