@@ -46,6 +46,8 @@ pub(crate) struct NewTask {
     pub(crate) caller: String,
     /// The secret every report about it carries (never logged).
     pub(crate) report_token: Vec<u8>,
+    /// The trace of the `RunTask` that started it.
+    pub(crate) trace: toolmesh_telemetry::TraceContext,
 }
 
 impl std::fmt::Debug for NewTask {
@@ -213,7 +215,12 @@ impl Tasks {
         }
         let serial = state.next_serial;
         state.next_serial += 1;
-        let span = tracing::info_span!("task", task = %Quoted(&task.id), tool = %task.tool);
+        let span = toolmesh_telemetry::call_span!(
+            task.trace.is_traced(),
+            "task",
+            task = %Quoted(&task.id),
+            tool = %task.tool
+        );
         let running = self
             .shared
             .metrics
@@ -228,6 +235,7 @@ impl Tasks {
                     id: task.id.clone(),
                     serial,
                     report_token: task.report_token,
+                    trace: task.trace,
                     running,
                 }
                 .drive(work, updates)

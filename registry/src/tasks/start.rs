@@ -149,16 +149,10 @@ impl Tasks {
             timeout: toolmesh_proto::rules::duration_field(timeout),
             report_token: token.to_vec(),
         };
+        // RunTask is a child of the start's span.
+        let onward = call.trace.onward(&tracing::Span::current());
         let handed = self
-            .hand_over(
-                &tool,
-                &mut task,
-                &run,
-                first,
-                &mut tried,
-                deadline,
-                &call.trace,
-            )
+            .hand_over(&tool, &mut task, &run, first, &mut tried, deadline, &onward)
             .await;
         if let Some(ticket) = ticket {
             ticket

@@ -14,7 +14,9 @@ use std::{
 
 use axum::{Router, http::HeaderMap, routing::post};
 use tonic::transport::Channel;
-use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+use toolmesh_proto::pb::{
+    self, tasks_client::TasksClient, tool_registry_client::ToolRegistryClient,
+};
 use toolmesh_test_support::{
     otlp::{Collector, Span, waterfall},
     process::{self, SidecarProcess},
@@ -80,6 +82,8 @@ tools:
 
 struct Mesh {
     registry: RegistryProcess,
+    /// Where the registry's gRPC listens.
+    address: SocketAddr,
     _sidecar: SidecarProcess,
     agent: ToolRegistryClient<Channel>,
 }
@@ -131,6 +135,7 @@ async fn mesh(
     }
     Some(Mesh {
         registry,
+        address: addr,
         _sidecar: sidecar,
         agent,
     })
@@ -504,5 +509,121 @@ async fn an_unsampled_call_exports_nothing_and_says_so_downstream() {
             "an unsampled call was exported:\n{}",
             waterfall(&exported)
         );
+    }
+}
+
+/// A tool that reports progress, then answers after a second.
+const STEPS: &str = r#"  - name: steps
+    description: reports progress, then answers
+    timeout: 1s
+    task_timeout: 30s
+    backend:
+      command: ["sh", "-c", "echo 'toolmesh-progress {\"fraction\": 0.5, \"message\": \"half\"}' >&2; sleep 1; echo '{\"done\": true}'"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
+    let collector = Collector::start().await;
+    let (url, _seen) = backend().await;
+    let (grpc, http) = (collector.grpc_endpoint(), collector.http_endpoint());
+    let Some(mesh) = mesh(
+        &format!("{}{STEPS}", yaml(&url)),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_SERVICE_NAME", "steps-sidecar"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    toolmesh_test_support::catalog::wait_for_instances(
+        &mesh.agent,
+        "steps",
+        1,
+        Duration::from_secs(20),
+    )
+    .await;
+    let address = mesh.address;
+    let mut tasks = TasksClient::connect(format!("http://{address}"))
+        .await
+        .expect("connect");
+    let parent = format!("00-{TRACE_ID}-{AGENT_SPAN}-01");
+    let mut start = tonic::Request::new(pb::StartTaskRequest {
+        call: Some(toolmesh_test_support::catalog::invoke("steps", "{}")),
+    });
+    start
+        .metadata_mut()
+        .insert("traceparent", parent.parse().expect("ascii"));
+    let task = tasks.start_task(start).await.expect("started").into_inner();
+    let mut watch = tasks
+        .watch_task(pb::WatchTaskRequest { id: task.id })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut last = None;
+    while let Some(seen) = watch.message().await.expect("the stream") {
+        last = Some(seen);
+    }
+    let last = last.expect("the task's end");
+    assert_eq!(last.state, pb::TaskState::Completed as i32, "{last:?}");
+
+    let reported = |spans: &[Span]| {
+        spans
+            .iter()
+            .filter(|s| {
+                s.service == "toolmesh-registry" && s.name == "toolmesh.v1.Registration/ReportTask"
+            })
+            .count()
+    };
+    let spans = collector
+        .trace(TRACE_ID, Duration::from_secs(30), |spans| {
+            reported(spans) >= 2
+        })
+        .await;
+    println!("{}", waterfall(&spans));
+
+    let started = one(&spans, "toolmesh-registry", "toolmesh.v1.Tasks/StartTask");
+    let run = one(&spans, "steps-sidecar", "toolmesh.v1.ToolRuntime/RunTask");
+    let running = one(&spans, "steps-sidecar", "task");
+    assert_eq!(started.parent_span_id, AGENT_SPAN, "{}", waterfall(&spans));
+    assert_eq!(started.kind, SERVER);
+    assert_child(run, started, &spans);
+    assert_child(running, run, &spans);
+    let sent: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.service == "steps-sidecar" && s.name == "toolmesh.v1.Registration/ReportTask")
+        .collect();
+    let reports: Vec<&str> = sent.iter().filter_map(|s| s.attribute("report")).collect();
+    assert!(
+        reports.contains(&"progress"),
+        "{reports:?}\n{}",
+        waterfall(&spans)
+    );
+    assert!(
+        reports.contains(&"end"),
+        "{reports:?}\n{}",
+        waterfall(&spans)
+    );
+    for report in &sent {
+        assert_eq!(report.kind, CLIENT);
+        assert_child(report, running, &spans);
+        let taken = spans
+            .iter()
+            .find(|s| {
+                s.service == "toolmesh-registry"
+                    && s.name == "toolmesh.v1.Registration/ReportTask"
+                    && s.parent_span_id == report.span_id
+            })
+            .unwrap_or_else(|| panic!("the registry's side of {report:?}\n{}", waterfall(&spans)));
+        assert_eq!(taken.kind, SERVER);
+        assert_eq!(taken.attribute("rpc.response.status_code"), Some("OK"));
     }
 }

@@ -256,7 +256,7 @@ impl RuntimeService {
         }
         let (progress, updates) = Progress::channel();
         let context = CallContext::new(call.caller.clone(), call.invocation_id.clone())
-            .in_trace(trace)
+            .in_trace(trace.clone())
             .with_progress(progress);
         let timeout = toolmesh_proto::rules::duration(req.timeout);
         let (tool, work) = self
@@ -271,6 +271,7 @@ impl RuntimeService {
             tool,
             caller: call.caller,
             report_token: req.report_token,
+            trace,
         };
         tasks.start(task, work, updates).map_err(|err| {
             tracing::warn!(error = %err, retryable = err.is_retryable(), "task not started");

@@ -58,6 +58,7 @@ impl Report for Recorder {
     async fn report(
         &self,
         report: pb::ReportTaskRequest,
+        _trace: &toolmesh_telemetry::TraceContext,
     ) -> Result<pb::ReportTaskResponse, tonic::Status> {
         self.reports
             .lock()

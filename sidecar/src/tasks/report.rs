@@ -12,10 +12,14 @@ use tonic::transport::Channel;
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::registration_client::RegistrationClient;
 use toolmesh_proto::token::Token;
+use toolmesh_telemetry::{TraceContext, spans};
+use tracing::Instrument as _;
 
 use crate::announcer::{Backoff, request, with_deadline};
 use crate::progress::Update;
 
+/// `Registration.ReportTask`'s fully qualified name, as its spans name it.
+const REPORT_TASK: &str = "toolmesh.v1.Registration/ReportTask";
 /// Longest one ReportTask may take.
 pub(crate) const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 /// Shortest time between two progress reports of one task.
@@ -30,10 +34,11 @@ const END_BACKOFF_CAP: Duration = Duration::from_secs(10);
 /// Sends one report to the registry, within a deadline of its own.
 #[async_trait]
 pub(crate) trait Report: Send + Sync + 'static {
-    /// The registry's answer to `report`.
+    /// The registry's answer to `report`, sent in the task's `trace`.
     async fn report(
         &self,
         report: pb::ReportTaskRequest,
+        trace: &TraceContext,
     ) -> Result<pb::ReportTaskResponse, tonic::Status>;
 }
 
@@ -60,10 +65,31 @@ impl Report for RegistryReport {
     async fn report(
         &self,
         report: pb::ReportTaskRequest,
+        trace: &TraceContext,
     ) -> Result<pb::ReportTaskResponse, tonic::Status> {
+        let what = match &report.report {
+            Some(pb::report_task_request::Report::Progress(_)) => "progress",
+            Some(_) => "end",
+            None => "nothing",
+        };
+        let span = toolmesh_telemetry::call_span!(
+            trace.is_traced(),
+            "toolmesh.v1.Registration/ReportTask",
+            otel.kind = "client",
+            report = what,
+        );
+        spans::rpc(&span, REPORT_TASK);
         let mut client = self.client.clone();
-        let call = request(report, RPC_TIMEOUT, self.token.as_ref());
-        with_deadline(RPC_TIMEOUT, client.report_task(call)).await
+        let mut call = request(report, RPC_TIMEOUT, self.token.as_ref());
+        trace.onward(&span).inject_metadata(call.metadata_mut());
+        let answer = with_deadline(RPC_TIMEOUT, client.report_task(call))
+            .instrument(span.clone())
+            .await;
+        let code = answer
+            .as_ref()
+            .map_or_else(tonic::Status::code, |_| tonic::Code::Ok);
+        spans::rpc_status(&span, toolmesh_proto::code::name(code));
+        answer
     }
 }
 
@@ -95,11 +121,12 @@ pub(crate) async fn deliver(
     reporter: &dyn Report,
     end: pb::ReportTaskRequest,
     window: Duration,
+    trace: &TraceContext,
 ) -> Delivery {
     let give_up = Instant::now() + window;
     let mut backoff = Backoff::between(END_BACKOFF_START, END_BACKOFF_CAP);
     loop {
-        let status = match reporter.report(end.clone()).await {
+        let status = match reporter.report(end.clone(), trace).await {
             Ok(_) => return Delivery::Taken,
             Err(status) if is_final(status.code()) => return Delivery::Refused(status.code()),
             Err(status) => status,
@@ -135,6 +162,7 @@ pub(crate) async fn progress(
     task: &str,
     report_token: &[u8],
     mut updates: watch::Receiver<Option<Update>>,
+    trace: &TraceContext,
 ) -> pb::TaskState {
     let mut next = Instant::now();
     loop {
@@ -152,7 +180,7 @@ pub(crate) async fn progress(
             report_token: report_token.to_vec(),
             report: Some(pb::report_task_request::Report::Progress(update.to_pb())),
         };
-        match reporter.report(report).await {
+        match reporter.report(report, trace).await {
             Ok(answer) if is_terminal(answer.state()) => return answer.state(),
             Ok(_) => {}
             Err(status) => tracing::debug!(

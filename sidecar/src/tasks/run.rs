@@ -19,6 +19,8 @@ pub(super) struct Run {
     pub(super) id: String,
     pub(super) serial: u64,
     pub(super) report_token: Vec<u8>,
+    /// The trace the task runs in; its reports are in it too.
+    pub(super) trace: toolmesh_telemetry::TraceContext,
     /// Counts the task running until it ends; dropped first (the task
     /// stopped), it counts as cancelled.
     pub(super) running: TaskRecord,
@@ -38,12 +40,15 @@ impl Run {
     /// Runs `work` until it ends, reporting `updates` meanwhile, then
     /// reports the end; the task leaves the table once that is settled.
     pub(super) async fn drive(mut self, work: Work, updates: watch::Receiver<Option<Update>>) {
+        // Reports are children of the task's span (the current one).
+        let trace = self.trace.onward(&tracing::Span::current());
         let end = {
             let progress = report::progress(
                 &*self.shared.reporter,
                 &self.id,
                 &self.report_token,
                 updates,
+                &trace,
             );
             tokio::select! {
                 answer = work => End::Answered(answer),
@@ -89,7 +94,7 @@ impl Run {
             report_token: std::mem::take(&mut self.report_token),
             report: Some(said),
         };
-        match report::deliver(&*self.shared.reporter, end, END_WINDOW).await {
+        match report::deliver(&*self.shared.reporter, end, END_WINDOW, &trace).await {
             Delivery::Taken => tracing::debug!("the registry took the task's end"),
             Delivery::Refused(code) => tracing::warn!(
                 code = toolmesh_proto::code::name(code),

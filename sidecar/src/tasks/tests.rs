@@ -55,6 +55,7 @@ fn task(id: &str) -> NewTask {
         tool: "slow".into(),
         caller: "alice".into(),
         report_token: b"token".to_vec(),
+        trace: toolmesh_telemetry::TraceContext::default(),
     }
 }
 

@@ -15,6 +15,9 @@ use crate::{
     error::RegistryError,
 };
 
+/// `Registration.ReportTask`'s fully qualified name, as its spans name it.
+const REPORT_TASK: &str = "toolmesh.v1.Registration/ReportTask";
+
 /// `toolmesh.v1.Registration`, for sidecars: open, or only for the
 /// registrants of `--registrants-file`, each for its own tools.
 pub(crate) struct RegistrationApi {
@@ -249,17 +252,27 @@ impl pb::registration_server::Registration for RegistrationApi {
         &self,
         request: Request<pb::ReportTaskRequest>,
     ) -> Result<Response<pb::ReportTaskResponse>, Status> {
-        // Registrants authenticate as for a heartbeat; the task's own
-        // token says the report is its instance's.
-        self.registrant(&request)?;
-        let request = request.into_inner();
-        let Some(tasks) = &self.tasks else {
-            return Err(RegistryError::TaskNotFound {
-                id: request.task_id,
-            }
-            .into());
-        };
-        Ok(Response::new(tasks.report(request).await?))
+        let trace = toolmesh_telemetry::TraceContext::from_metadata(request.metadata()).decide();
+        let span = toolmesh_telemetry::call_span!(
+            trace.is_traced(),
+            "toolmesh.v1.Registration/ReportTask",
+            otel.kind = "server",
+            task = %clip(&request.get_ref().task_id, QUOTED_MAX),
+        );
+        toolmesh_telemetry::spans::serve(span, &trace, REPORT_TASK, async {
+            // Registrants authenticate as for a heartbeat; the task's own
+            // token says the report is its instance's.
+            self.registrant(&request)?;
+            let request = request.into_inner();
+            let Some(tasks) = &self.tasks else {
+                return Err(RegistryError::TaskNotFound {
+                    id: request.task_id,
+                }
+                .into());
+            };
+            Ok(Response::new(tasks.report(request).await?))
+        })
+        .await
     }
 }
 

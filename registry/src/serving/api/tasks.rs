@@ -6,7 +6,10 @@ use std::{pin::Pin, sync::Arc};
 use futures::Stream;
 use tonic::{Request, Response, Status};
 use toolmesh_proto::{deadline::Deadline, pb, tls};
-use toolmesh_telemetry::TraceContext;
+use toolmesh_telemetry::{
+    TraceContext,
+    shown::{QUOTED_MAX, clip},
+};
 
 use crate::{
     access::{Access, allows},
@@ -14,6 +17,9 @@ use crate::{
     error::RegistryError,
     tasks::{Tasks, Viewer, model::Task},
 };
+
+/// `Tasks.StartTask`'s fully qualified name, as its spans name it.
+const START_TASK: &str = "toolmesh.v1.Tasks/StartTask";
 
 /// `toolmesh.v1.Tasks`, over [`Tasks`].
 pub(crate) struct TasksApi {
@@ -35,25 +41,14 @@ impl TasksApi {
         })
     }
 
-    fn caller<T>(&self, request: &Request<T>) -> Result<String, Status> {
-        self.access
-            .caller(request.metadata())
-            .map(|caller| caller.id)
-            .map_err(Status::from)
-    }
-}
-
-type TaskStream = Pin<Box<dyn Stream<Item = Result<pb::Task, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl pb::tasks_server::Tasks for TasksApi {
-    async fn start_task(
+    /// `StartTask`, inside its span.
+    async fn start_task_traced(
         &self,
         request: Request<pb::StartTaskRequest>,
+        trace: TraceContext,
     ) -> Result<Response<pb::Task>, Status> {
         let deadline = Deadline::of(&request);
         let peer = tls::peer(&request).remote_addr;
-        let trace = TraceContext::from_metadata(request.metadata()).decide();
         let caller = self.access.caller(request.metadata())?;
         let Some(call) = request.into_inner().call else {
             return Err(RegistryError::InvalidRequest {
@@ -73,6 +68,43 @@ impl pb::tasks_server::Tasks for TasksApi {
         };
         let task = self.tasks.start(call, call_of).await?;
         Ok(Response::new(task.to_proto()))
+    }
+
+    fn caller<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        self.access
+            .caller(request.metadata())
+            .map(|caller| caller.id)
+            .map_err(Status::from)
+    }
+}
+
+type TaskStream = Pin<Box<dyn Stream<Item = Result<pb::Task, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::tasks_server::Tasks for TasksApi {
+    async fn start_task(
+        &self,
+        request: Request<pb::StartTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        let trace = TraceContext::from_metadata(request.metadata()).decide();
+        let tool = request
+            .get_ref()
+            .call
+            .as_ref()
+            .map_or("", |c| c.tool.as_str());
+        let span = toolmesh_telemetry::call_span!(
+            trace.is_traced(),
+            "toolmesh.v1.Tasks/StartTask",
+            otel.kind = "server",
+            tool = %clip(tool, QUOTED_MAX),
+        );
+        toolmesh_telemetry::spans::serve(
+            span,
+            &trace,
+            START_TASK,
+            Box::pin(self.start_task_traced(request, trace.clone())),
+        )
+        .await
     }
 
     async fn get_task(

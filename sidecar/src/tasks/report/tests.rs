@@ -5,6 +5,13 @@ use std::sync::Arc;
 use tonic::Code;
 
 use super::*;
+use toolmesh_telemetry::TraceContext;
+
+/// The trace of a call no one traces.
+fn untraced() -> &'static TraceContext {
+    static UNTRACED: std::sync::OnceLock<TraceContext> = std::sync::OnceLock::new();
+    UNTRACED.get_or_init(TraceContext::default)
+}
 use crate::progress::Progress;
 use crate::tasks::recorder::{Recorder, state};
 
@@ -29,7 +36,10 @@ async fn the_end_is_reported_again_until_a_registry_takes_it() {
         state(pb::TaskState::Completed),
     ]);
     let started = Instant::now();
-    assert_eq!(deliver(&recorder, end(), END_WINDOW).await, Delivery::Taken);
+    assert_eq!(
+        deliver(&recorder, end(), END_WINDOW, untraced()).await,
+        Delivery::Taken
+    );
     let reports = recorder.reports();
     assert_eq!(reports.len(), 3);
     assert!(reports.iter().all(|(_, report)| *report == end()));
@@ -55,7 +65,7 @@ async fn an_end_the_registry_refuses_for_good_is_dropped_at_once() {
     ] {
         let recorder = Recorder::answering([Err(tonic::Status::new(code, "no"))]);
         assert_eq!(
-            deliver(&recorder, end(), END_WINDOW).await,
+            deliver(&recorder, end(), END_WINDOW, untraced()).await,
             Delivery::Refused(code)
         );
         assert_eq!(recorder.reports().len(), 1, "{code:?}");
@@ -69,7 +79,7 @@ async fn an_end_no_registry_takes_is_given_up_after_the_window() {
     );
     let started = Instant::now();
     assert_eq!(
-        deliver(&recorder, end(), END_WINDOW).await,
+        deliver(&recorder, end(), END_WINDOW, untraced()).await,
         Delivery::GaveUp
     );
     let reports = recorder.reports();
@@ -94,7 +104,7 @@ async fn progress_is_sent_at_most_every_interval_the_latest_winning() {
     let (handle, updates) = Progress::channel();
     let pump = tokio::spawn({
         let recorder = recorder.clone();
-        async move { progress(&*recorder, "t-1", b"secret", updates).await }
+        async move { progress(&*recorder, "t-1", b"secret", updates, untraced()).await }
     });
     let started = Instant::now();
     handle.report(Some(0.1), "one");
@@ -149,7 +159,7 @@ async fn a_registry_that_says_the_task_is_over_ends_the_progress() {
             std::future::pending::<()>().await;
         };
         let answered = tokio::select! {
-            state = progress(&recorder, "t", b"", updates) => state,
+            state = progress(&recorder, "t", b"", updates, untraced()) => state,
             () = reports => unreachable!(),
         };
         assert_eq!(answered, over);
@@ -161,7 +171,7 @@ async fn a_registry_that_says_the_task_is_over_ends_the_progress() {
 async fn progress_waits_for_a_report() {
     let recorder = Recorder::default();
     let (handle, updates) = Progress::channel();
-    let pump = progress(&recorder, "t", b"", updates);
+    let pump = progress(&recorder, "t", b"", updates, untraced());
     assert!(
         tokio::time::timeout(Duration::from_secs(60), pump)
             .await
