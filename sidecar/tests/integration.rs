@@ -28,6 +28,8 @@ mod mcp_tasks;
 mod metrics;
 #[path = "integration/mistakes.rs"]
 mod mistakes;
+#[path = "integration/rmcp_tasks.rs"]
+mod rmcp_tasks;
 #[path = "integration/sdk.rs"]
 mod sdk;
 #[path = "integration/tasks_backends.rs"]
