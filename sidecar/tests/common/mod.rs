@@ -466,3 +466,35 @@ impl SlowCall {
         response
     }
 }
+
+/// Watches the task `id` on `tasks` until it is as `wanted` says, within
+/// `within`; returns it then, and panics naming `what` otherwise.
+pub async fn watch_until(
+    mut tasks: pb::tasks_client::TasksClient<Channel>,
+    id: &str,
+    what: &str,
+    within: Duration,
+    wanted: impl Fn(&pb::Task) -> bool,
+) -> pb::Task {
+    let mut stream = tasks
+        .watch_task(pb::WatchTaskRequest { id: id.into() })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut last = None;
+    let found = tokio::time::timeout(within, async {
+        while let Some(task) = stream.message().await.expect("the stream goes on") {
+            if wanted(&task) {
+                return Some(task);
+            }
+            last = Some(task);
+        }
+        None
+    })
+    .await;
+    match found {
+        Ok(Some(task)) => task,
+        Ok(None) => panic!("the task ended before {what}: {last:?}"),
+        Err(_) => panic!("not within {within:?}: {what}; the task was {last:?}"),
+    }
+}

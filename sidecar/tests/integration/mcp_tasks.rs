@@ -159,29 +159,7 @@ impl Setup {
         what: &str,
         wanted: impl Fn(&pb::Task) -> bool,
     ) -> pb::Task {
-        let mut stream = self
-            .tasks
-            .clone()
-            .watch_task(pb::WatchTaskRequest { id: id.into() })
-            .await
-            .expect("watch")
-            .into_inner();
-        let mut last = None;
-        let found = tokio::time::timeout(PATIENCE, async {
-            while let Some(task) = stream.message().await.expect("the stream goes on") {
-                if wanted(&task) {
-                    return Some(task);
-                }
-                last = Some(task);
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(task)) => task,
-            Ok(None) => panic!("the task ended before {what}: {last:?}"),
-            Err(_) => panic!("not within {PATIENCE:?}: {what}; the task was {last:?}"),
-        }
+        crate::common::watch_until(self.tasks.clone(), id, what, PATIENCE, wanted).await
     }
 
     async fn finished(&self, id: &str) -> pb::Task {

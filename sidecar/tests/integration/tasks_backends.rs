@@ -111,28 +111,7 @@ async fn watch_until(
     what: &str,
     wanted: impl Fn(&pb::Task) -> bool,
 ) -> pb::Task {
-    let mut stream = registry
-        .tasks()
-        .watch_task(pb::WatchTaskRequest { id: id.into() })
-        .await
-        .expect("watch")
-        .into_inner();
-    let mut last = None;
-    let found = tokio::time::timeout(PATIENCE, async {
-        while let Some(task) = stream.message().await.expect("the stream goes on") {
-            if wanted(&task) {
-                return Some(task);
-            }
-            last = Some(task);
-        }
-        None
-    })
-    .await;
-    match found {
-        Ok(Some(task)) => task,
-        Ok(None) => panic!("the task ended before {what}: {last:?}"),
-        Err(_) => panic!("not within {PATIENCE:?}: {what}; the task was {last:?}"),
-    }
+    crate::common::watch_until(registry.tasks(), id, what, PATIENCE, wanted).await
 }
 
 fn has_progress(task: &pb::Task, fraction: f64, message: &str) -> bool {
