@@ -15,6 +15,7 @@ use toolmesh_telemetry::TraceContext;
 use super::{
     Tasks,
     model::{Holder, Outcome, State, Task, now_ms},
+    start::Moved,
 };
 
 /// Most live tasks one pass looks at (the soonest to time out first).
@@ -108,14 +109,13 @@ impl Tasks {
             .map(|h| h.instance.clone())
             .unwrap_or_default();
         match self.rerun(task).await {
-            None => self.fail(task, &status).await,
-            Some(Ok(instance)) => {
+            Moved::Not => self.fail(task, &status).await,
+            Moved::Elsewhere => {}
+            Moved::To(instance) => {
                 self.orphans.clear(&task.id);
-                if !instance.is_empty() {
-                    tracing::warn!(task = %task.id, tool = %task.tool, lost = %lost, %instance, "task's instance was lost; the idempotent task runs again on another");
-                }
+                tracing::warn!(task = %task.id, tool = %task.tool, lost = %lost, %instance, "task's instance was lost; the idempotent task runs again on another");
             }
-            Some(Err(error)) => {
+            Moved::Refused(error) => {
                 let status = tonic::Status::unavailable(format!(
                     "{}; no other instance took the task: {error}",
                     status.message()

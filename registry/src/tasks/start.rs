@@ -32,6 +32,20 @@ use crate::{
     error::RegistryError,
 };
 
+/// What became of a task whose instance was lost.
+pub(super) enum Moved {
+    /// It cannot run elsewhere (its tool is not idempotent, it moved too
+    /// often, its time is up, no other instance is live): it fails.
+    Not,
+    /// Another instance took it.
+    To(String),
+    /// Another replica moved or ended it first, or the store could not
+    /// say: nothing to do this pass.
+    Elsewhere,
+    /// No other instance took it: it fails with this.
+    Refused(RegistryError),
+}
+
 /// Most instances a task is offered to.
 const MAX_HANDOVERS: usize = 3;
 /// Most times a task of an idempotent tool is given to another instance
@@ -249,11 +263,13 @@ impl Tasks {
     }
 
     /// Runs `task` again on another instance after its own was lost, if
-    /// its tool is idempotent and it was not moved too often already:
-    /// `None` when it cannot be (the janitor fails it), else whether it was
-    /// (`false`: another replica moved or ended it first, or this pass
-    /// could not tell).
-    pub(super) async fn rerun(&self, task: &Task) -> Option<Result<String, RegistryError>> {
+    /// its tool is idempotent and it was not moved too often already.
+    pub(super) async fn rerun(&self, task: &Task) -> Moved {
+        self.try_rerun(task).await.unwrap_or(Moved::Not)
+    }
+
+    /// [`Self::rerun`]; `None` when the task cannot run elsewhere.
+    async fn try_rerun(&self, task: &Task) -> Option<Moved> {
         let rerun = task.rerun.as_ref().filter(|r| r.reruns < MAX_RERUNS)?;
         let lost = task.holder.as_ref()?.instance.clone();
         let tool = self.invoker.catalog().get(&task.tool)?;
@@ -270,8 +286,11 @@ impl Tasks {
             .await;
         let mut moved = match moved {
             Ok(Some((moved, true))) => moved,
-            Ok(_) => return Some(Ok(String::new())),
-            Err(error) => return Some(Err(error)),
+            Ok(_) => return Some(Moved::Elsewhere),
+            Err(error) => {
+                tracing::debug!(%error, task = %task.id, "the lost instance's task stays until the next pass");
+                return Some(Moved::Elsewhere);
+            }
         };
         let run = pb::RunTaskRequest {
             call: Some(pb::ExecuteRequest {
@@ -286,8 +305,13 @@ impl Tasks {
         let budget = Deadline::after(HANDOVER_TIMEOUT * u32::try_from(MAX_HANDOVERS).unwrap_or(1));
         let trace = TraceContext::default();
         Some(
-            self.hand_over(&tool, &mut moved, &run, next, &mut tried, budget, &trace)
-                .await,
+            match self
+                .hand_over(&tool, &mut moved, &run, next, &mut tried, budget, &trace)
+                .await
+            {
+                Ok(instance) => Moved::To(instance),
+                Err(refusal) => Moved::Refused(refusal),
+            },
         )
     }
 

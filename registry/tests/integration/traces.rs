@@ -141,6 +141,27 @@ async fn mesh(
     })
 }
 
+/// [`mesh`], the registry exporting its spans to `collector` over gRPC and
+/// the sidecar (named `sidecar` by `OTEL_SERVICE_NAME`) over HTTP.
+async fn exported_mesh(collector: &Collector, yaml: &str, sidecar: &str) -> Option<Mesh> {
+    let (grpc, http) = (collector.grpc_endpoint(), collector.http_endpoint());
+    mesh(
+        yaml,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_SERVICE_NAME", sidecar),
+        ],
+    )
+    .await
+}
+
 /// An Invoke carrying the agent's `traceparent`.
 fn traced(
     tool: &str,
@@ -190,24 +211,7 @@ const ERROR: i32 = 2;
 async fn one_trace_from_the_agent_to_the_backend() {
     let collector = Collector::start().await;
     let (url, seen) = backend().await;
-    let grpc = collector.grpc_endpoint();
-    let http = collector.http_endpoint();
-    let Some(mut mesh) = mesh(
-        &yaml(&url),
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-            ("OTEL_SERVICE_NAME", "lookup-sidecar"),
-        ],
-    )
-    .await
-    else {
+    let Some(mut mesh) = exported_mesh(&collector, &yaml(&url), "lookup-sidecar").await else {
         return;
     };
 
@@ -525,20 +529,10 @@ const STEPS: &str = r#"  - name: steps
 async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
     let collector = Collector::start().await;
     let (url, _seen) = backend().await;
-    let (grpc, http) = (collector.grpc_endpoint(), collector.http_endpoint());
-    let Some(mesh) = mesh(
+    let Some(mesh) = exported_mesh(
+        &collector,
         &format!("{}{STEPS}", yaml(&url)),
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-        ],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
-            ("OTEL_SERVICE_NAME", "steps-sidecar"),
-        ],
+        "steps-sidecar",
     )
     .await
     else {

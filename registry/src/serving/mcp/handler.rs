@@ -512,7 +512,7 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let requester = self.requester(&context.extensions)?;
-        let trace = requester.trace(&JsonObject::new());
+        let trace = requester.trace(&context.meta);
         // A task that is over stays as it ended: cancelling is a wish.
         self.shared
             .tasks
