@@ -29,10 +29,9 @@ TERMINAL = frozenset({"completed", "failed", "cancelled"})
 MIN_POLL_SECONDS = 0.05
 
 
-class CreateTaskResult(types.Result):
-    """A task handle: the seed state of the task a `tools/call` became."""
+class TaskFields(types.Result):
+    """What every shape of a task carries."""
 
-    result_type: Literal["task"] = "task"
     task_id: str
     status: str
     status_message: str | None = None
@@ -42,19 +41,18 @@ class CreateTaskResult(types.Result):
     poll_interval_ms: int | None = None
 
 
-class GetTaskResult(types.Result):
+class CreateTaskResult(TaskFields):
+    """A task handle: the seed state of the task a `tools/call` became."""
+
+    result_type: Literal["task"] = "task"
+
+
+class GetTaskResult(TaskFields):
     """`tasks/get`: the task, with its result or error once over."""
 
     model_config = ConfigDict(extra="allow")
 
     result_type: str | None = None
-    task_id: str
-    status: str
-    status_message: str | None = None
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
