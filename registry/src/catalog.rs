@@ -12,6 +12,7 @@
 //! parsing that refuses duplicate keys), `ListTools` pages (`listing`),
 //! `ExportTools` (`export`) and `SearchTools` ([`search`]).
 
+pub(crate) mod canonical;
 pub mod descriptor;
 mod entry;
 pub(crate) mod export;

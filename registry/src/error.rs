@@ -24,6 +24,9 @@ pub const TOOL_RESOURCE_TYPE: &str = "toolmesh.v1.Tool";
 /// The google.rpc `ResourceInfo.resource_type` of a task.
 pub const TASK_RESOURCE_TYPE: &str = "toolmesh.v1.Task";
 
+/// The google.rpc `ErrorInfo.domain` of the registry's own reasons.
+pub const ERROR_DOMAIN: &str = "toolmesh.dev";
+
 /// One way the arguments fail the tool's input schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -33,6 +36,23 @@ pub struct Violation {
     pub pointer: String,
     /// What is wrong, in words an LLM can act on.
     pub message: String,
+}
+
+/// A call held for approval, as `ApprovalRequired` names it.
+#[derive(Debug)]
+pub struct HeldCall {
+    /// The task the call became.
+    pub task: String,
+    /// The tool.
+    pub tool: String,
+    /// The rule that holds it.
+    pub rule: String,
+    /// The rule's reason.
+    pub reason: String,
+    /// Who may decide it, in words.
+    pub approvers: String,
+    /// When it expires (Unix ms).
+    pub until_ms: u64,
 }
 
 /// Everything that can go wrong in the registry.
@@ -258,6 +278,57 @@ pub enum RegistryError {
         /// What was refused, and which rule refuses it.
         reason: String,
     },
+    /// The call waits for a person: it is a task, in `input_required`.
+    #[error("the call to {} waits for approval by {} until {} (rule {}{}); it is task {}: watch it (Tasks.WatchTask) for its result", Quoted(&.0.tool), Clipped(&.0.approvers), rfc3339(.0.until_ms), Quoted(&.0.rule), reason_part(&.0.reason), .0.task)]
+    ApprovalRequired(Box<HeldCall>),
+    /// An approver denied the call.
+    #[error("the call to {} was denied by {}: {}", Quoted(.tool), Quoted(.by), Clipped(.comment))]
+    ApprovalDenied {
+        /// The tool.
+        tool: String,
+        /// The approver.
+        by: String,
+        /// Their comment.
+        comment: String,
+    },
+    /// No one decided the call in time.
+    #[error("the call to {} expired at {} waiting for approval by {} (rule {}); nothing ran", Quoted(.tool), rfc3339(*.at_ms), Clipped(.approvers), Quoted(.rule))]
+    ApprovalExpired {
+        /// The tool.
+        tool: String,
+        /// The rule that held it.
+        rule: String,
+        /// Who could have decided it.
+        approvers: String,
+        /// When it expired (Unix ms).
+        at_ms: u64,
+    },
+    /// The tool changed (or left) while the call waited: the approval is void.
+    #[error("the approval of the call to {} is void: {}; nothing ran, call again", Quoted(.tool), Clipped(.why))]
+    ApprovalVoid {
+        /// The tool.
+        tool: String,
+        /// What changed.
+        why: String,
+    },
+    /// A decision on an approval that is not pending.
+    #[error("approval {} is {state}{}: it can no longer be decided", Quoted(.id), closed_part(.by))]
+    ApprovalClosed {
+        /// The approval (task) id.
+        id: String,
+        /// `approved`, `denied`, `expired`, `void`, `cancelled`.
+        state: &'static str,
+        /// Who decided it, if anyone.
+        by: String,
+    },
+    /// A decision that names another call than the approval's.
+    #[error("approval {}'s call digest is not {}: the call is not the one shown", Quoted(.id), Quoted(.digest))]
+    ApprovalDigestMismatch {
+        /// The approval (task) id.
+        id: String,
+        /// The digest the decision carried.
+        digest: String,
+    },
     /// The rate limiter could not decide, and the outage policy is to refuse
     /// calls to rate-limited tools.
     #[error("rate limiter unavailable for {}: {}", Quoted(.tool), Clipped(.reason))]
@@ -267,6 +338,27 @@ pub enum RegistryError {
         /// Why.
         reason: String,
     },
+}
+
+fn reason_part(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", Clipped(reason))
+    }
+}
+
+fn closed_part(by: &str) -> String {
+    if by.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", Quoted(by))
+    }
+}
+
+/// Unix milliseconds as RFC 3339, to the second.
+fn rfc3339(ms: u64) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 fn caller_part(caller: Option<&str>) -> String {
@@ -326,7 +418,12 @@ impl RegistryError {
             Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } | Self::TaskNotFound { .. } => {
                 Code::NotFound
             }
-            Self::TaskReportRefused { .. } => Code::PermissionDenied,
+            Self::TaskReportRefused { .. } | Self::ApprovalDenied { .. } => Code::PermissionDenied,
+            Self::ApprovalRequired(_)
+            | Self::ApprovalVoid { .. }
+            | Self::ApprovalClosed { .. }
+            | Self::ApprovalDigestMismatch { .. } => Code::FailedPrecondition,
+            Self::ApprovalExpired { .. } => Code::DeadlineExceeded,
             Self::TasksFull { .. } => Code::ResourceExhausted,
             Self::ArgumentsNotJson { .. }
             | Self::ArgumentsDuplicateKey { .. }
@@ -468,6 +565,72 @@ impl RegistryError {
                     "a repeat must carry the same arguments as the first call",
                 )
             }
+            Self::ApprovalRequired(held) => {
+                let HeldCall {
+                    task,
+                    tool,
+                    rule,
+                    approvers,
+                    until_ms,
+                    ..
+                } = held.as_ref();
+                let mut details = ErrorDetails::with_error_info(
+                    "APPROVAL_REQUIRED",
+                    ERROR_DOMAIN,
+                    [
+                        ("task_id".to_owned(), task.clone()),
+                        ("tool".to_owned(), clip(tool, QUOTED_MAX)),
+                        ("rule".to_owned(), clip(rule, QUOTED_MAX)),
+                        ("approvers".to_owned(), clip(approvers, CLIPPED_MAX)),
+                        ("expires_at".to_owned(), rfc3339(*until_ms).to_string()),
+                    ]
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+                );
+                details.set_resource_info(
+                    TASK_RESOURCE_TYPE,
+                    task.clone(),
+                    "",
+                    "the call is this task, in input_required until an approver decides it",
+                );
+                details
+            }
+            Self::ApprovalDenied { by, .. } => ErrorDetails::with_error_info(
+                "APPROVAL_DENIED",
+                ERROR_DOMAIN,
+                [("denied_by".to_owned(), clip(by, QUOTED_MAX))]
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+            ),
+            Self::ApprovalExpired { rule, .. } => ErrorDetails::with_error_info(
+                "APPROVAL_EXPIRED",
+                ERROR_DOMAIN,
+                [("rule".to_owned(), clip(rule, QUOTED_MAX))]
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+            ),
+            Self::ApprovalVoid { .. } => ErrorDetails::with_error_info(
+                "APPROVAL_VOID",
+                ERROR_DOMAIN,
+                std::collections::HashMap::new(),
+            ),
+            Self::ApprovalClosed { id, state, .. } => ErrorDetails::with_error_info(
+                "APPROVAL_CLOSED",
+                ERROR_DOMAIN,
+                [
+                    ("task_id".to_owned(), clip(id, QUOTED_MAX)),
+                    ("state".to_owned(), (*state).to_owned()),
+                ]
+                .into_iter()
+                .collect::<std::collections::HashMap<_, _>>(),
+            ),
+            Self::ApprovalDigestMismatch { id, .. } => ErrorDetails::with_error_info(
+                "APPROVAL_DIGEST_MISMATCH",
+                ERROR_DOMAIN,
+                [("task_id".to_owned(), clip(id, QUOTED_MAX))]
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+            ),
             Self::NoHealthyInstance { .. }
             | Self::DeadlineExceeded { .. }
             | Self::Cancelled { .. }

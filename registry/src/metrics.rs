@@ -108,6 +108,10 @@ pub struct Metrics {
     tasks_started: Family<ToolOnly, Counter>,
     tasks_ended: Family<ToolOutcome, Counter>,
     task_duration: Histograms<ToolOutcome>,
+    approvals_requested: Family<ToolOnly, Counter>,
+    approvals_decided: Family<ToolOutcome, Counter>,
+    approval_wait: Histograms<ToolOutcome>,
+    approvals_pending: Gauge,
     redis_duration: Histograms<Op>,
     redis_errors: Family<Op, Counter>,
     redis_circuit_open: Gauge,
@@ -152,6 +156,10 @@ impl Metrics {
             tasks_started: Family::default(),
             tasks_ended: Family::default(),
             task_duration: Family::new_with_constructor(task_time),
+            approvals_requested: Family::default(),
+            approvals_decided: Family::default(),
+            approval_wait: Family::new_with_constructor(task_time),
+            approvals_pending: Gauge::default(),
             redis_duration: Family::new_with_constructor(latency),
             redis_errors: Family::default(),
             redis_circuit_open: Gauge::default(),
@@ -233,6 +241,26 @@ impl Metrics {
             "toolmesh_task_duration_seconds",
             "Time from a task's start to its end, by tool and state",
             Always(metrics.task_duration.clone()),
+        );
+        r.register(
+            "toolmesh_approvals_requested",
+            "Calls held for approval, by tool",
+            Always(metrics.approvals_requested.clone()),
+        );
+        r.register(
+            "toolmesh_approvals_decided",
+            "Held calls closed, by tool and outcome (approved, denied, expired, void), as the replica that closed them saw it",
+            Always(metrics.approvals_decided.clone()),
+        );
+        r.register(
+            "toolmesh_approval_decision_seconds",
+            "Time from a call's hold to its decision, by tool and outcome",
+            Always(metrics.approval_wait.clone()),
+        );
+        r.register(
+            "toolmesh_approvals_pending",
+            "Calls waiting for approval (in Redis mode, across replicas), at the last janitor pass",
+            metrics.approvals_pending.clone(),
         );
         r.register(
             "toolmesh_redis_command_duration_seconds",
@@ -378,6 +406,33 @@ impl Metrics {
         self.task_duration
             .get_or_create(&labels)
             .observe(ran.as_secs_f64());
+    }
+
+    /// A call of `tool` was held for approval.
+    pub fn approval_requested(&self, tool: &str) {
+        self.approvals_requested
+            .get_or_create(&ToolOnly {
+                tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// A held call of `tool` was closed as `outcome` after `waited`.
+    pub fn approval_decided(&self, tool: &str, outcome: &'static str, waited: Duration) {
+        let labels = ToolOutcome {
+            tool: self.tool(tool),
+            outcome,
+        };
+        self.approvals_decided.get_or_create(&labels).inc();
+        self.approval_wait
+            .get_or_create(&labels)
+            .observe(waited.as_secs_f64());
+    }
+
+    /// How many calls wait for approval.
+    pub fn approvals_pending(&self, count: usize) {
+        self.approvals_pending
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// A call of `tool` was answered from its idempotency key.

@@ -12,12 +12,18 @@
 //! - `store`: the engines.
 //! - `start`: the front door, the instance, the hand-over.
 //! - `janitor`: what no sidecar will report.
+//! - `approval`, `approve`, `webhook`: calls held for a person
+//!   (docs/approvals.md): the approval a held task carries, its hold and
+//!   decision, the rule's webhook.
 
+pub(crate) mod approval;
 pub(crate) mod model;
 pub(crate) mod store;
 
+mod approve;
 mod janitor;
 mod start;
+mod webhook;
 
 use std::{sync::Arc, time::Duration};
 
@@ -35,6 +41,7 @@ use crate::{
     error::RegistryError,
     metrics::Metrics,
 };
+pub(crate) use approve::{Decide, answer_of_held};
 use model::{Outcome, Progress, Task, now_ms};
 use store::{Cursor, StoreError, TaskStore};
 
@@ -83,6 +90,7 @@ pub(crate) struct Tasks {
     changes: broadcast::Sender<Arc<str>>,
     orphans: janitor::Orphans,
     metrics: Arc<Metrics>,
+    webhooks: webhook::Webhooks,
 }
 
 impl Tasks {
@@ -105,6 +113,7 @@ impl Tasks {
             changes: broadcast::channel(1024).0,
             orphans: janitor::Orphans::default(),
             metrics,
+            webhooks: webhook::Webhooks::start(),
         }
     }
 
@@ -255,6 +264,16 @@ impl Tasks {
         }
     }
 
+    /// Every id of a task this replica changes, from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
+    /// How often a watch reads the store again for other replicas' changes.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.settings.poll
+    }
+
     /// A response's outcome, checked against the tool's output schema as
     /// `Invoke` checks it (when the tool is still in the catalog).
     fn conformed(&self, task: &Task, response: pb::ExecuteResponse) -> Outcome {
@@ -295,7 +314,8 @@ impl Tasks {
     }
 
     /// Logs, meters and audits a task that ended; `by` says what ended it
-    /// (`instance`, `cancel`, `janitor`, `start`).
+    /// (`instance`, `cancel`, `janitor`, `start`; for a held call `deny`,
+    /// `expiry`, `void`).
     fn ended(&self, task: &Task, by: &'static str) {
         let outcome = match &task.outcome {
             Some(Outcome::Response { is_error: true, .. }) => AuditOutcome::ToolError,

@@ -4,6 +4,8 @@
 
 #[path = "integration/agent_auth.rs"]
 mod agent_auth;
+#[path = "integration/approvals.rs"]
+mod approvals;
 #[path = "integration/attempts.rs"]
 mod attempts;
 #[path = "integration/call_log.rs"]

@@ -176,6 +176,15 @@ impl CallLog {
         self.attempted(instance, u32::from(instance.is_some()));
     }
 
+    /// The call was held for approval as task `task`.
+    pub(crate) fn held(mut self, task: &str) {
+        self.outcome = APPROVAL_REQUIRED;
+        self.task = Some(task.to_owned());
+        if let Some(audit) = &mut self.audit {
+            audit.outcome = Outcome::Ok;
+        }
+    }
+
     /// The call ends with `result`; its line is written now.
     pub(crate) fn finish(mut self, result: &Result<InvokeResponse, RegistryError>) {
         self.outcome = outcome(result);
@@ -248,6 +257,8 @@ impl Drop for CallLog {
 
 /// The outcome of a call started as a task.
 pub(crate) const TASK_STARTED: &str = "task_started";
+/// The outcome of a call held for approval: it is a task, waiting.
+pub(crate) const APPROVAL_REQUIRED: &str = "approval_required";
 
 /// `ok`, `tool_error` (the tool ran and reported a failure), or the gRPC
 /// code as an outcome (`invalid_argument`, `resource_exhausted`, ...): the

@@ -198,6 +198,40 @@ pub fn task_timeout(descriptor: &ToolDescriptor, default: Duration) -> Duration 
         .unwrap_or(default)
 }
 
+/// The descriptor's digest: the SHA-256 (hex) of the canonical JSON
+/// ([`super::canonical`]) of every field the model or the call path reads,
+/// the schemas as JSON values (so spacing and key order do not change it),
+/// limits and timeouts as resolved.
+pub fn digest(descriptor: &ToolDescriptor) -> String {
+    use sha2::Digest as _;
+    let schema = |text: &str| -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+    };
+    let limit = |l: Option<Limit>| l.map(|l| serde_json::json!({"rate": l.rate, "burst": l.burst}));
+    let millis = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let form = serde_json::json!({
+        "name": descriptor.name,
+        "title": descriptor.title,
+        "description": descriptor.description,
+        "version": descriptor.version,
+        "input_schema": schema(&descriptor.input_schema_json),
+        "output_schema": schema(&descriptor.output_schema_json),
+        "tags": descriptor.tags,
+        "rate_limit": limit(Limit::of(descriptor)),
+        "per_caller_rate_limit": limit(Limit::per_caller(descriptor)),
+        "timeout_ms": millis(timeout(descriptor)),
+        "task_timeout_ms": millis(toolmesh_proto::rules::duration(descriptor.task_timeout)),
+        "idempotent": descriptor.idempotent,
+        "audit_arguments": descriptor.audit_arguments,
+        "read_only": descriptor.read_only,
+        "destructive": descriptor.destructive,
+        "open_world": descriptor.open_world,
+    });
+    crate::calls::idempotency::hex(&sha2::Sha256::digest(
+        super::canonical::json(&form).as_bytes(),
+    ))
+}
+
 /// How `new` differs from `live`, one line per field; empty if they agree.
 pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
     let mut out = Vec::new();
@@ -363,6 +397,21 @@ mod tests {
     #[test]
     fn burst_defaults_to_ceil_of_rate() {
         assert_eq!(Limit::of(&descriptor()).map(|l| l.burst), Some(3));
+    }
+
+    #[test]
+    fn the_digest_follows_meaning_not_spelling() {
+        let a = descriptor();
+        let mut spaced = a.clone();
+        spaced.input_schema_json = format!("  {}\n", a.input_schema_json);
+        assert_eq!(digest(&a), digest(&spaced));
+        assert_eq!(digest(&a).len(), 64);
+        let mut changed = a.clone();
+        changed.description.push('!');
+        assert_ne!(digest(&a), digest(&changed));
+        let mut hinted = a.clone();
+        hinted.destructive = Some(true);
+        assert_ne!(digest(&a), digest(&hinted));
     }
 
     #[test]

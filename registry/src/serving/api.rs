@@ -2,13 +2,16 @@
 //!
 //! - `agents.rs`: [`ToolRegistryApi`], for agents.
 //! - `tasks.rs`: [`TasksApi`], for agents' tasks.
+//! - `approvals.rs`: [`ApprovalsApi`], for the people who decide held calls.
 //! - `registration.rs`: [`RegistrationApi`], for sidecars (their tasks'
 //!   reports included).
 
 mod agents;
+mod approvals;
 mod registration;
 mod tasks;
 
 pub(crate) use agents::ToolRegistryApi;
+pub(crate) use approvals::ApprovalsApi;
 pub(crate) use registration::RegistrationApi;
 pub(crate) use tasks::TasksApi;

@@ -86,6 +86,10 @@ impl Tasks {
             }
         };
         for task in &live {
+            if task.pending_approval().is_some_and(|a| now >= a.until_ms) {
+                self.expire(task).await;
+                continue;
+            }
             match self.verdict(task, now) {
                 Some(Verdict::TimedOut(status)) => self.fail(task, &status).await,
                 Some(Verdict::Lost(status)) => self.lost_instance(task, status).await,
@@ -94,6 +98,7 @@ impl Tasks {
         }
         self.orphans
             .keep(&live.iter().map(|t| t.id.as_str()).collect());
+        self.count_pending().await;
         if let Err(error) = self.store.sweep(now).await {
             tracing::debug!(%error, "ended tasks stay until the next pass");
         }

@@ -224,6 +224,9 @@ pub(crate) struct Task {
     /// idempotent tool, whose task may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<Rerun>,
+    /// For a call held for approval: what it waits for, and its decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<super::approval::Approval>,
 }
 
 /// A task's call, kept so that another instance can run it when its own
@@ -238,7 +241,7 @@ pub(crate) struct Rerun {
 }
 
 impl Task {
-    fn changed(&mut self, now_ms: u64) {
+    pub(super) fn changed(&mut self, now_ms: u64) {
         self.revision += 1;
         self.updated_ms = now_ms.max(self.updated_ms);
     }
@@ -333,6 +336,9 @@ impl Task {
             + self.progress.as_ref().map_or(0, |p| p.message.len())
             + self.outcome.as_ref().map_or(0, Outcome::size)
             + self.rerun.as_ref().map_or(0, |r| r.arguments_json.len())
+            + self.approval.as_ref().map_or(0, |a| {
+                512 + a.arguments_json.len() + a.shown_arguments.len() + a.reason.len()
+            })
     }
 
     /// The wire form.
@@ -386,7 +392,7 @@ pub(crate) fn report_digest(token: &[u8]) -> String {
 }
 
 /// Unix milliseconds as a protobuf timestamp.
-fn timestamp(ms: u64) -> prost_types::Timestamp {
+pub(crate) fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: i64::try_from(ms / 1000).unwrap_or(i64::MAX),
         // Below 1e9: always fits.

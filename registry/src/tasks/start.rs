@@ -19,8 +19,6 @@ use toolmesh_telemetry::TraceContext;
 use super::{
     Tasks,
     model::{Holder, Outcome, Rerun, State, Task, now_ms, report_digest},
-    store::{Full, Limits, StoreError},
-    store_error,
 };
 use crate::{
     calls::{
@@ -47,12 +45,12 @@ pub(super) enum Moved {
 }
 
 /// Most instances a task is offered to.
-const MAX_HANDOVERS: usize = 3;
+pub(super) const MAX_HANDOVERS: usize = 3;
 /// Most times a task of an idempotent tool is given to another instance
 /// after its own was lost.
 const MAX_RERUNS: u32 = 2;
 /// Longest a RunTask or StopTask may take.
-const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const HANDOVER_TIMEOUT: Duration = Duration::from_secs(5);
 const RUN_TASK: &str = "/toolmesh.v1.ToolRuntime/RunTask";
 const STOP_TASK: &str = "/toolmesh.v1.ToolRuntime/StopTask";
 
@@ -119,6 +117,7 @@ impl Tasks {
                 arguments_json: execute.arguments_json.clone(),
                 reruns: 0,
             }),
+            approval: None,
         };
         let mut tried = Vec::new();
         let Some((first, _)) = self.balancer.pick(&tool.instances, &tried) else {
@@ -133,24 +132,7 @@ impl Tasks {
             return Err(error);
         };
         task.holder = Some(holder(&first));
-        let limits = Limits {
-            all: self.settings.max_live,
-            per_caller: self.settings.max_live_per_caller,
-        };
-        if let Err(error) = self.store.create(&task, limits).await {
-            let error = match error {
-                StoreError::Full(Full::Caller) => RegistryError::TasksFull {
-                    whose: "the caller",
-                    limit: limits.per_caller,
-                    flag: "max-tasks-per-caller",
-                },
-                StoreError::Full(Full::All) => RegistryError::TasksFull {
-                    whose: "the registry",
-                    limit: limits.all,
-                    flag: "max-tasks",
-                },
-                other => store_error(other),
-            };
+        if let Err(error) = self.create(&task).await {
             if let Some(ticket) = ticket {
                 ticket.release().await;
             }
@@ -198,7 +180,7 @@ impl Tasks {
     /// Offers `run` to `first`, then to other instances while each refuses:
     /// the instance that took it (or may have), or why none did.
     #[allow(clippy::too_many_arguments)]
-    async fn hand_over(
+    pub(super) async fn hand_over(
         &self,
         tool: &ToolState,
         task: &mut Task,
@@ -366,7 +348,7 @@ impl Tasks {
     }
 }
 
-fn holder(instance: &crate::catalog::store::model::Instance) -> Holder {
+pub(super) fn holder(instance: &crate::catalog::store::model::Instance) -> Holder {
     Holder {
         instance: instance.id.clone(),
         endpoint: instance.endpoint.clone(),
@@ -374,6 +356,6 @@ fn holder(instance: &crate::catalog::store::model::Instance) -> Holder {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
+pub(super) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -116,6 +116,12 @@ pub(crate) trait TaskStore: Send + Sync + 'static {
     /// About `limit` live tasks (not over); successive calls come round
     /// to every live task, however many there are.
     async fn live(&self, limit: usize) -> Result<Vec<Task>, StoreError>;
+    /// Up to `limit` tasks whose call waits for approval, newest first,
+    /// after `after`.
+    async fn pending(&self, after: Option<&Cursor>, limit: usize) -> Result<Vec<Task>, StoreError>;
+    /// How many calls wait for approval (about: entries whose task was
+    /// forgotten may count until a listing drops them).
+    async fn pending_count(&self) -> Result<usize, StoreError>;
     /// Forgets what is over and past its retention at `now_ms`.
     async fn sweep(&self, now_ms: u64) -> Result<(), StoreError>;
 }

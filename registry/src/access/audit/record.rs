@@ -228,6 +228,44 @@ pub struct TaskRecord {
     pub duration: Duration,
 }
 
+/// A call held for approval, and its decision: one record when it is held
+/// (`event: requested`), one when it is closed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalRecord {
+    /// `requested`, `approved`, `denied`, `expired` or `void`.
+    pub event: &'static str,
+    /// Who made the call.
+    #[serde(serialize_with = "text")]
+    pub caller: String,
+    /// The tool.
+    #[serde(serialize_with = "text")]
+    pub tool: String,
+    /// The task the call is.
+    #[serde(serialize_with = "text")]
+    pub task: String,
+    /// The rule that held it.
+    #[serde(serialize_with = "text")]
+    pub rule: String,
+    /// The call's digest, which the decision is bound to.
+    #[serde(serialize_with = "text")]
+    pub digest: String,
+    /// Who decided it; absent for a request, an expiry or a void.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub by: Option<String>,
+    /// The decider's comment, or why it was closed.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub comment: Option<String>,
+    /// From the request to the decision (zero for the request).
+    #[serde(rename = "waited_ms", serialize_with = "millis")]
+    pub waited: Duration,
+}
+
+impl From<ApprovalRecord> for Record {
+    fn from(record: ApprovalRecord) -> Self {
+        Self::Approval(record)
+    }
+}
+
 /// Any audit record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -238,6 +276,8 @@ pub enum Record {
     Registration(RegistrationRecord),
     /// A task's end.
     Task(TaskRecord),
+    /// A held call's request or decision.
+    Approval(ApprovalRecord),
 }
 
 impl From<TaskRecord> for Record {

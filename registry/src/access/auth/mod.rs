@@ -11,12 +11,14 @@
 //! - [`api_keys`]: the file of hashed API keys, and [`api_keys::hash_key`].
 //! - [`jwt`]: token verification and the claims that name the caller;
 //!   [`jwt_keys`]: its public keys, from PEM or JWKS.
-//! - `policy`: which caller may call which tool.
+//! - `policy`: which caller may call which tool; [`approval_rules`]: which
+//!   calls wait for a person, and who decides them.
 //! - `pattern`: the `*` glob the policy matches tool names with.
 //! - `reload`: a file's parsed contents, re-read when the file changes.
 //! - `error`: refusals safe to return to a caller, and file errors.
 
 pub mod api_keys;
+pub mod approval_rules;
 pub(crate) mod authenticator;
 pub(crate) mod error;
 pub mod jwt;

@@ -8,6 +8,9 @@
 //!   - groups: [operators]
 //!     tools: ["*"]
 //!     tasks_of: ["*"]                  # sees and cancels others' tasks
+//! approvals:                           # calls that wait for a person
+//!   - tools: ["billing.refund"]
+//!     approvers: {groups: [finance]}
 //! ```
 //!
 //! A rule applies to a caller it names by id, or by one of the caller's
@@ -16,13 +19,14 @@
 //! ([`Pattern`]) matching the tool's name, and refused otherwise. A caller
 //! sees and cancels its own tasks; another caller's task of a tool when a
 //! rule that applies to it gives it the tool and names that caller (or
-//! `*`) in `tasks_of`.
+//! `*`) in `tasks_of`. The `approvals` are [`ApprovalRules`].
 
 use std::collections::HashSet;
 
 use serde::Deserialize;
 
 use super::Caller;
+use super::approval_rules::{self, ApprovalRules};
 use super::error::FormatError;
 use super::pattern::Pattern;
 use super::reload::AuthFile;
@@ -31,6 +35,7 @@ use super::reload::AuthFile;
 #[derive(Debug, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
+    approvals: ApprovalRules,
 }
 
 #[derive(Debug)]
@@ -47,6 +52,8 @@ struct Rule {
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
     rules: Vec<RuleEntry>,
+    #[serde(default)]
+    approvals: Vec<approval_rules::RuleEntry>,
 }
 
 #[derive(Deserialize)]
@@ -72,7 +79,13 @@ impl Policy {
             .enumerate()
             .map(|(index, entry)| Rule::new(entry, &format!("rules[{index}]")))
             .collect::<Result<_, _>>()?;
-        Ok(Self { rules })
+        let approvals = ApprovalRules::parse(file.approvals)?;
+        Ok(Self { rules, approvals })
+    }
+
+    /// Which calls wait for a person, and who decides them.
+    pub fn approvals(&self) -> &ApprovalRules {
+        &self.approvals
     }
 
     /// Whether a rule gives `caller` every tool (a pattern of `*` alone),

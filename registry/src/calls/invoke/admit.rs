@@ -209,7 +209,11 @@ impl Invoker {
     }
 
     /// Takes the call's tokens: its caller's on the tool, then the tool's.
-    async fn take_token(&self, tool: &ToolState, caller: &str) -> Result<(), RegistryError> {
+    pub(crate) async fn take_token(
+        &self,
+        tool: &ToolState,
+        caller: &str,
+    ) -> Result<(), RegistryError> {
         let limit = Limit::of(&tool.descriptor);
         let per_caller = Limit::per_caller(&tool.descriptor);
         if limit.is_none() && per_caller.is_none() {

@@ -17,12 +17,13 @@ use toolmesh_telemetry::{
 use crate::{
     access::auth::Caller,
     access::{Access, allows, allows_every_tool},
-    calls::invoke::{Call, Invoker},
+    calls::invoke::{Call, Invoker, Purpose},
     catalog::Catalog,
     catalog::listing::Query,
     catalog::search::{self, Scope, ToolSearch},
     error::RegistryError,
     serving::watch::{self, Visibility, Watchers},
+    tasks::{Tasks, answer_of_held},
 };
 
 /// `toolmesh.v1.ToolRegistry`, for agents. Every call is authenticated
@@ -36,6 +37,8 @@ pub(crate) struct ToolRegistryApi {
     shutdown: CancellationToken,
     list_limit: usize,
     search: Arc<ToolSearch>,
+    /// Where calls the approval rules hold become tasks.
+    tasks: Option<Arc<Tasks>>,
 }
 
 /// `Invoke`'s fully qualified name, as its spans name it.
@@ -63,6 +66,7 @@ impl ToolRegistryApi {
             shutdown,
             list_limit: (4 << 20) - LIST_MARGIN,
             search: Arc::default(),
+            tasks: None,
         }
     }
 
@@ -71,6 +75,14 @@ impl ToolRegistryApi {
     #[must_use]
     pub(crate) fn with_search(mut self, search: Arc<ToolSearch>) -> Self {
         self.search = search;
+        self
+    }
+
+    /// Holds the calls the policy's approval rules name as tasks in `tasks`
+    /// (without, no call is held).
+    #[must_use]
+    pub(crate) fn holding_with(mut self, tasks: Arc<Tasks>) -> Self {
+        self.tasks = Some(tasks);
         self
     }
 
@@ -97,11 +109,8 @@ impl ToolRegistryApi {
                 return Err(error.into());
             }
         };
-        if !allows(
-            self.access.policy().as_deref(),
-            &caller,
-            &request.get_ref().tool,
-        ) {
+        let policy = self.access.policy();
+        if !allows(policy.as_deref(), &caller, &request.get_ref().tool) {
             // As if the tool did not exist: a caller learns nothing of the
             // tools it may not call. The operator's records say what it was.
             self.invoker.denied(request.get_ref(), &caller.id, peer);
@@ -116,6 +125,18 @@ impl ToolRegistryApi {
             deadline,
             trace,
         };
+        let held = self.tasks.as_ref().and_then(|tasks| {
+            Some((
+                tasks,
+                tasks.held_by(policy.as_deref(), &caller, request.get_ref())?,
+            ))
+        });
+        if let Some((tasks, hold)) = held {
+            let task = tasks
+                .hold(request.into_inner(), call, hold, Purpose::Invoke)
+                .await?;
+            return answer_of_held(&task).map(Response::new);
+        }
         match self.invoker.invoke(request.into_inner(), call).await {
             Ok(response) => Ok(Response::new(response)),
             Err(error) => {

@@ -13,7 +13,7 @@ use toolmesh_telemetry::{
 
 use crate::{
     access::{Access, allows},
-    calls::invoke::Call,
+    calls::invoke::{Call, Purpose},
     error::RegistryError,
     tasks::{Tasks, Viewer, model::Task},
 };
@@ -57,16 +57,21 @@ impl TasksApi {
             }
             .into());
         };
-        if !allows(self.access.policy().as_deref(), &caller, &call.tool) {
+        let policy = self.access.policy();
+        if !allows(policy.as_deref(), &caller, &call.tool) {
             return Err(RegistryError::ToolNotFound { tool: call.tool }.into());
         }
+        let hold = self.tasks.held_by(policy.as_deref(), &caller, &call);
         let call_of = Call {
             caller: &caller.id,
             peer,
             deadline,
             trace,
         };
-        let task = self.tasks.start(call, call_of).await?;
+        let task = match hold {
+            Some(hold) => self.tasks.hold(call, call_of, hold, Purpose::Task).await?,
+            None => self.tasks.start(call, call_of).await?,
+        };
         Ok(Response::new(task.to_proto()))
     }
 

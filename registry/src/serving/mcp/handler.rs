@@ -48,7 +48,7 @@ use super::{
 use crate::{
     access::auth::Caller,
     access::{Access, allows},
-    calls::invoke::{Call, Invoker},
+    calls::invoke::{Call, Invoker, Purpose},
     catalog::search::ToolSearch,
     catalog::{Catalog, CatalogEvent},
     error::RegistryError,
@@ -307,7 +307,8 @@ impl McpHandler {
                 .to_owned(),
         };
         let shared = &self.shared;
-        if !allows(shared.access.policy().as_deref(), &requester.caller, name) {
+        let policy = shared.access.policy();
+        if !allows(policy.as_deref(), &requester.caller, name) {
             // As if the tool did not exist, as for `Invoke`.
             shared
                 .invoker
@@ -323,6 +324,24 @@ impl McpHandler {
             ),
             trace: requester.trace(meta),
         };
+        if let Some(hold) = shared
+            .tasks
+            .held_by(policy.as_deref(), &requester.caller, &invoke)
+        {
+            // Held for a person: a task to a client that took tasks, else
+            // an error result naming it (or, for a repeat with its key
+            // once it is over, its answer).
+            return match shared.tasks.hold(invoke, call, hold, Purpose::Task).await {
+                Ok(task) if offered_tasks => Ok(CallToolResponse::Task(tasks::created(&task))),
+                Ok(task) => match crate::tasks::answer_of_held(&task) {
+                    Ok(response) => Ok(content::from_response(&response).into()),
+                    Err(status) => {
+                        results::from_task_error(status.code(), status.message()).map(Into::into)
+                    }
+                },
+                Err(error) => results::from_error(name, &error).map(Into::into),
+            };
+        }
         let long = shared
             .catalog
             .get(name)

@@ -74,6 +74,12 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
         | E::CatalogFull(_)
         | E::IdempotencyFull
         | E::TasksFull { .. }
+        | E::ApprovalRequired(_)
+        | E::ApprovalDenied { .. }
+        | E::ApprovalExpired { .. }
+        | E::ApprovalVoid { .. }
+        | E::ApprovalClosed { .. }
+        | E::ApprovalDigestMismatch { .. }
         | E::IdempotencyKeyReused { .. } => Ok(refusal(
             error.to_string(),
             toolmesh_proto::code::name(error.code()),

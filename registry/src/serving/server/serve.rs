@@ -10,14 +10,14 @@ use tokio_util::sync::CancellationToken;
 use toolmesh_proto::{
     FILE_DESCRIPTOR_SET,
     pb::{
-        self, registration_server::RegistrationServer, tasks_server::TasksServer,
-        tool_registry_server::ToolRegistryServer,
+        self, approvals_server::ApprovalsServer, registration_server::RegistrationServer,
+        tasks_server::TasksServer, tool_registry_server::ToolRegistryServer,
     },
 };
 
 use crate::{
     config::Config,
-    serving::api::{RegistrationApi, TasksApi, ToolRegistryApi},
+    serving::api::{ApprovalsApi, RegistrationApi, TasksApi, ToolRegistryApi},
     serving::connections,
     serving::mcp::{McpEndpoint, McpSettings},
     serving::readiness::Reporter,
@@ -157,13 +157,18 @@ impl Registry {
                 watchers.clone(),
             )
             .max_message_bytes(max)
-            .with_search(self.search.clone()),
+            .with_search(self.search.clone())
+            .holding_with(self.tasks.clone()),
         )
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
         let tasks = TasksServer::new(TasksApi::new(self.access.clone(), self.tasks.clone()))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
+        let approvals =
+            ApprovalsServer::new(ApprovalsApi::new(self.access.clone(), self.tasks.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max);
         let registration = RegistrationServer::new(
             RegistrationApi::new(self.catalog.clone(), self.access.clone())
                 .reporting_to(self.tasks.clone())
@@ -185,6 +190,7 @@ impl Registry {
             .add_service(reflection_alpha)
             .add_service(registry)
             .add_service(tasks)
+            .add_service(approvals)
             .add_service(registration)
             .serve_with_incoming_shutdown(
                 toolmesh_proto::tls::incoming(

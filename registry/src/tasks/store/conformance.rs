@@ -32,6 +32,7 @@ pub(crate) fn task(id: &str, caller: &str, created: u64) -> Task {
         holder: None,
         report_digest: report_digest(b"token"),
         rerun: None,
+        approval: None,
     }
 }
 
@@ -59,6 +60,41 @@ pub(crate) async fn run_all<S: TaskStore>(fresh: impl Fn() -> S) {
     a_callers_listing_pages_newest_first(&fresh()).await;
     live_lists_only_what_runs(&fresh()).await;
     the_sweep_forgets_ended_tasks_past_retention(&fresh()).await;
+    held_calls_are_listed_until_decided(&fresh()).await;
+}
+
+async fn held_calls_are_listed_until_decided(store: &impl TaskStore) {
+    for (n, id) in ["h1", "h2", "h3"].into_iter().enumerate() {
+        let held = crate::tasks::approval::tests::held(id, "bot", 1_000 + n as u64, at(600_000));
+        store.create(&held, ROOMY).await.expect("the store answers");
+    }
+    store
+        .create(&task("w1", "bot", 500), ROOMY)
+        .await
+        .expect("the store answers");
+    let ids = |tasks: Vec<Task>| tasks.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let all = store.pending(None, 10).await.expect("the store answers");
+    assert_eq!(
+        ids(all.clone()),
+        ["h3", "h2", "h1"],
+        "newest first, no working task"
+    );
+    assert_eq!(store.pending_count().await.expect("the store answers"), 3);
+    let page = store.pending(None, 2).await.expect("the store answers");
+    let after = Cursor::after(page.last().expect("two"));
+    let rest = store
+        .pending(Some(&after), 2)
+        .await
+        .expect("the store answers");
+    assert_eq!(ids(rest), ["h1"]);
+    let now = at(2_000);
+    store
+        .update("h2", &move |t: &mut Task| t.cancel(now))
+        .await
+        .expect("the store answers");
+    let left = store.pending(None, 10).await.expect("the store answers");
+    assert_eq!(ids(left), ["h3", "h1"], "a closed one leaves the listing");
+    assert_eq!(store.pending_count().await.expect("the store answers"), 2);
 }
 
 async fn a_task_reads_back_as_written(store: &impl TaskStore) {

@@ -169,6 +169,24 @@ impl TaskStore for MemoryTasks {
         Ok(live.into_iter().take(limit).cloned().collect())
     }
 
+    async fn pending(&self, after: Option<&Cursor>, limit: usize) -> Result<Vec<Task>, StoreError> {
+        let inner = self.inner();
+        let mut pending: Vec<&Task> = inner
+            .live()
+            .filter(|t| t.pending_approval().is_some() && after.is_none_or(|c| c.precedes(t)))
+            .collect();
+        pending.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+        Ok(pending.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn pending_count(&self) -> Result<usize, StoreError> {
+        Ok(self
+            .inner()
+            .live()
+            .filter(|t| t.pending_approval().is_some())
+            .count())
+    }
+
     async fn sweep(&self, now_ms: u64) -> Result<(), StoreError> {
         let bounds = self.bounds;
         self.inner().trim(now_ms, bounds);

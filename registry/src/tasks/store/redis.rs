@@ -14,6 +14,8 @@
 //! - `…:by:<caller tag>`: a caller's tasks by creation time (its listing;
 //!   the newest [`MAX_LISTED`] are kept, and entries whose task is gone
 //!   are dropped when a listing meets them).
+//! - `…:pending`: the tasks whose call waits for approval, by creation
+//!   time (the approvers' listing; bounded by the live tasks).
 //!
 //! `create.lua` checks the bounds and writes the task and its indexes at
 //! once; `update.lua` writes a change only if the revision it was read at
@@ -77,6 +79,19 @@ impl RedisTasks {
 
     fn caller_key(&self, caller_tag: &str) -> String {
         format!("{}:by:{caller_tag}", self.tag)
+    }
+
+    fn pending_key(&self) -> String {
+        format!("{}:pending", self.tag)
+    }
+}
+
+/// `"1"` if `task`'s call waits for approval, as the scripts take it.
+fn pending_flag(task: &Task) -> &'static str {
+    if task.pending_approval().is_some() {
+        "1"
+    } else {
+        "0"
     }
 }
 
@@ -153,6 +168,7 @@ impl TaskStore for RedisTasks {
             .key(self.live_key())
             .key(self.caller_live_key(&tag))
             .key(self.caller_key(&tag))
+            .key(self.pending_key())
             .arg(encode(task)?)
             .arg(key_expiry(task))
             .arg(task.expires_ms)
@@ -161,7 +177,8 @@ impl TaskStore for RedisTasks {
             .arg(limits.per_caller)
             .arg(&task.id)
             .arg(format!("{tag} {}", task.id))
-            .arg(MAX_LISTED);
+            .arg(MAX_LISTED)
+            .arg(pending_flag(task));
         let created: i64 = self
             .pool
             .run(RedisOp::TaskCreate, async |conn| {
@@ -209,12 +226,14 @@ impl TaskStore for RedisTasks {
                 .key(self.live_key())
                 .key(self.caller_live_key(&tag))
                 .key(self.caller_key(&tag))
+                .key(self.pending_key())
                 .arg(read_at)
                 .arg(encode(&task)?)
                 .arg(key_expiry(&task))
                 .arg(if task.state.is_terminal() { "1" } else { "0" })
                 .arg(id)
-                .arg(format!("{tag} {id}"));
+                .arg(format!("{tag} {id}"))
+                .arg(pending_flag(&task));
             let written: i64 = self
                 .pool
                 .run(RedisOp::TaskUpdate, async |conn| {
@@ -325,6 +344,55 @@ impl TaskStore for RedisTasks {
             }
         }
         Ok(live)
+    }
+
+    async fn pending(&self, after: Option<&Cursor>, limit: usize) -> Result<Vec<Task>, StoreError> {
+        let key = self.pending_key();
+        let top = after.map_or_else(|| "+inf".to_owned(), |c| c.created_ms.to_string());
+        let fetch = limit.saturating_add(64);
+        let ids: Vec<String> = self
+            .pool
+            .run(RedisOp::TaskRead, async |conn| {
+                ::redis::cmd("ZREVRANGEBYSCORE")
+                    .arg(&key)
+                    .arg(&top)
+                    .arg("-inf")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(fetch)
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(unavailable)?;
+        let keys: Vec<String> = ids.iter().map(|id| self.task_key(id)).collect();
+        let mut tasks = Vec::new();
+        let mut gone = Vec::new();
+        for (id, text) in ids.iter().zip(self.read(&keys).await?) {
+            let task = text.as_deref().map(decode).transpose()?;
+            match task {
+                Some(task) if task.pending_approval().is_some() => {
+                    if after.is_none_or(|c| c.precedes(&task)) {
+                        tasks.push(task);
+                    }
+                }
+                _ => gone.push(id.clone()),
+            }
+        }
+        self.prune(&key, &gone).await;
+        tasks.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+        tasks.truncate(limit);
+        Ok(tasks)
+    }
+
+    async fn pending_count(&self) -> Result<usize, StoreError> {
+        let key = self.pending_key();
+        self.pool
+            .run(RedisOp::TaskRead, async |conn| {
+                ::redis::cmd("ZCARD").arg(&key).query_async(conn).await
+            })
+            .await
+            .map_err(unavailable)
     }
 
     async fn sweep(&self, _now_ms: u64) -> Result<(), StoreError> {

@@ -1,7 +1,9 @@
 -- Stores a new task unless a live-task limit is reached.
--- KEYS: the task, every live task, the caller's live tasks, the caller's tasks
+-- KEYS: the task, every live task, the caller's live tasks, the caller's tasks,
+--       the tasks awaiting approval
 -- ARGV: record, record expiry (Unix ms), task expiry (score), creation (score),
---       most live in all, most live per caller, id, live member, most listed
+--       most live in all, most live per caller, id, live member, most listed,
+--       "1" if it awaits approval
 -- Returns 1 (stored), 0 (the id exists), -1 (all full), -2 (caller full).
 local function extend(key, at)
   local now = redis.call('TIME')
@@ -20,6 +22,7 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[7])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[7])
 local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
 if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
+if ARGV[10] == '1' then redis.call('ZADD', KEYS[5], ARGV[4], ARGV[7]) end
 extend(KEYS[3], ARGV[2])
 extend(KEYS[4], ARGV[2])
 return 1
