@@ -29,21 +29,70 @@ const CAROL: &str = "carol-key-0123456789";
 const EVE: &str = "eve-key-0123456789";
 
 /// Every caller may call every tool; refunds wait for finance (and may be
-/// approved by bot too, except its own); huge ones expire in two seconds.
-const POLICY: &str = r#"rules:
+/// approved by bot too, except its own), posted to `hook`; huge ones
+/// expire in two seconds, posted to `hanging`.
+fn policy(hook: &str, hanging: &str) -> String {
+    format!(
+        r#"rules:
   - callers: ["*"]
     tools: ["*"]
 approvals:
   - name: huge-refunds
     tools: [refund]
     when: ["/amount > 1000"]
-    approvers: {groups: [finance]}
+    approvers: {{groups: [finance]}}
     expires_after: 2s
+    webhook: {hanging}
   - name: refunds
     destructive: true
-    approvers: {groups: [finance], callers: [bot]}
+    approvers: {{groups: [finance], callers: [bot]}}
     reason: refunds move money
-"#;
+    webhook: {hook}
+"#
+    )
+}
+
+/// A webhook that takes every post: the bodies it took.
+async fn hook() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+) {
+    use axum::{Router, routing::post};
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let app = Router::new().route(
+        "/hook",
+        post({
+            let taken = taken.clone();
+            move |body: String| async move {
+                if let Ok(json) = serde_json::from_str(&body) {
+                    taken.lock().expect("not poisoned").push(json);
+                }
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, taken)
+}
+
+/// A webhook that takes connections and never answers.
+async fn hanging_hook() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    (url, held)
+}
 
 fn tools_yaml(runs: &Path) -> String {
     format!(
@@ -60,6 +109,12 @@ fn tools_yaml(runs: &Path) -> String {
       required: [amount]
     backend:
       command: ["sh", "-c", "cat >> {runs}; echo >> {runs}; echo '{{\"refunded\": true}}'"]
+  - name: payout
+    description: Pays a seller out, once a minute at most
+    destructive: true
+    rate_limit: {{rate: 0.016, burst: 1}}
+    backend:
+      command: ["sh", "-c", "echo '{{\"paid\": true}}'"]
   - name: lookup
     description: Looks a payment up
     read_only: true
@@ -76,7 +131,7 @@ struct Files {
 }
 
 impl Files {
-    fn new() -> Self {
+    fn new(policy: &str) -> Self {
         let dir = tempfile::tempdir().expect("a directory");
         toolmesh_test_support::keys::api_keys_file(
             dir.path(),
@@ -87,7 +142,7 @@ impl Files {
                 ("eve", EVE, &[]),
             ],
         );
-        std::fs::write(dir.path().join("policy.yaml"), POLICY).expect("write the policy");
+        std::fs::write(dir.path().join("policy.yaml"), policy).expect("write the policy");
         Self { dir }
     }
 
@@ -244,10 +299,13 @@ async fn a_held_call_runs_once_as_approved_a_denial_reaches_the_agent_and_silenc
     let Some((registry_binary, sidecar_binary)) = binaries() else {
         return;
     };
-    let files = Files::new();
-    let args = files.args(&[]);
+    let (hook_url, posted) = hook().await;
+    let (hanging_url, _hanging) = hanging_hook().await;
+    let files = Files::new(&policy(&hook_url, &hanging_url));
+    let args = files.args(&["--admin-listen", "127.0.0.1:0"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (_registry, addr) = RegistryProcess::start(&registry_binary, &args, &[]).await;
+    let (registry, addr) = RegistryProcess::start(&registry_binary, &args, &[]).await;
+    let admin = crate::metrics::admin_address(&registry.log()).expect("the admin address");
     let _sidecar = SidecarProcess::start(
         &sidecar_binary,
         &format!("http://{addr}"),
@@ -257,6 +315,18 @@ async fn a_held_call_runs_once_as_approved_a_denial_reaches_the_agent_and_silenc
     .await;
     wait_for_refund(addr).await;
     let mut c = clients(addr).await;
+    let mut watch = c
+        .approvals
+        .watch_approvals(authed(pb::WatchApprovalsRequest {}, ALICE))
+        .await
+        .expect("a watch")
+        .into_inner();
+    let synced = watch.message().await.expect("the watch").expect("an event");
+    assert_eq!(
+        synced.kind,
+        pb::approval_event::Kind::Synced as i32,
+        "nothing pending yet"
+    );
 
     // What no rule holds runs as before.
     let found = c
@@ -369,6 +439,33 @@ async fn a_held_call_runs_once_as_approved_a_denial_reaches_the_agent_and_silenc
         .into_inner();
     assert_eq!(approved.state, pb::ApprovalState::Approved as i32);
     assert_eq!(approved.decided_by, "alice");
+    // Alice's watch saw it come and go; the webhook was told of both.
+    let added = watch.message().await.expect("the watch").expect("an event");
+    assert_eq!(added.kind, pb::approval_event::Kind::Added as i32);
+    assert_eq!(
+        added.approval.as_ref().map(|a| a.task_id.as_str()),
+        Some(task.as_str())
+    );
+    let removed = watch.message().await.expect("the watch").expect("an event");
+    assert_eq!(removed.kind, pb::approval_event::Kind::Removed as i32);
+    assert_eq!(
+        removed.approval.as_ref().map(|a| a.state),
+        Some(pb::ApprovalState::Approved as i32)
+    );
+    wait_until(Duration::from_secs(10), "the webhook's two posts", || {
+        posted.lock().expect("not poisoned").len() >= 2
+    })
+    .await;
+    {
+        let posts = posted.lock().expect("not poisoned");
+        assert_eq!(posts[0]["event"], "approval.requested");
+        assert_eq!(posts[0]["task_id"], task.as_str());
+        assert_eq!(posts[0]["caller"], "bot");
+        assert_ne!(posts[0]["arguments"]["card"], "4111-1111", "redacted");
+        assert!(posts[0]["text"].as_str().is_some_and(|t| t.contains(&task)));
+        assert_eq!(posts[1]["event"], "approval.approved");
+        assert_eq!(posts[1]["decided_by"], "alice");
+    }
     let replayed = c
         .approvals
         .approve(authed(decide(&task, "", ""), CAROL))
@@ -453,6 +550,23 @@ async fn a_held_call_runs_once_as_approved_a_denial_reaches_the_agent_and_silenc
     assert!(late.message().contains("expired"), "{late:?}");
     assert_eq!(files.runs().len(), 1, "only the approved call ran");
 
+    // Metrics count each outcome.
+    let metrics = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .expect("a scrape")
+        .text()
+        .await
+        .expect("a body");
+    for outcome in ["approved", "denied", "expired"] {
+        let line =
+            format!("toolmesh_approvals_decided_total{{tool=\"refund\",outcome=\"{outcome}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("toolmesh_approvals_requested_total{tool=\"refund\"} 3"),
+        "{metrics}"
+    );
+
     // The audit log has each request and decision, who and when.
     let approvals: Vec<_> = files
         .audit()
@@ -483,7 +597,10 @@ async fn in_redis_mode_a_call_held_on_one_replica_is_decided_on_another_and_runs
     let Some((registry_binary, sidecar_binary)) = binaries() else {
         return;
     };
-    let files = Files::new();
+    let files = Files::new(&policy(
+        "http://127.0.0.1:9/unused",
+        "http://127.0.0.1:9/unused",
+    ));
     let url = redis.url();
     let args = files.args(&["--redis", &url, "--redis-prefix", "approvals-race"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -534,4 +651,107 @@ async fn in_redis_mode_a_call_held_on_one_replica_is_decided_on_another_and_runs
     let mut amounts: Vec<i64> = runs.iter().filter_map(|r| r["amount"].as_i64()).collect();
     amounts.sort_unstable();
     assert_eq!(amounts, [100, 101, 102]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_rate_limit_defers_an_approval_and_a_changed_tool_voids_it() {
+    let Some((registry_binary, sidecar_binary)) = binaries() else {
+        return;
+    };
+    let files = Files::new(&policy(
+        "http://127.0.0.1:9/unused",
+        "http://127.0.0.1:9/unused",
+    ));
+    let args = files.args(&["--lease-ttl", "2s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_registry, addr) = RegistryProcess::start(&registry_binary, &args, &[]).await;
+    let registry_url = format!("http://{addr}");
+    let yaml = tools_yaml(&files.runs_file());
+    let sidecar = SidecarProcess::start(&sidecar_binary, &registry_url, "payments", &yaml).await;
+    wait_for_refund(addr).await;
+    let mut c = clients(addr).await;
+    let task = held(&mut c, refund(70, "")).await;
+
+    // The rate limit is checked again at the run: its one token went to
+    // the request, so the approval is refused and the call waits on.
+    let payout = held(
+        &mut c,
+        pb::InvokeRequest {
+            tool: "payout".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let limited = c
+        .approvals
+        .approve(authed(decide(&payout, "", ""), ALICE))
+        .await
+        .expect_err("no token left");
+    assert_eq!(limited.code(), Code::ResourceExhausted, "{limited:?}");
+    assert!(limited.get_error_details().retry_info().is_some());
+    let still = c
+        .approvals
+        .get_approval(authed(pb::GetApprovalRequest { task_id: payout }, ALICE))
+        .await
+        .expect("the approval")
+        .into_inner();
+    assert_eq!(still.state, pb::ApprovalState::Pending as i32);
+
+    // The tool leaves: an approval finds no instance, and the call waits on.
+    sidecar.kill().await;
+    eventually(Duration::from_secs(20), "the tool leaves", || {
+        let mut agents = c.agents.clone();
+        async move {
+            agents
+                .get_tool(authed(
+                    pb::GetToolRequest {
+                        name: "refund".into(),
+                    },
+                    BOT,
+                ))
+                .await
+                .is_err_and(|s| s.code() == Code::NotFound)
+        }
+    })
+    .await;
+    let absent = c
+        .approvals
+        .approve(authed(decide(&task, "", ""), ALICE))
+        .await
+        .expect_err("no instance");
+    assert_eq!(absent.code(), Code::Unavailable, "{absent:?}");
+    let still = c
+        .approvals
+        .get_approval(authed(
+            pb::GetApprovalRequest {
+                task_id: task.clone(),
+            },
+            ALICE,
+        ))
+        .await
+        .expect("the approval")
+        .into_inner();
+    assert_eq!(still.state, pb::ApprovalState::Pending as i32);
+
+    // It comes back saying something else: the approval is void.
+    let changed = yaml.replace("Refunds a card payment", "Refunds a card payment, twice");
+    let _sidecar =
+        SidecarProcess::start(&sidecar_binary, &registry_url, "payments", &changed).await;
+    wait_for_refund(addr).await;
+    let void = c
+        .approvals
+        .approve(authed(decide(&task, "", ""), ALICE))
+        .await
+        .expect_err("void");
+    assert_eq!(void.code(), Code::FailedPrecondition, "{void:?}");
+    assert_eq!(
+        void.get_error_details()
+            .error_info()
+            .map(|i| i.reason.clone()),
+        Some("APPROVAL_VOID".into())
+    );
+    assert!(void.message().contains("descriptor changed"), "{void:?}");
+    let done = ended(&mut c, &task).await;
+    assert_eq!(done.state, pb::TaskState::Failed as i32, "{done:?}");
+    assert!(files.runs().is_empty(), "nothing ran");
 }

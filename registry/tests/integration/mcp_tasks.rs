@@ -254,3 +254,84 @@ async fn any_replica_answers_for_a_task_started_at_another() {
     first.stop().await;
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_for_approval_is_a_task_to_a_client_that_offers_tasks_and_an_error_result_to_others()
+ {
+    let dir = tempfile::tempdir().expect("a directory");
+    let keys = toolmesh_test_support::keys::api_keys_file(
+        dir.path(),
+        &[
+            ("agent", "agent-key-0123456789", &[]),
+            ("ops", "ops-key-0123456789", &["operators"]),
+        ],
+    );
+    let policy = dir.path().join("policy.yaml");
+    let rules = r#"rules:
+  - callers: ["*"]
+    tools: ["*"]
+approvals:
+  - name: long-runs
+    tools: [long]
+    approvers: {groups: [operators]}
+    reason: long runs cost money
+"#;
+    std::fs::write(&policy, rules).expect("write the policy");
+    let registry = McpRegistry::start(Config {
+        api_keys_file: Some(keys),
+        policy_file: Some(policy),
+        ..config()
+    })
+    .await;
+    let agent = Rpc::new(&registry.mcp).with("authorization", "Bearer agent-key-0123456789");
+    let _sidecar = TestSidecar::start(&registry.grpc, "s", command_tools(&long_tool_yaml(1))).await;
+    agent.wait_listed("long", true).await;
+
+    // A client without the extension reads what is awaited, and the task.
+    let inline = call(&agent, 1, "long", false).await;
+    assert_eq!(inline["result"]["isError"], true, "{inline}");
+    assert_eq!(
+        inline["result"]["_meta"]["toolmesh/code"],
+        "FAILED_PRECONDITION"
+    );
+    let text = inline["result"]["content"][0]["text"]
+        .as_str()
+        .expect("a text block");
+    assert!(
+        text.contains("waits for approval by groups operators"),
+        "{text}"
+    );
+    assert!(text.contains("long runs cost money"), "{text}");
+
+    // One that offers it gets the task, waiting; an approval runs it.
+    let handle = call(&agent, 2, "long", true).await;
+    let created = &handle["result"];
+    assert_eq!(created["resultType"], "task", "{handle}");
+    assert_eq!(created["status"], "working");
+    assert!(
+        created["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("awaits approval by groups operators")),
+        "{created}"
+    );
+    let id = created["taskId"].as_str().expect("a task id").to_owned();
+    let mut approvals =
+        toolmesh_proto::pb::approvals_client::ApprovalsClient::connect(registry.grpc.clone())
+            .await
+            .expect("connect");
+    let mut approve = tonic::Request::new(pb::ApproveRequest {
+        task_id: id.clone(),
+        comment: "fine".into(),
+        digest: String::new(),
+    });
+    approve.metadata_mut().insert(
+        "authorization",
+        "Bearer ops-key-0123456789".parse().expect("ascii"),
+    );
+    approvals.approve(approve).await.expect("approved");
+    let seen = poll_until_over(&agent, &id, Duration::from_secs(30)).await;
+    let last = seen.last().expect("the end");
+    assert_eq!(last["status"], "completed", "{seen:?}");
+    assert_eq!(last["result"]["structuredContent"], json!({"done": true}));
+    registry.stop().await;
+}
