@@ -346,6 +346,10 @@ def test_kube_play_probes_reach_the_admin_port_on_loopback(prepared_charts, char
         pytest.param(REGISTRY, {"auth": {"apiKeys": {"inline": [{"caller": "a", "sha256": DIGEST_, "group": []}]}}},
                      "group", id="toolmesh:api-key-unknown-field"),
         pytest.param(REGISTRY, {"auth": {"policy": {"rules": [{"callers": ["a"]}]}}}, "tools", id="toolmesh:rule-without-tools"),
+        pytest.param(REGISTRY, {"auth": {"policy": {"approvals": [{"tools": ["x"]}]}}}, "approvers",
+                     id="toolmesh:approval-without-approvers"),
+        pytest.param(REGISTRY, {"auth": {"policy": {"approvals": [{"approvers": {"groups": ["g"]}, "when": ["amount 5"]}]}}},
+                     "when", id="toolmesh:approval-condition"),
         pytest.param(REGISTRY, {"tls": {"existingSecret": "t", "requireClientCert": "true"}}, "requireClientCert",
                      id="toolmesh:tls-bool-as-text"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"insecure": 1}}, "insecure", id="toolmesh-sidecar:insecure-as-number"),
@@ -1205,6 +1209,15 @@ def test_inline_policy_and_jwt_keys_go_in_a_configmap(prepared_charts):
     volume, _ = file_source(pod, pod["containers"][0], "/etc/toolmesh/policy/policy.yaml")
     assert volume["configMap"]["name"] == "team-policy"
     assert volume["configMap"]["items"] == [{"key": "rules.yaml", "path": "policy.yaml"}]
+
+
+def test_approvals_alone_keep_every_tool_callable(prepared_charts):
+    approvals = [{"name": "refunds", "tools": ["billing.refund"], "when": ["/amount > 100"],
+                  "approvers": {"groups": ["finance"]}, "expires_after": "30m"}]
+    rendered = render(prepared_charts["toolmesh"], merged(AUTH, {"auth": {"policy": {"approvals": approvals}}}))
+    policy = yaml.safe_load(rendered.one("ConfigMap", "toolmesh-policy")["data"]["policy.yaml"])
+    assert policy == {"rules": [{"callers": ["*"], "tools": ["*"]}], "approvals": approvals}
+    assert env_of(registry_pod(rendered)["containers"][0])["TOOLMESH_POLICY_FILE"] == "/etc/toolmesh/policy/policy.yaml"
 
 
 def test_policy_without_authenticated_agents_fails(prepared_charts):

@@ -278,7 +278,7 @@ generated (`credentials`).
 {{- if or .Values.auth.jwt.existingSecret .Values.auth.jwt.keys }}true{{- end }}
 {{- end }}
 {{- define "toolmesh.policyOn" -}}
-{{- if or .Values.auth.policy.existingConfigMap .Values.auth.policy.rules }}true{{- end }}
+{{- if or .Values.auth.policy.existingConfigMap .Values.auth.policy.rules .Values.auth.policy.approvals }}true{{- end }}
 {{- end }}
 {{- define "toolmesh.registrantsOn" -}}
 {{- if or (include "toolmesh.registrantsConfigured" .) (include "toolmesh.generatesRegistrationToken" .) }}true{{- end }}
