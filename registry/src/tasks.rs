@@ -75,7 +75,8 @@ impl Default for TaskSettings {
     }
 }
 
-/// Most tasks one page of `ListTasks` holds, and when the request says none.
+/// Most tasks (or approvals) one page of a listing holds, and when the
+/// request says none.
 const MAX_PAGE: usize = 500;
 const DEFAULT_PAGE: usize = 50;
 
@@ -156,19 +157,7 @@ impl Tasks {
         caller: &str,
         request: &pb::ListTasksRequest,
     ) -> Result<pb::ListTasksResponse, RegistryError> {
-        let size = match usize::try_from(request.page_size).unwrap_or(MAX_PAGE) {
-            0 => DEFAULT_PAGE,
-            n => n.min(MAX_PAGE),
-        };
-        let after = match request.page_token.as_str() {
-            "" => None,
-            token => Some(
-                Cursor::parse(token).ok_or_else(|| RegistryError::InvalidRequest {
-                    field: "page_token".into(),
-                    reason: "not a token ListTasks gave".into(),
-                })?,
-            ),
-        };
+        let (size, after) = page(request.page_size, &request.page_token, "ListTasks")?;
         let now = now_ms();
         // One more than asked: whether there is a next page.
         let mut tasks = self
@@ -177,15 +166,7 @@ impl Tasks {
             .await
             .map_err(store_error)?;
         tasks.retain(|t| !forgotten(t, now));
-        let next_page_token = if tasks.len() > size {
-            tasks.truncate(size);
-            tasks
-                .last()
-                .map(|t| Cursor::after(t).token())
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let next_page_token = next_page(&mut tasks, size);
         Ok(pb::ListTasksResponse {
             tasks: tasks.iter().map(Task::to_proto).collect(),
             next_page_token,
@@ -381,6 +362,43 @@ impl Sees for Viewer {
             &task.tool,
         )
     }
+}
+
+/// A listing's page size (0: [`DEFAULT_PAGE`], at most [`MAX_PAGE`]) and
+/// where it resumes, from its request; `rpc` names the RPC whose tokens
+/// these are.
+pub(crate) fn page(
+    page_size: u32,
+    token: &str,
+    rpc: &str,
+) -> Result<(usize, Option<Cursor>), RegistryError> {
+    let size = match usize::try_from(page_size).unwrap_or(MAX_PAGE) {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    };
+    let after = match token {
+        "" => None,
+        token => Some(
+            Cursor::parse(token).ok_or_else(|| RegistryError::InvalidRequest {
+                field: "page_token".into(),
+                reason: format!("not a token {rpc} gave"),
+            })?,
+        ),
+    };
+    Ok((size, after))
+}
+
+/// Cuts `tasks` (fetched one longer than `size`) to the page: the token of
+/// the next page, empty on the last.
+fn next_page(tasks: &mut Vec<Task>, size: usize) -> String {
+    if tasks.len() <= size {
+        return String::new();
+    }
+    tasks.truncate(size);
+    tasks
+        .last()
+        .map(|t| Cursor::after(t).token())
+        .unwrap_or_default()
 }
 
 /// Whether `task` is past its retention (an engine may not have dropped it

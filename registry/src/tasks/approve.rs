@@ -77,9 +77,6 @@ pub(crate) enum Decide {
 /// Most pending tasks one read of the store takes, while a listing looks
 /// for those its approver may decide.
 const PENDING_SCAN: usize = 200;
-/// Most approvals on a page, and when the request says none.
-const MAX_PAGE: usize = 500;
-const DEFAULT_PAGE: usize = 50;
 
 impl Tasks {
     /// The rule of `policy` that holds `request` from `caller`, if any.
@@ -294,29 +291,9 @@ impl Tasks {
         approver: &Caller,
         request: &pb::ListApprovalsRequest,
     ) -> Result<pb::ListApprovalsResponse, RegistryError> {
-        let size = match usize::try_from(request.page_size).unwrap_or(MAX_PAGE) {
-            0 => DEFAULT_PAGE,
-            n => n.min(MAX_PAGE),
-        };
-        let after = match request.page_token.as_str() {
-            "" => None,
-            token => Some(
-                Cursor::parse(token).ok_or_else(|| RegistryError::InvalidRequest {
-                    field: "page_token".into(),
-                    reason: "not a token ListApprovals gave".into(),
-                })?,
-            ),
-        };
+        let (size, after) = super::page(request.page_size, &request.page_token, "ListApprovals")?;
         let mut found = self.pending_page(approver, after, size + 1).await?;
-        let next_page_token = if found.len() > size {
-            found.truncate(size);
-            found
-                .last()
-                .map(|t| Cursor::after(t).token())
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let next_page_token = super::next_page(&mut found, size);
         Ok(pb::ListApprovalsResponse {
             approvals: found.iter().filter_map(Task::approval_to_proto).collect(),
             next_page_token,

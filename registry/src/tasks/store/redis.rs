@@ -137,6 +137,33 @@ impl RedisTasks {
             .map_err(unavailable)
     }
 
+    /// The members of the sorted set `key` (ids by creation time), newest
+    /// first, from `after`'s time down: `limit` and some slack, for the ties
+    /// at the cursor's millisecond the caller skips.
+    async fn newest(
+        &self,
+        key: &str,
+        after: Option<&Cursor>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let top = after.map_or_else(|| "+inf".to_owned(), |c| c.created_ms.to_string());
+        let fetch = limit.saturating_add(64);
+        self.pool
+            .run(RedisOp::TaskRead, async |conn| {
+                ::redis::cmd("ZREVRANGEBYSCORE")
+                    .arg(key)
+                    .arg(&top)
+                    .arg("-inf")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(fetch)
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(unavailable)
+    }
+
     /// Drops `members` from the sorted set `key` (entries whose task is gone).
     async fn prune(&self, key: &str, members: &[String]) {
         if members.is_empty() {
@@ -259,25 +286,7 @@ impl TaskStore for RedisTasks {
         limit: usize,
     ) -> Result<Vec<Task>, StoreError> {
         let key = self.caller_key(&caller_tag(caller));
-        let top = after.map_or_else(|| "+inf".to_owned(), |c| c.created_ms.to_string());
-        // Ties at the cursor's millisecond are skipped below; the slack
-        // covers them.
-        let fetch = limit.saturating_add(64);
-        let ids: Vec<String> = self
-            .pool
-            .run(RedisOp::TaskRead, async |conn| {
-                ::redis::cmd("ZREVRANGEBYSCORE")
-                    .arg(&key)
-                    .arg(&top)
-                    .arg("-inf")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(fetch)
-                    .query_async(conn)
-                    .await
-            })
-            .await
-            .map_err(unavailable)?;
+        let ids = self.newest(&key, after, limit).await?;
         let keys: Vec<String> = ids.iter().map(|id| self.task_key(id)).collect();
         let mut tasks = Vec::new();
         let mut gone = Vec::new();
@@ -348,23 +357,7 @@ impl TaskStore for RedisTasks {
 
     async fn pending(&self, after: Option<&Cursor>, limit: usize) -> Result<Vec<Task>, StoreError> {
         let key = self.pending_key();
-        let top = after.map_or_else(|| "+inf".to_owned(), |c| c.created_ms.to_string());
-        let fetch = limit.saturating_add(64);
-        let ids: Vec<String> = self
-            .pool
-            .run(RedisOp::TaskRead, async |conn| {
-                ::redis::cmd("ZREVRANGEBYSCORE")
-                    .arg(&key)
-                    .arg(&top)
-                    .arg("-inf")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(fetch)
-                    .query_async(conn)
-                    .await
-            })
-            .await
-            .map_err(unavailable)?;
+        let ids = self.newest(&key, after, limit).await?;
         let keys: Vec<String> = ids.iter().map(|id| self.task_key(id)).collect();
         let mut tasks = Vec::new();
         let mut gone = Vec::new();
