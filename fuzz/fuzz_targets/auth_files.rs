@@ -1,7 +1,8 @@
 //! What an operator's files and an agent's credential feed the registry's
-//! access control: the API key file, the JWT key file, the policy file, the
-//! registrants file, and a bearer token checked against a public key whose
-//! private half nobody has (so no input may ever verify).
+//! access control: the API key file, the JWT key file, the policy file (its
+//! approval rules and their conditions too), the registrants file, and a
+//! bearer token checked against a public key whose private half nobody has
+//! (so no input may ever verify).
 //!
 //! Input: one selector byte, then the text.
 #![no_main]
@@ -42,6 +43,14 @@ fuzz_target!(|data: &[u8]| {
                     groups: vec![text.chars().rev().take(8).collect()],
                 };
                 let _ = policy.allows(&caller, text);
+                let tool = toolmesh_proto::pb::ToolDescriptor {
+                    name: text.chars().take(64).collect(),
+                    destructive: Some(text.len() % 2 == 0),
+                    ..Default::default()
+                };
+                let _ = policy
+                    .approvals()
+                    .holding(&caller, &tool, || serde_json::from_str(text).ok());
             }
         }
         2 => {

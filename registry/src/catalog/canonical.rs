@@ -6,6 +6,17 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+/// The SHA-256 of `value`'s canonical text, as lowercase hex.
+pub(crate) fn sha256_hex(value: &Value) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(json(value).as_bytes())
+        .iter()
+        .fold(String::with_capacity(64), |mut out, byte| {
+            let _ = write!(out, "{byte:02x}");
+            out
+        })
+}
+
 /// The canonical text of `value`.
 pub(crate) fn json(value: &Value) -> String {
     let mut out = String::new();

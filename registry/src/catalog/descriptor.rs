@@ -203,7 +203,6 @@ pub fn task_timeout(descriptor: &ToolDescriptor, default: Duration) -> Duration 
 /// the schemas as JSON values (so spacing and key order do not change it),
 /// limits and timeouts as resolved.
 pub fn digest(descriptor: &ToolDescriptor) -> String {
-    use sha2::Digest as _;
     let schema = |text: &str| -> serde_json::Value {
         serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
     };
@@ -227,9 +226,7 @@ pub fn digest(descriptor: &ToolDescriptor) -> String {
         "destructive": descriptor.destructive,
         "open_world": descriptor.open_world,
     });
-    crate::calls::idempotency::hex(&sha2::Sha256::digest(
-        super::canonical::json(&form).as_bytes(),
-    ))
+    super::canonical::sha256_hex(&form)
 }
 
 /// How `new` differs from `live`, one line per field; empty if they agree.
