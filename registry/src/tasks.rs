@@ -12,9 +12,9 @@
 //! - `store`: the engines.
 //! - `start`: the front door, the instance, the hand-over.
 //! - `janitor`: what no sidecar will report.
-//! - `approval`, `approve`, `webhook`: calls held for a person
+//! - `approval`, `approve`, `pending`, `webhook`: calls held for a person
 //!   (docs/approvals.md): the approval a held task carries, its hold and
-//!   decision, the rule's webhook.
+//!   decision, the approvers' listing, the rules' webhooks.
 
 pub(crate) mod approval;
 pub(crate) mod model;
@@ -22,6 +22,7 @@ pub(crate) mod store;
 
 mod approve;
 mod janitor;
+mod pending;
 mod start;
 mod webhook;
 

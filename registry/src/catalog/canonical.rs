@@ -9,12 +9,13 @@ use serde_json::Value;
 /// The SHA-256 of `value`'s canonical text, as lowercase hex.
 pub(crate) fn sha256_hex(value: &Value) -> String {
     use sha2::Digest as _;
-    sha2::Sha256::digest(json(value).as_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut out, byte| {
+    sha2::Sha256::digest(json(value).as_bytes()).iter().fold(
+        String::with_capacity(64),
+        |mut out, byte| {
             let _ = write!(out, "{byte:02x}");
             out
-        })
+        },
+    )
 }
 
 /// The canonical text of `value`.

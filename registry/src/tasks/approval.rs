@@ -1,13 +1,12 @@
-//! A held call's approval, as its task stores it, and the only ways it is
-//! decided: [`Task::approve`], [`Task::close_approval`]. Each is a change
-//! of the task, written by compare-and-set, so that of two replicas that
-//! decide at once exactly one decision stands.
+//! A held call's approval, as its task stores it, and the call's digest it
+//! is bound to. It is decided only through its task (`Task::approve`,
+//! `Task::close_approval` in `model`): each a change of the task, written
+//! by compare-and-set, so that of two replicas that decide at once exactly
+//! one decision stands.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use toolmesh_proto::pb;
 
-use super::model::{Holder, Outcome, State, Task, timestamp};
 use crate::{access::auth::approval_rules::Approvers, calls::idempotency::hex};
 
 /// What a held call waits for, and what became of it.
@@ -108,112 +107,25 @@ pub(crate) fn call_digest(
     hex(&hash.finalize())
 }
 
-/// Where an approved call runs: its instance, its new report token's
-/// digest, when its timeout ends it.
-#[derive(Clone)]
-pub(crate) struct RunOn {
-    /// The instance.
-    pub holder: Holder,
-    /// The SHA-256 (hex) of the report token it is given.
-    pub report_digest: String,
-    /// When its timeout ends (Unix ms).
-    pub expires_ms: u64,
-}
-
-impl Task {
-    /// The approval, while it waits for a decision.
-    pub(crate) fn pending_approval(&self) -> Option<&Approval> {
-        self.approval
-            .as_ref()
-            .filter(|a| self.state == State::InputRequired && a.decision.is_none())
-    }
-
-    /// Approves the held call, if it still waits and has not expired at
-    /// `now_ms`: it goes to work on `run`'s instance.
-    pub(crate) fn approve(&mut self, by: &str, comment: &str, run: RunOn, now_ms: u64) -> bool {
-        let Some(approval) = self
-            .approval
-            .as_mut()
-            .filter(|_| self.state == State::InputRequired)
-        else {
-            return false;
-        };
-        if approval.decision.is_some() || now_ms >= approval.until_ms {
-            return false;
-        }
-        approval.decision = Some(Decision {
-            verdict: Verdict::Approved,
-            by: by.to_owned(),
-            comment: clip(comment),
-            at_ms: now_ms,
-        });
-        self.state = State::Working;
-        self.status_message.clear();
-        self.holder = Some(run.holder);
-        self.report_digest = run.report_digest;
-        self.expires_ms = run.expires_ms;
-        self.changed(now_ms);
-        true
-    }
-
-    /// Closes the held call's approval as `verdict` (not `Approved`), if it
-    /// still waits: the task fails with `outcome`.
-    pub(crate) fn close_approval(
+impl Approval {
+    /// Records `verdict` by `by` at `now_ms`, unless it is decided already.
+    pub(crate) fn decide(
         &mut self,
         verdict: Verdict,
         by: &str,
         comment: &str,
-        outcome: Outcome,
         now_ms: u64,
     ) -> bool {
-        if verdict == Verdict::Approved || self.pending_approval().is_none() {
+        if self.decision.is_some() {
             return false;
         }
-        if let Some(approval) = self.approval.as_mut() {
-            approval.decision = Some(Decision {
-                verdict,
-                by: by.to_owned(),
-                comment: clip(comment),
-                at_ms: now_ms,
-            });
-        }
-        self.finish(outcome, now_ms)
-    }
-
-    /// The approval's wire form, with its state.
-    pub(crate) fn approval_to_proto(&self) -> Option<pb::Approval> {
-        let approval = self.approval.as_ref()?;
-        let state = match (&approval.decision, self.state) {
-            (Some(d), _) => match d.verdict {
-                Verdict::Approved => pb::ApprovalState::Approved,
-                Verdict::Denied => pb::ApprovalState::Denied,
-                Verdict::Expired => pb::ApprovalState::Expired,
-                Verdict::Void => pb::ApprovalState::Void,
-            },
-            (None, State::InputRequired) => pb::ApprovalState::Pending,
-            (None, _) => pb::ApprovalState::Cancelled,
-        };
-        let decision = approval.decision.as_ref();
-        Some(pb::Approval {
-            task_id: self.id.clone(),
-            tool: self.tool.clone(),
-            caller: self.caller.clone(),
-            arguments_json: approval.shown_arguments.clone(),
-            arguments_redacted: approval.redacted,
-            rule: approval.rule.clone(),
-            reason: approval.reason.clone(),
-            approver_callers: approval.approvers.callers.clone(),
-            approver_groups: approval.approvers.groups.clone(),
-            self_approval: approval.self_approval,
-            requested_at: Some(timestamp(self.created_ms)),
-            expires_at: Some(timestamp(approval.until_ms)),
-            state: state as i32,
-            decided_by: decision.map(|d| d.by.clone()).unwrap_or_default(),
-            comment: decision.map(|d| d.comment.clone()).unwrap_or_default(),
-            decided_at: decision.map(|d| timestamp(d.at_ms)),
-            digest: approval.digest.clone(),
-            descriptor_digest: approval.descriptor_digest.clone(),
-        })
+        self.decision = Some(Decision {
+            verdict,
+            by: by.to_owned(),
+            comment: clip(comment),
+            at_ms: now_ms,
+        });
+        true
     }
 }
 
@@ -227,26 +139,19 @@ fn clip(comment: &str) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use serde_json::json;
 
     use super::*;
 
-    /// A call of `caller` held `created` ms after the scenarios' start
-    /// until `until_ms`, for alice to decide.
-    pub(crate) fn held(id: &str, caller: &str, created: u64, until_ms: u64) -> Task {
-        let mut task = crate::tasks::store::conformance::task(id, caller, created);
-        task.state = State::InputRequired;
-        task.holder = None;
-        task.approval = Some(Approval {
+    #[test]
+    fn a_decision_is_made_once_and_its_comment_bounded() {
+        let mut approval = Approval {
             rule: "r".into(),
             reason: String::new(),
-            approvers: Approvers {
-                callers: vec!["alice".into()],
-                groups: Vec::new(),
-            },
+            approvers: Approvers::default(),
             self_approval: false,
-            until_ms,
+            until_ms: 10,
             arguments_json: "{}".into(),
             shown_arguments: "{}".into(),
             redacted: false,
@@ -254,75 +159,12 @@ pub(crate) mod tests {
             digest: "x".into(),
             webhook: None,
             decision: None,
-        });
-        task
-    }
-
-    fn run() -> RunOn {
-        RunOn {
-            holder: Holder {
-                instance: "s1".into(),
-                endpoint: "http://s1".into(),
-                key_tag: String::new(),
-            },
-            report_digest: "r".into(),
-            expires_ms: 99_000,
-        }
-    }
-
-    fn denied() -> Outcome {
-        Outcome::of_status(&tonic::Status::permission_denied("no"))
-    }
-
-    #[test]
-    fn one_decision_stands() {
-        let mut task = held("t", "bot", 0, 10_000);
-        assert!(task.approve("alice", "ok", run(), 2_000));
-        assert_eq!(task.state, State::Working);
-        assert_eq!(task.expires_ms, 99_000);
-        assert!(!task.approve("alice", "again", run(), 2_500), "replayed");
-        assert!(!task.close_approval(Verdict::Denied, "alice", "no", denied(), 3_000));
-        let wire = task.approval_to_proto().expect("an approval");
-        assert_eq!(wire.state, pb::ApprovalState::Approved as i32);
-        assert_eq!(
-            (wire.decided_by.as_str(), wire.comment.as_str()),
-            ("alice", "ok")
-        );
-
-        let mut task = held("t", "bot", 0, 10_000);
-        assert!(task.close_approval(Verdict::Denied, "alice", "too much", denied(), 2_000));
-        assert_eq!(task.state, State::Failed);
-        assert!(!task.approve("alice", "", run(), 2_500), "denied already");
-    }
-
-    #[test]
-    fn an_expired_approval_cannot_be_approved() {
-        let mut task = held("t", "bot", 0, 10_000);
-        assert!(!task.approve("alice", "", run(), 10_000));
-        assert!(task.close_approval(Verdict::Expired, "", "", denied(), 10_000));
-        assert_eq!(
-            task.approval_to_proto().map(|a| a.state),
-            Some(pb::ApprovalState::Expired as i32)
-        );
-    }
-
-    #[test]
-    fn a_cancelled_held_call_reads_as_cancelled() {
-        let mut task = held("t", "bot", 0, 10_000);
-        assert!(task.cancel(2_000));
-        assert!(!task.approve("alice", "", run(), 2_500));
-        assert_eq!(
-            task.approval_to_proto().map(|a| a.state),
-            Some(pb::ApprovalState::Cancelled as i32)
-        );
-    }
-
-    #[test]
-    fn comments_are_bounded() {
-        let mut task = held("t", "bot", 0, 10_000);
+        };
         let long = "é".repeat(MAX_COMMENT);
-        assert!(task.close_approval(Verdict::Denied, "alice", &long, denied(), 2_000));
-        let kept = task.approval.and_then(|a| a.decision).expect("a decision");
+        assert!(approval.decide(Verdict::Denied, "alice", &long, 5));
+        assert!(!approval.decide(Verdict::Approved, "bob", "", 6));
+        let kept = approval.decision.expect("a decision");
+        assert_eq!((kept.verdict, kept.by.as_str()), (Verdict::Denied, "alice"));
         assert!(kept.comment.len() <= MAX_COMMENT);
     }
 

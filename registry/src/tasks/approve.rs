@@ -20,11 +20,11 @@ use toolmesh_telemetry::TraceContext;
 
 use super::{
     Sees, Tasks, Viewer,
-    approval::{Approval, RunOn, Verdict, call_digest},
+    approval::{Approval, Verdict, call_digest},
     forgotten,
-    model::{Outcome, Rerun, State, Task, now_ms, report_digest},
+    model::{Outcome, Rerun, RunOn, State, Task, now_ms, report_digest},
     start::{HANDOVER_TIMEOUT, MAX_HANDOVERS, holder, millis},
-    store::{Cursor, StoreError},
+    store::StoreError,
     store_error,
 };
 use crate::{
@@ -73,10 +73,6 @@ pub(crate) enum Decide {
     /// The call fails with the comment.
     Deny,
 }
-
-/// Most pending tasks one read of the store takes, while a listing looks
-/// for those its approver may decide.
-const PENDING_SCAN: usize = 200;
 
 impl Tasks {
     /// The rule of `policy` that holds `request` from `caller`, if any.
@@ -283,68 +279,6 @@ impl Tasks {
             .as_ref()
             .is_some_and(|a| a.approvers.include(&viewer.caller) || viewer.sees(&task));
         if shown { Ok(task) } else { Err(not_found()) }
-    }
-
-    /// A page of the pending approvals `approver` may decide, newest first.
-    pub(crate) async fn pending_for(
-        &self,
-        approver: &Caller,
-        request: &pb::ListApprovalsRequest,
-    ) -> Result<pb::ListApprovalsResponse, RegistryError> {
-        let (size, after) = super::page(request.page_size, &request.page_token, "ListApprovals")?;
-        let mut found = self.pending_page(approver, after, size + 1).await?;
-        let next_page_token = super::next_page(&mut found, size);
-        Ok(pb::ListApprovalsResponse {
-            approvals: found.iter().filter_map(Task::approval_to_proto).collect(),
-            next_page_token,
-        })
-    }
-
-    /// Every pending approval `approver` may decide (bounded by the live
-    /// tasks), newest first.
-    pub(crate) async fn pending_all(&self, approver: &Caller) -> Result<Vec<Task>, RegistryError> {
-        self.pending_page(approver, None, self.settings.max_live)
-            .await
-    }
-
-    /// Up to `want` pending approvals `approver` may decide, after `after`.
-    async fn pending_page(
-        &self,
-        approver: &Caller,
-        mut after: Option<Cursor>,
-        want: usize,
-    ) -> Result<Vec<Task>, RegistryError> {
-        let now = now_ms();
-        let mut found = Vec::new();
-        // Each read moves on by PENDING_SCAN; the pending are live tasks.
-        for _ in 0..=self.settings.max_live / PENDING_SCAN {
-            let page = self
-                .store
-                .pending(after.as_ref(), PENDING_SCAN)
-                .await
-                .map_err(store_error)?;
-            let full = page.len() == PENDING_SCAN;
-            after = page.last().map(Cursor::after);
-            found.extend(page.into_iter().filter(|task| {
-                task.pending_approval()
-                    .is_some_and(|a| now < a.until_ms && may_decide(task, a, approver).is_ok())
-            }));
-            if found.len() >= want || !full {
-                break;
-            }
-        }
-        found.truncate(want);
-        Ok(found)
-    }
-
-    /// How many calls wait for approval, for the gauge.
-    pub(super) async fn count_pending(&self) {
-        match self.store.pending_count().await {
-            Ok(count) => self.metrics.approvals_pending(count),
-            Err(error) => {
-                tracing::debug!(%error, "the pending approvals gauge waits for the next pass")
-            }
-        }
     }
 
     /// Ends `task`'s approval as expired, if it still waits.
@@ -557,7 +491,7 @@ impl Tasks {
         // A decision's post gets a minute however close the expiry was.
         let until = tokio::time::Instant::now() + remaining.max(Duration::from_secs(60));
         self.webhooks
-            .post(url, &webhook_body(task, approval, event), until);
+            .post(url, &super::webhook::body(task, approval, event), until);
     }
 
     /// Stores a new task within the live-task limits.
@@ -587,7 +521,11 @@ impl Tasks {
 
 /// Whether `caller` may decide `task`'s `approval`: one of its approvers,
 /// and not its own caller unless the rule allows it.
-fn may_decide(task: &Task, approval: &Approval, caller: &Caller) -> Result<(), RegistryError> {
+pub(super) fn may_decide(
+    task: &Task,
+    approval: &Approval,
+    caller: &Caller,
+) -> Result<(), RegistryError> {
     if !approval.approvers.include(caller) {
         return Err(RegistryError::PermissionDenied {
             reason: format!(
@@ -624,7 +562,7 @@ fn closed(task: &Task) -> RegistryError {
 }
 
 /// A held task's status message.
-fn awaiting(approval: &Approval) -> String {
+pub(super) fn awaiting(approval: &Approval) -> String {
     let until = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + Duration::from_millis(approval.until_ms),
     );
@@ -669,57 +607,6 @@ pub(crate) fn answer_of_held(task: &Task) -> Result<pb::InvokeResponse, tonic::S
             error.details.into(),
         )),
         None => Err(approval_required(task).into()),
-    }
-}
-
-/// What a webhook posts.
-fn webhook_body(task: &Task, approval: &Approval, event: &str) -> Value {
-    let decision = approval.decision.as_ref();
-    let text = match decision {
-        None => format!(
-            "{} asks to call {} (rule {}); {}. Decide with `toolmesh approvals approve {}` or `toolmesh approvals deny {} --comment ...`",
-            display(&task.caller),
-            task.tool,
-            approval.rule,
-            awaiting(approval),
-            task.id,
-            task.id
-        ),
-        Some(d) => format!(
-            "The call of {} by {} is {}{}",
-            task.tool,
-            display(&task.caller),
-            d.verdict.name(),
-            if d.by.is_empty() {
-                String::new()
-            } else {
-                format!(" by {}", d.by)
-            }
-        ),
-    };
-    json!({
-        "event": format!("approval.{event}"),
-        "text": text,
-        "task_id": task.id,
-        "tool": task.tool,
-        "caller": task.caller,
-        "rule": approval.rule,
-        "reason": approval.reason,
-        "approvers": approval.approvers,
-        "arguments": serde_json::from_str::<Value>(&approval.shown_arguments).unwrap_or(Value::Null),
-        "arguments_redacted": approval.redacted,
-        "expires_at": humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(approval.until_ms)).to_string(),
-        "digest": approval.digest,
-        "decided_by": decision.map(|d| d.by.clone()),
-        "comment": decision.map(|d| d.comment.clone()),
-    })
-}
-
-fn display(caller: &str) -> &str {
-    if caller.is_empty() {
-        "an anonymous caller"
-    } else {
-        caller
     }
 }
 

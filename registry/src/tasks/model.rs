@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use toolmesh_proto::pb;
 
+use super::approval::{Approval, Verdict};
 use crate::calls::idempotency::hex;
 
 /// Where a task is (MCP's task states).
@@ -226,7 +227,7 @@ pub(crate) struct Task {
     pub rerun: Option<Rerun>,
     /// For a call held for approval: what it waits for, and its decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval: Option<super::approval::Approval>,
+    pub approval: Option<Approval>,
 }
 
 /// A task's call, kept so that another instance can run it when its own
@@ -405,145 +406,104 @@ pub(crate) fn now_ms() -> u64 {
     toolmesh_proto::grant::now_ms()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Where an approved call runs: its instance, its new report token's
+/// digest, when its timeout ends it.
+#[derive(Clone)]
+pub(crate) struct RunOn {
+    /// The instance.
+    pub holder: Holder,
+    /// The SHA-256 (hex) of the report token it is given.
+    pub report_digest: String,
+    /// When its timeout ends (Unix ms).
+    pub expires_ms: u64,
+}
 
-    fn task(id: &str, caller: &str) -> Task {
-        crate::tasks::store::conformance::task(id, caller, 0)
+impl Task {
+    /// The approval, while it waits for a decision.
+    pub(crate) fn pending_approval(&self) -> Option<&Approval> {
+        self.approval
+            .as_ref()
+            .filter(|a| self.state == State::InputRequired && a.decision.is_none())
     }
 
-    fn response() -> Outcome {
-        Outcome::Response {
-            result_json: "42".into(),
-            is_error: false,
-            instance_id: "s1".into(),
-            content_json: String::new(),
-        }
-    }
-
-    fn holder(instance: &str) -> Holder {
-        Holder {
-            instance: instance.into(),
-            endpoint: format!("http://{instance}"),
-            key_tag: String::new(),
-        }
-    }
-
-    #[test]
-    fn only_an_idempotent_working_task_still_held_by_the_lost_instance_moves() {
-        let mut t = task("a", "c");
-        t.holder = Some(holder("s1"));
-        assert!(
-            !t.rerun_on("s1", holder("s2"), "d2".into(), 2_000),
-            "not idempotent"
-        );
-        t.rerun = Some(Rerun {
-            arguments_json: "{}".into(),
-            reruns: 0,
-        });
-        assert!(
-            !t.rerun_on("s9", holder("s2"), "d2".into(), 2_000),
-            "held by another"
-        );
-        let revision = t.revision;
-        assert!(t.rerun_on("s1", holder("s2"), "d2".into(), 2_000));
-        assert_eq!(t.holder.as_ref().map(|h| h.instance.as_str()), Some("s2"));
-        assert_eq!(
-            t.report_digest, "d2",
-            "the lost instance's token no longer reports"
-        );
-        assert_eq!(t.rerun.as_ref().map(|r| r.reruns), Some(1));
-        assert!(t.revision > revision);
-        assert!(
-            !t.rerun_on("s1", holder("s3"), "d3".into(), 3_000),
-            "moved already"
-        );
-        assert!(t.cancel(4_000));
-        assert!(!t.rerun_on("s2", holder("s3"), "d3".into(), 5_000), "over");
-    }
-
-    #[test]
-    fn a_task_ends_once_and_never_changes_after() {
-        let mut t = task("a", "c");
-        assert!(t.progress(
-            Progress {
-                fraction: Some(0.5),
-                message: "half".into()
-            },
-            2_000
-        ));
-        assert!(t.finish(response(), 3_000));
-        assert_eq!(t.state, State::Completed);
-        assert_eq!(t.expires_ms, 3_000 + 3_600_000);
-        let ended = t.clone();
-        assert!(!t.cancel(4_000));
-        assert!(!t.finish(Outcome::of_status(&tonic::Status::internal("x")), 4_000));
-        assert!(!t.progress(
-            Progress {
-                fraction: None,
-                message: "late".into()
-            },
-            4_000
-        ));
-        assert_eq!(t, ended);
-    }
-
-    #[test]
-    fn every_change_bumps_the_revision() {
-        let mut t = task("a", "c");
-        let p = Progress {
-            fraction: Some(0.1),
-            message: String::new(),
+    /// Approves the held call, if it still waits and has not expired at
+    /// `now_ms`: it goes to work on `run`'s instance.
+    pub(crate) fn approve(&mut self, by: &str, comment: &str, run: RunOn, now_ms: u64) -> bool {
+        let Some(approval) = self
+            .approval
+            .as_mut()
+            .filter(|_| self.state == State::InputRequired)
+        else {
+            return false;
         };
-        assert!(t.progress(p.clone(), 2_000));
-        assert_eq!(t.revision, 2);
-        assert!(!t.progress(p, 2_500), "the same progress is no change");
-        assert!(t.cancel(3_000));
-        assert_eq!((t.revision, t.state), (3, State::Cancelled));
-        assert_eq!(
-            t.outcome.as_ref().and_then(Outcome::code),
-            Some(tonic::Code::Cancelled)
-        );
+        if approval.decision.is_some() || now_ms >= approval.until_ms {
+            return false;
+        }
+        approval.decide(Verdict::Approved, by, comment, now_ms);
+        self.state = State::Working;
+        self.status_message.clear();
+        self.holder = Some(run.holder);
+        self.report_digest = run.report_digest;
+        self.expires_ms = run.expires_ms;
+        self.changed(now_ms);
+        true
     }
 
-    #[test]
-    fn reports_are_bounded() {
-        let p = Progress::from_report(&pb::TaskProgress {
-            fraction: Some(f64::NAN),
-            message: "é".repeat(MAX_PROGRESS_MESSAGE),
-        });
-        assert_eq!(p.fraction, None);
-        assert!(p.message.len() <= MAX_PROGRESS_MESSAGE);
-        let p = Progress::from_report(&pb::TaskProgress {
-            fraction: Some(7.0),
-            message: String::new(),
-        });
-        assert_eq!(p.fraction, Some(1.0));
+    /// Closes the held call's approval as `verdict` (not `Approved`), if it
+    /// still waits: the task fails with `outcome`.
+    pub(crate) fn close_approval(
+        &mut self,
+        verdict: Verdict,
+        by: &str,
+        comment: &str,
+        outcome: Outcome,
+        now_ms: u64,
+    ) -> bool {
+        if verdict == Verdict::Approved || self.pending_approval().is_none() {
+            return false;
+        }
+        if let Some(approval) = self.approval.as_mut() {
+            approval.decide(verdict, by, comment, now_ms);
+        }
+        self.finish(outcome, now_ms)
     }
 
-    #[test]
-    fn only_the_holders_token_reports() {
-        let t = task("a", "c");
-        assert!(t.reported_by(b"token"));
-        assert!(!t.reported_by(b"other"));
-        assert!(!t.reported_by(b""));
-    }
-
-    #[test]
-    fn the_wire_form_carries_the_outcome_and_its_details() {
-        let mut t = task("a", "c");
-        let status = crate::error::RegistryError::ToolNotFound { tool: "x".into() }.to_status();
-        t.finish(Outcome::of_status(&status), 2_000);
-        let wire = t.to_proto();
-        assert_eq!(wire.state, pb::TaskState::Failed as i32);
-        let Some(pb::task::Outcome::Error(error)) = wire.outcome else {
-            panic!("no error: {wire:?}");
+    /// The approval's wire form, with its state.
+    pub(crate) fn approval_to_proto(&self) -> Option<pb::Approval> {
+        let approval = self.approval.as_ref()?;
+        let state = match (&approval.decision, self.state) {
+            (Some(d), _) => match d.verdict {
+                Verdict::Approved => pb::ApprovalState::Approved,
+                Verdict::Denied => pb::ApprovalState::Denied,
+                Verdict::Expired => pb::ApprovalState::Expired,
+                Verdict::Void => pb::ApprovalState::Void,
+            },
+            (None, State::InputRequired) => pb::ApprovalState::Pending,
+            (None, _) => pb::ApprovalState::Cancelled,
         };
-        assert_eq!(error.code, tonic::Code::NotFound as i32);
-        assert_eq!(error.details.as_slice(), status.details());
-        let back: Task = serde_json::from_str(&serde_json::to_string(&t).expect("round trip"))
-            .expect("round trip");
-        assert_eq!(back, t);
+        let decision = approval.decision.as_ref();
+        Some(pb::Approval {
+            task_id: self.id.clone(),
+            tool: self.tool.clone(),
+            caller: self.caller.clone(),
+            arguments_json: approval.shown_arguments.clone(),
+            arguments_redacted: approval.redacted,
+            rule: approval.rule.clone(),
+            reason: approval.reason.clone(),
+            approver_callers: approval.approvers.callers.clone(),
+            approver_groups: approval.approvers.groups.clone(),
+            self_approval: approval.self_approval,
+            requested_at: Some(timestamp(self.created_ms)),
+            expires_at: Some(timestamp(approval.until_ms)),
+            state: state as i32,
+            decided_by: decision.map(|d| d.by.clone()).unwrap_or_default(),
+            comment: decision.map(|d| d.comment.clone()).unwrap_or_default(),
+            decided_at: decision.map(|d| timestamp(d.at_ms)),
+            digest: approval.digest.clone(),
+            descriptor_digest: approval.descriptor_digest.clone(),
+        })
     }
 }
+
+#[cfg(test)]
+mod tests;

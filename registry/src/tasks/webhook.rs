@@ -15,7 +15,10 @@ use std::{
 
 use backon::BackoffBuilder as _;
 use futures::StreamExt as _;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
+
+use super::{approval::Approval, model::Task};
 
 /// Posts waiting for a worker; past it, new ones are dropped (and counted).
 const QUEUE: usize = 1024;
@@ -126,6 +129,57 @@ async fn deliver(client: &reqwest::Client, post: Post, first: Duration) {
         };
         tracing::debug!(%host, attempt, %failure, ?delay, "an approval webhook failed; trying again");
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// What a webhook posts.
+pub(super) fn body(task: &Task, approval: &Approval, event: &str) -> Value {
+    let decision = approval.decision.as_ref();
+    let text = match decision {
+        None => format!(
+            "{} asks to call {} (rule {}); {}. Decide with `toolmesh approvals approve {}` or `toolmesh approvals deny {} --comment ...`",
+            display(&task.caller),
+            task.tool,
+            approval.rule,
+            super::approve::awaiting(approval),
+            task.id,
+            task.id
+        ),
+        Some(d) => format!(
+            "The call of {} by {} is {}{}",
+            task.tool,
+            display(&task.caller),
+            d.verdict.name(),
+            if d.by.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", d.by)
+            }
+        ),
+    };
+    json!({
+        "event": format!("approval.{event}"),
+        "text": text,
+        "task_id": task.id,
+        "tool": task.tool,
+        "caller": task.caller,
+        "rule": approval.rule,
+        "reason": approval.reason,
+        "approvers": approval.approvers,
+        "arguments": serde_json::from_str::<Value>(&approval.shown_arguments).unwrap_or(Value::Null),
+        "arguments_redacted": approval.redacted,
+        "expires_at": humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(approval.until_ms)).to_string(),
+        "digest": approval.digest,
+        "decided_by": decision.map(|d| d.by.clone()),
+        "comment": decision.map(|d| d.comment.clone()),
+    })
+}
+
+fn display(caller: &str) -> &str {
+    if caller.is_empty() {
+        "an anonymous caller"
+    } else {
+        caller
     }
 }
 

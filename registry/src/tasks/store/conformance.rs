@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use super::{Cursor, Full, Limits, StoreError, TaskStore};
+use crate::access::auth::approval_rules::Approvers;
+use crate::tasks::approval::Approval;
 use crate::tasks::model::{Outcome, Progress, State, Task, report_digest};
 
 /// `offset` milliseconds after the scenarios' start: times near the real
@@ -36,6 +38,32 @@ pub(crate) fn task(id: &str, caller: &str, created: u64) -> Task {
     }
 }
 
+/// A call of `caller` held `created` ms after the scenarios' start
+/// until `until_ms`, for alice to decide.
+pub(crate) fn held(id: &str, caller: &str, created: u64, until_ms: u64) -> Task {
+    let mut task = task(id, caller, created);
+    task.state = State::InputRequired;
+    task.holder = None;
+    task.approval = Some(Approval {
+        rule: "r".into(),
+        reason: String::new(),
+        approvers: Approvers {
+            callers: vec!["alice".into()],
+            groups: Vec::new(),
+        },
+        self_approval: false,
+        until_ms,
+        arguments_json: "{}".into(),
+        shown_arguments: "{}".into(),
+        redacted: false,
+        descriptor_digest: "d".into(),
+        digest: "x".into(),
+        webhook: None,
+        decision: None,
+    });
+    task
+}
+
 const ROOMY: Limits = Limits {
     all: 100,
     per_caller: 100,
@@ -65,7 +93,7 @@ pub(crate) async fn run_all<S: TaskStore>(fresh: impl Fn() -> S) {
 
 async fn held_calls_are_listed_until_decided(store: &impl TaskStore) {
     for (n, id) in ["h1", "h2", "h3"].into_iter().enumerate() {
-        let held = crate::tasks::approval::tests::held(id, "bot", 1_000 + n as u64, at(600_000));
+        let held = held(id, "bot", 1_000 + n as u64, at(600_000));
         store.create(&held, ROOMY).await.expect("the store answers");
     }
     store
