@@ -7,6 +7,8 @@
 //! toolmesh invoke NAME '{"k": 1}' [--arg k=v]     call a tool
 //! toolmesh invoke NAME ... --task [--detach]      call it as a task, wait for it
 //! toolmesh tasks list|get|wait|cancel             the tasks: calls that outlive one request
+//! toolmesh approvals list|watch|get               the calls held for your decision
+//! toolmesh approvals approve|deny ID              decide one, once
 //! toolmesh export --format anthropic              tools for an LLM API
 //! toolmesh watch [--once]                         changes as they happen
 //! toolmesh check sidecar.yaml                     a sidecar config, offline
@@ -24,6 +26,8 @@
 //! - `commands`: the tools commands, `search`, `export`, `watch`, `invoke`.
 //! - `tasks`: `invoke --task` and `tasks ...` (its folder: showing a task,
 //!   following it to its end, the progress line).
+//! - `approvals`: `approvals ...` (its folder: the `Approvals` client,
+//!   showing an approval).
 //! - `arguments`: `invoke`'s arguments, `--arg` typed by the schema.
 //! - `check`: a sidecar config, offline.
 //! - `output`, `failure`, `pipe`: what is printed, how a failure ends, a
@@ -35,6 +39,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use toolmesh_proto::pb::ExportFormat;
 
+mod approvals;
 mod arguments;
 mod check;
 mod commands;
@@ -44,6 +49,7 @@ mod output;
 mod pipe;
 mod tasks;
 
+use approvals::Approvals;
 use connect::{Registry, Target};
 use failure::{Exit, Failure};
 use output::Output;
@@ -52,7 +58,7 @@ use output::Output;
 #[command(
     name = "toolmesh",
     version,
-    about = "List, search, export, invoke and watch the tools of a toolmesh registry, run calls as tasks; check a sidecar config offline."
+    about = "List, search, export, invoke and watch the tools of a toolmesh registry, run calls as tasks, decide the calls held for approval; check a sidecar config offline."
 )]
 struct Cli {
     #[command(flatten)]
@@ -91,6 +97,9 @@ enum Command {
     /// Calls that outlive one request: list, show, wait for and cancel tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// Calls the registry's policy holds for a person: list, watch, show, approve and deny them.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Find the tools most relevant to a task described in words.
     Search {
         /// The task, e.g. "will it rain in Paris tomorrow".
@@ -184,6 +193,45 @@ enum TasksCommand {
     Cancel {
         /// The task's id.
         id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// The pending approvals you may decide, newest first: id, tool, caller, rule, expiry, arguments (as the registry shows them: redacted unless the rule reveals them).
+    List {
+        /// Most approvals shown [default: all].
+        #[arg(long, short = 'n', value_parser = clap::value_parser!(u32).range(1..))]
+        limit: Option<u32>,
+    },
+    /// Print the pending approvals you may decide (ADDED, then SYNCED), then each new one (ADDED) and each decided, expired or cancelled (REMOVED, with its state), until interrupted or `--timeout` (which ends it with status 0).
+    Watch,
+    /// One approval, pending or closed: every field, its digest and its arguments.
+    Get {
+        /// The approval's id (its task's).
+        id: String,
+    },
+    /// Approve a pending call: it runs once, with the arguments it was held with.
+    Approve {
+        /// The approval's id (its task's).
+        id: String,
+        /// Why, in words (at most 2048 bytes are kept).
+        #[arg(long)]
+        comment: Option<String>,
+        /// Approve only the call of this digest (as `approvals get` shows it): refused if the call is another.
+        #[arg(long, value_name = "HEX", value_parser = approvals::digest)]
+        digest: Option<String>,
+    },
+    /// Deny a pending call: its task fails PERMISSION_DENIED with your comment, which its caller reads.
+    Deny {
+        /// The approval's id (its task's).
+        id: String,
+        /// Why, in words: what the caller (and its LLM) reads (at most 2048 bytes are kept).
+        #[arg(long, value_parser = approvals::reason)]
+        comment: String,
+        /// Deny only the call of this digest (as `approvals get` shows it): refused if the call is another.
+        #[arg(long, value_name = "HEX", value_parser = approvals::digest)]
+        digest: Option<String>,
     },
 }
 
@@ -325,6 +373,26 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Tasks(TasksCommand::Cancel { id }) => {
             tasks::cancel(&mut connect().await?, id, output).await
+        }
+        Command::Approvals(command) => {
+            let approvals = &mut Approvals::new(connect().await?, &cli.target)?;
+            match command {
+                ApprovalsCommand::List { limit: most } => {
+                    approvals::list(approvals, most, output).await
+                }
+                ApprovalsCommand::Watch => approvals::watch(approvals, limit, output).await,
+                ApprovalsCommand::Get { id } => approvals::get(approvals, id, output).await,
+                ApprovalsCommand::Approve {
+                    id,
+                    comment,
+                    digest,
+                } => approvals::approve(approvals, id, comment, digest, output).await,
+                ApprovalsCommand::Deny {
+                    id,
+                    comment,
+                    digest,
+                } => approvals::deny(approvals, id, comment, digest, output).await,
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 //! and its exit code.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "cli/approvals.rs"]
+mod approvals;
 #[path = "cli/pipes.rs"]
 mod pipes;
 #[path = "cli/readiness.rs"]
