@@ -567,19 +567,24 @@ async fn a_held_call_runs_once_as_approved_a_denial_reaches_the_agent_and_silenc
         "{metrics}"
     );
 
-    // The audit log has each request and decision, who and when.
-    let approvals: Vec<_> = files
-        .audit()
-        .into_iter()
-        .filter(|r| r["kind"] == "approval")
-        .collect();
-    let events: Vec<&str> = approvals
-        .iter()
-        .filter_map(|r| r["event"].as_str())
-        .collect();
-    for event in ["requested", "approved", "denied", "expired"] {
-        assert!(events.contains(&event), "{event} in {approvals:?}");
-    }
+    // The audit log has each request and decision, who and when (written
+    // behind the decision, so read until it has them).
+    let mut approvals = Vec::new();
+    wait_until(
+        Duration::from_secs(10),
+        "the four approval events audited",
+        || {
+            approvals = files
+                .audit()
+                .into_iter()
+                .filter(|r| r["kind"] == "approval")
+                .collect();
+            ["requested", "approved", "denied", "expired"]
+                .iter()
+                .all(|event| approvals.iter().any(|r| r["event"] == *event))
+        },
+    )
+    .await;
     let approved = approvals
         .iter()
         .find(|r| r["event"] == "approved")

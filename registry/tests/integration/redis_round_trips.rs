@@ -25,7 +25,7 @@ use crate::{
 /// | `sweep.lua`, nothing due | `zrangebyscore` | evalsha, time, zrangebyscore |
 /// | `heartbeat.lua`, live lease | `exists` | evalsha, exists, hget, time, zadd |
 /// | resync | `smembers` | smembers, zrange, get + hgetall per tool, hgetall per lease |
-/// | task janitor, no live task | `zscan` | zscan |
+/// | task janitor, no live task | `zscan` | zscan, zcount (the calls held for approval) |
 fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
     let count = |calls: &CommandCalls, name: &str| calls.get(name).copied().unwrap_or(0);
     let jobs: [(&str, Vec<(&str, i64)>); 5] = [
@@ -62,7 +62,9 @@ fn residual(mut calls: CommandCalls, tools: i64, leases: i64) -> CommandCalls {
                 ("hgetall", tools + leases),
             ],
         ),
-        ("zscan", vec![("zscan", 1)]),
+        // The task janitor: a pass over the live tasks, and the count of
+        // the calls held for approval.
+        ("zscan", vec![("zscan", 1), ("zcount", 1)]),
     ];
     for (marker, commands) in jobs {
         let times = count(&calls, marker);
