@@ -115,6 +115,7 @@ fn frame(request: &Request, task_id: &str) -> Bytes {
         tool: tool.into(),
         arguments_json: arguments_json.clone(),
         idempotency_key: String::new(),
+        tool_digest: String::new(),
     };
     let message = match request.method.as_str() {
         "mcp" => return mcp_request(tool, &arguments_json),
@@ -158,6 +159,7 @@ async fn one_task(authority: &str, request: &Request) -> anyhow::Result<String> 
             tool: request.tool.clone(),
             arguments_json: arguments(&request.field, request.payload),
             idempotency_key: String::new(),
+            tool_digest: String::new(),
         }),
     };
     let mut call = tonic::Request::new(start);

@@ -32,6 +32,7 @@ pub(crate) fn tool_json(tool: &pb::Tool) -> Value {
         "version": d.version,
         "tags": d.tags,
         "instances": tool.instances,
+        "digest": tool.digest,
         "input_schema": schema(&d.input_schema_json),
         "output_schema": schema(&d.output_schema_json),
         "rate_limit": limit(&d.rate_limit),
@@ -85,12 +86,13 @@ pub(crate) async fn list(
                         d.name,
                         t.instances.to_string(),
                         rate_text(d.rate_limit.as_ref()),
+                        t.digest.get(..12).unwrap_or(&t.digest).to_owned(),
                         clip(&d.description, 60),
                     ]
                 })
                 .collect();
             print(table(
-                &["NAME", "INSTANCES", "RATE LIMIT", "DESCRIPTION"],
+                &["NAME", "INSTANCES", "RATE LIMIT", "DIGEST", "DESCRIPTION"],
                 &rows,
             ))?;
         }
@@ -123,6 +125,7 @@ pub(crate) async fn get(
             if !d.version.is_empty() {
                 lines.push(format!("version:     {}", d.version));
             }
+            lines.push(format!("digest:      {}", tool.digest));
             lines.push(format!("rate limit:  {}", rate_text(d.rate_limit.as_ref())));
             if let Some(seconds) = json["timeout_seconds"].as_f64() {
                 lines.push(format!("timeout:     {seconds}s"));
@@ -346,6 +349,7 @@ pub(crate) async fn invoke_request(
         tool: name,
         arguments_json: arguments.to_string(),
         idempotency_key: idempotency_key.unwrap_or_default(),
+        tool_digest: String::new(),
     })
 }
 

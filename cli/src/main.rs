@@ -87,6 +87,9 @@ enum Command {
         /// Deduplicates: a repeat with the same key gets the first call's result (with `--task`, the first call's task).
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// Call only the definition with this digest (`tools get` shows it): refused, naming what changed, if the tool's live definition differs.
+        #[arg(long)]
+        digest: Option<String>,
         /// Run the call as a task, which outlives this command's connection, and wait for it as `tasks wait` does; `--timeout` bounds the wait (default: until it ends).
         #[arg(long)]
         task: bool,
@@ -339,12 +342,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
             args,
             idempotency_key,
+            digest,
             task,
             detach,
         } => {
             let mut registry = connect().await?;
-            let call =
+            let mut call =
                 commands::invoke_request(&mut registry, name, json, args, idempotency_key).await?;
+            call.tool_digest = digest.unwrap_or_default();
             if task {
                 tasks::start(&mut registry, call, detach, limit, output).await
             } else {

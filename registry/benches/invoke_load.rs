@@ -168,6 +168,7 @@ async fn main() {
         arguments_json: r#"{"text": "the quick brown fox jumps over the lazy dog", "count": 3}"#
             .into(),
         idempotency_key: String::new(),
+        tool_digest: String::new(),
     };
     // Warm up connections and caches.
     for _ in 0..200 {

@@ -55,6 +55,53 @@ pub struct HeldCall {
     pub until_ms: u64,
 }
 
+/// A call bound to a definition that is no longer the tool's, as
+/// `ToolChanged` names it.
+#[derive(Debug)]
+pub struct ToolChange {
+    /// The tool.
+    pub tool: String,
+    /// The digest the agent was shown.
+    pub shown: String,
+    /// The live definition's digest.
+    pub live: String,
+    /// Each changed field and how, if the shown definition is known here.
+    pub changes: Option<Vec<(&'static str, String)>>,
+}
+
+impl ToolChange {
+    /// The changed fields, comma-separated, or `unknown`.
+    fn fields(&self) -> String {
+        self.changes.as_ref().map_or_else(
+            || "unknown".into(),
+            |changes| {
+                changes
+                    .iter()
+                    .map(|(field, _)| *field)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        )
+    }
+}
+
+impl std::fmt::Display for ToolChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tool {} is not the definition the agent was shown (digest {}, live {}): ",
+            Quoted(&self.tool),
+            Clipped(&self.shown),
+            self.live
+        )?;
+        match &self.changes {
+            Some(_) => write!(f, "its {} changed", self.fields())?,
+            None => write!(f, "the shown definition is not one this registry served")?,
+        }
+        write!(f, "; nothing ran: fetch its definition again (GetTool)")
+    }
+}
+
 /// Everything that can go wrong in the registry.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -278,6 +325,9 @@ pub enum RegistryError {
         /// What was refused, and which rule refuses it.
         reason: String,
     },
+    /// The call carried the digest of a definition the tool no longer has.
+    #[error("{0}")]
+    ToolChanged(Box<ToolChange>),
     /// The call waits for a person: it is a task, in `input_required`.
     #[error("the call to {} waits for approval by {} until {} (rule {}{}); it is task {}: watch it (Tasks.WatchTask) for its result", Quoted(&.0.tool), Clipped(&.0.approvers), rfc3339(.0.until_ms), Quoted(&.0.rule), reason_part(&.0.reason), .0.task)]
     ApprovalRequired(Box<HeldCall>),
@@ -420,6 +470,7 @@ impl RegistryError {
             }
             Self::TaskReportRefused { .. } | Self::ApprovalDenied { .. } => Code::PermissionDenied,
             Self::ApprovalRequired(_)
+            | Self::ToolChanged(_)
             | Self::ApprovalVoid { .. }
             | Self::ApprovalClosed { .. }
             | Self::ApprovalDigestMismatch { .. } => Code::FailedPrecondition,
@@ -564,6 +615,28 @@ impl RegistryError {
                     ),
                     "a repeat must carry the same arguments as the first call",
                 )
+            }
+            Self::ToolChanged(change) => {
+                let mut details = ErrorDetails::with_error_info(
+                    "TOOL_DIGEST_MISMATCH",
+                    ERROR_DOMAIN,
+                    [
+                        ("tool".to_owned(), clip(&change.tool, QUOTED_MAX)),
+                        ("shown_digest".to_owned(), clip(&change.shown, QUOTED_MAX)),
+                        ("live_digest".to_owned(), change.live.clone()),
+                        ("changed".to_owned(), change.fields()),
+                    ]
+                    .into_iter()
+                    .collect::<std::collections::HashMap<_, _>>(),
+                );
+                for (_, line) in change.changes.iter().flatten().take(DETAILED_VIOLATIONS) {
+                    details.add_precondition_failure_violation(
+                        "TOOL_CHANGED",
+                        format!("tool:{}", clip(&change.tool, QUOTED_MAX)),
+                        clip(line, VIOLATION_MAX),
+                    );
+                }
+                details
             }
             Self::ApprovalRequired(held) => {
                 let HeldCall {

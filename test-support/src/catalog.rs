@@ -14,6 +14,7 @@ pub fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
         tool: tool.into(),
         arguments_json: arguments.into(),
         idempotency_key: String::new(),
+        tool_digest: String::new(),
     }
 }
 

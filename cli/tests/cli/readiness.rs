@@ -57,6 +57,6 @@ async fn a_registry_without_its_catalog_is_not_ready() {
     .await;
     assert_eq!(
         stdout(&run(&["tools", "list"]).await).trim(),
-        "NAME  INSTANCES  RATE LIMIT  DESCRIPTION"
+        "NAME  INSTANCES  RATE LIMIT  DIGEST  DESCRIPTION"
     );
 }

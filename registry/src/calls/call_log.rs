@@ -49,6 +49,8 @@ pub(crate) struct CallLog {
     trace_id: Option<String>,
     /// The task the call started, if it started one.
     task: Option<String>,
+    /// The version and digest of the definition the call went to.
+    definition: Option<(String, Arc<str>)>,
     audit: Option<Audited>,
     metrics: Option<Arc<Metrics>>,
 }
@@ -81,6 +83,7 @@ impl CallLog {
             replayed: false,
             trace_id: None,
             task: None,
+            definition: None,
             audit: None,
             metrics: None,
         }
@@ -176,6 +179,11 @@ impl CallLog {
         self.attempted(instance, u32::from(instance.is_some()));
     }
 
+    /// The call went to `tool`'s definition.
+    pub(crate) fn resolved(&mut self, tool: &crate::catalog::ToolState) {
+        self.definition = Some((tool.descriptor.version.clone(), tool.digest.clone()));
+    }
+
     /// The call was held for approval as task `task`.
     pub(crate) fn held(mut self, task: &str) {
         self.outcome = APPROVAL_REQUIRED;
@@ -218,6 +226,12 @@ impl Drop for CallLog {
                 peer: audit.peer,
                 arguments: None,
                 task: self.task.take(),
+                version: self
+                    .definition
+                    .as_ref()
+                    .map(|(version, _)| version.clone())
+                    .filter(|v| !v.is_empty()),
+                digest: self.definition.as_ref().map(|(_, d)| d.to_string()),
             };
             if let Some((descriptor, redactor, arguments)) = audit.arguments {
                 record = record.with_arguments(&descriptor, &redactor, arguments);
@@ -249,6 +263,11 @@ impl Drop for CallLog {
             attempts = self.attempts,
             replayed = self.replayed.then_some(true),
             task = self.task.as_deref(),
+            version = self
+                .definition
+                .as_ref()
+                .map(|(v, _)| v.as_str())
+                .filter(|v| !v.is_empty()),
             trace_id = self.trace_id.as_deref(),
             "call"
         );

@@ -231,76 +231,100 @@ pub fn digest(descriptor: &ToolDescriptor) -> String {
 
 /// How `new` differs from `live`, one line per field; empty if they agree.
 pub fn differences(live: &ToolDescriptor, new: &ToolDescriptor) -> Vec<String> {
+    compare(live, new, ("live", "announced"))
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect()
+}
+
+/// How the `live` definition differs from the one an agent was `shown`:
+/// each changed field's name, and a line saying how.
+pub fn changes(shown: &ToolDescriptor, live: &ToolDescriptor) -> Vec<(&'static str, String)> {
+    compare(shown, live, ("shown", "live"))
+}
+
+/// Every field on which `a` and `b` differ, named, and a line saying how,
+/// the values labelled as `labels` says.
+fn compare(
+    a: &ToolDescriptor,
+    b: &ToolDescriptor,
+    labels: (&str, &str),
+) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
-    let mut field = |name: &str, a: String, b: String| {
-        if a != b {
-            out.push(format!("{name}: live {a} != announced {b}"));
+    let mut field = |name: &'static str, x: String, y: String| {
+        if x != y {
+            out.push((
+                name,
+                format!("{name}: {} {x} != {} {y}", labels.0, labels.1),
+            ));
         }
     };
     field(
         "description",
-        format!("{:?}", live.description),
-        format!("{:?}", new.description),
+        format!("{:?}", a.description),
+        format!("{:?}", b.description),
     );
     field(
         "input_schema_json",
-        schema_text(&live.input_schema_json),
-        schema_text(&new.input_schema_json),
+        schema_text(&a.input_schema_json),
+        schema_text(&b.input_schema_json),
     );
     field(
         "output_schema_json",
-        schema_text(&live.output_schema_json),
-        schema_text(&new.output_schema_json),
+        schema_text(&a.output_schema_json),
+        schema_text(&b.output_schema_json),
     );
     field(
         "version",
-        format!("{:?}", live.version),
-        format!("{:?}", new.version),
+        format!("{:?}", a.version),
+        format!("{:?}", b.version),
     );
-    field(
-        "tags",
-        format!("{:?}", live.tags),
-        format!("{:?}", new.tags),
-    );
+    field("tags", format!("{:?}", a.tags), format!("{:?}", b.tags));
     field(
         "rate_limit",
-        limit_text(Limit::of(live)),
-        limit_text(Limit::of(new)),
+        limit_text(Limit::of(a)),
+        limit_text(Limit::of(b)),
     );
     field(
         "per_caller_rate_limit",
-        limit_text(Limit::per_caller(live)),
-        limit_text(Limit::per_caller(new)),
+        limit_text(Limit::per_caller(a)),
+        limit_text(Limit::per_caller(b)),
     );
-    field("timeout", timeout_text(live), timeout_text(new));
+    field("timeout", timeout_text(a), timeout_text(b));
     field(
         "task_timeout",
-        duration_text(live.task_timeout),
-        duration_text(new.task_timeout),
+        duration_text(a.task_timeout),
+        duration_text(b.task_timeout),
     );
     field(
         "idempotent",
-        live.idempotent.to_string(),
-        new.idempotent.to_string(),
+        a.idempotent.to_string(),
+        b.idempotent.to_string(),
     );
     field(
         "audit_arguments",
-        live.audit_arguments.to_string(),
-        new.audit_arguments.to_string(),
+        a.audit_arguments.to_string(),
+        b.audit_arguments.to_string(),
     );
-    field(
-        "title",
-        format!("{:?}", live.title),
-        format!("{:?}", new.title),
-    );
-    for (name, a, b) in [
-        ("read_only", live.read_only, new.read_only),
-        ("destructive", live.destructive, new.destructive),
-        ("open_world", live.open_world, new.open_world),
+    field("title", format!("{:?}", a.title), format!("{:?}", b.title));
+    for (name, x, y) in [
+        ("read_only", a.read_only, b.read_only),
+        ("destructive", a.destructive, b.destructive),
+        ("open_world", a.open_world, b.open_world),
     ] {
-        field(name, hint_text(a), hint_text(b));
+        field(name, hint_text(x), hint_text(y));
     }
+    field("name", format!("{:?}", a.name), format!("{:?}", b.name));
     out
+}
+
+/// Whether `digest` is written as [`digest`] writes one: 64 lowercase hex
+/// digits.
+pub fn is_digest(digest: &str) -> bool {
+    digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 fn hint_text(hint: Option<bool>) -> String {

@@ -155,17 +155,72 @@ fn has_hints(descriptor: &pb::ToolDescriptor) -> bool {
         || descriptor.idempotent
 }
 
-/// Exports `descriptors`, in order, as `format` takes them. Stops (and
+/// What an export reads of a tool: its descriptor, and its digest where
+/// the catalog knows it (MCP carries it in `_meta`).
+pub(crate) trait Exported {
+    /// The descriptor.
+    fn descriptor(&self) -> &pb::ToolDescriptor;
+    /// Its digest, if known.
+    fn digest(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl Exported for pb::ToolDescriptor {
+    fn descriptor(&self) -> &pb::ToolDescriptor {
+        self
+    }
+}
+
+impl Exported for crate::catalog::ToolState {
+    fn descriptor(&self) -> &pb::ToolDescriptor {
+        &self.descriptor
+    }
+
+    fn digest(&self) -> Option<&str> {
+        Some(&self.digest)
+    }
+}
+
+impl Exported for pb::Tool {
+    fn descriptor(&self) -> &pb::ToolDescriptor {
+        static NONE: std::sync::LazyLock<pb::ToolDescriptor> =
+            std::sync::LazyLock::new(pb::ToolDescriptor::default);
+        self.descriptor.as_ref().unwrap_or(&NONE)
+    }
+
+    fn digest(&self) -> Option<&str> {
+        (!self.digest.is_empty()).then_some(self.digest.as_str())
+    }
+}
+
+impl<T: Exported> Exported for std::sync::Arc<T> {
+    fn descriptor(&self) -> &pb::ToolDescriptor {
+        T::descriptor(self)
+    }
+
+    fn digest(&self) -> Option<&str> {
+        T::digest(self)
+    }
+}
+
+/// The `_meta` key MCP entries carry the digest under.
+pub(crate) const DIGEST_META: &str = "dev.toolmesh/digest";
+/// The `_meta` key MCP entries carry the version under.
+pub(crate) const VERSION_META: &str = "dev.toolmesh/version";
+
+/// Exports `tools`, in order, as `format` takes them. Stops (and
 /// reports each tool left) once the JSON would pass `limit_bytes`.
-pub(crate) fn export<'a>(
+pub(crate) fn export<'a, T: Exported + 'a>(
     format: ExportFormat,
-    descriptors: impl IntoIterator<Item = &'a pb::ToolDescriptor>,
+    tools: impl IntoIterator<Item = &'a T>,
     limit_bytes: usize,
 ) -> Export {
     let mut out = Export::default();
     let mut size = 2;
     let mut full = false;
-    for descriptor in descriptors {
+    for tool in tools {
+        let descriptor = tool.descriptor();
         let name = descriptor.name.as_str();
         if full {
             out.omit(
@@ -185,7 +240,10 @@ pub(crate) fn export<'a>(
                 continue;
             }
         };
-        let entry = entry(format, descriptor, parameters, &mut out);
+        let mut entry = entry(format, descriptor, parameters, &mut out);
+        if format == ExportFormat::Mcp {
+            meta(&mut entry, descriptor, tool.digest());
+        }
         let cost = entry.to_string().len() + 1;
         if size + cost > limit_bytes {
             full = true;
@@ -202,6 +260,20 @@ pub(crate) fn export<'a>(
         out.tools = vec![json!({ "functionDeclarations": out.tools })];
     }
     out
+}
+
+/// MCP's `_meta` of one tool: its version and digest, when it has them.
+fn meta(entry: &mut Value, descriptor: &pb::ToolDescriptor, digest: Option<&str>) {
+    let mut meta = Map::new();
+    if let Some(digest) = digest {
+        meta.insert(DIGEST_META.into(), digest.into());
+    }
+    if !descriptor.version.is_empty() {
+        meta.insert(VERSION_META.into(), descriptor.version.clone().into());
+    }
+    if let (Value::Object(tool), false) = (entry, meta.is_empty()) {
+        tool.insert("_meta".into(), Value::Object(meta));
+    }
 }
 
 /// One tool in `format`, noting in `out` what the format leaves out.

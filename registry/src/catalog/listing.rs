@@ -177,6 +177,7 @@ mod tests {
                 ..Default::default()
             }),
             instances: 1,
+            digest: String::new(),
         }
     }
 

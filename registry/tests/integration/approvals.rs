@@ -205,6 +205,7 @@ fn refund(amount: i64, key: &str) -> pb::InvokeRequest {
         tool: "refund".into(),
         arguments_json: format!(r#"{{"amount": {amount}, "card": "4111-1111"}}"#),
         idempotency_key: key.into(),
+        tool_digest: String::new(),
     }
 }
 

@@ -41,6 +41,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
                     tool: "pay".into(),
                     arguments_json: r#"{"millis": 300}"#.into(),
                     idempotency_key: "order-42".into(),
+                    tool_digest: String::new(),
                 })
                 .await
                 .map(|r| r.into_inner())
@@ -68,6 +69,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
             tool: "pay".into(),
             arguments_json: r#"{ "millis" : 300 }"#.into(),
             idempotency_key: "order-42".into(),
+            tool_digest: String::new(),
         })
         .await
         .expect("replayed");
@@ -77,6 +79,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
             tool: "pay".into(),
             arguments_json: r#"{"millis": 1}"#.into(),
             idempotency_key: "order-42".into(),
+            tool_digest: String::new(),
         })
         .await
         .expect_err("other arguments");

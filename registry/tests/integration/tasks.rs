@@ -24,6 +24,7 @@ fn start(tool: &str, arguments: &str, key: &str) -> pb::StartTaskRequest {
             tool: tool.into(),
             arguments_json: arguments.into(),
             idempotency_key: key.into(),
+            tool_digest: String::new(),
         }),
     }
 }

@@ -100,6 +100,15 @@ pub struct InvokeRecord {
     /// became a task); its end is a [`TaskRecord`].
     #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
     pub task: Option<String>,
+    /// The version of the tool the call went to; absent when unversioned,
+    /// or when no tool was found.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub version: Option<String>,
+    /// The digest of the definition the call went to
+    /// ([`crate::catalog::descriptor::digest`]); absent when no tool was
+    /// found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 impl InvokeRecord {
@@ -388,6 +397,8 @@ mod tests {
             peer: Some("10.0.0.7:51234".parse().unwrap()),
             arguments: None,
             task: None,
+            version: None,
+            digest: None,
         }
     }
 
@@ -488,6 +499,8 @@ mod tests {
         );
         let started: Value = serde_json::from_str(&line(InvokeRecord {
             task: Some("6f1c".into()),
+            version: None,
+            digest: None,
             ..invoke()
         }))
         .unwrap();

@@ -23,6 +23,8 @@ fn invoke(tool: &str) -> InvokeRecord {
         peer: None,
         arguments: None,
         task: None,
+        version: None,
+        digest: None,
     }
 }
 

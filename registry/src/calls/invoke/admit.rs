@@ -85,6 +85,10 @@ impl Invoker {
                     tool: request.tool.clone(),
                 })?;
         let tool = entry.tool();
+        log.resolved(tool);
+        self.catalog
+            .check_shown(tool, &request.tool_digest)
+            .inspect_err(|_| spans::set(&span, "toolmesh.definition", "changed"))?;
         let arguments =
             validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
                 .inspect_err(|_| {

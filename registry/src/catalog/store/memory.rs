@@ -49,6 +49,7 @@ struct LeaseRecord {
 
 struct ToolRecord {
     descriptor: Arc<ToolDescriptor>,
+    digest: Arc<str>,
     instances: BTreeMap<String, Arc<Instance>>,
     /// The registrant holding every instance of the tool.
     owner: String,
@@ -127,6 +128,7 @@ impl MemoryStore {
         for name in names {
             let after = state.tools.get(&name).map(|record| ToolState {
                 descriptor: record.descriptor.clone(),
+                digest: record.digest.clone(),
                 instances: record.instances.values().cloned().collect(),
             });
             self.resident.view.apply(&name, after);
@@ -287,12 +289,14 @@ impl CatalogStore for MemoryStore {
                 .tools
                 .entry(tool.name.clone())
                 .or_insert_with(|| ToolRecord {
+                    digest: descriptor::digest(&tool).into(),
                     descriptor: Arc::new(tool.clone()),
                     instances: BTreeMap::new(),
                     owner: a.owner.name.clone(),
                 });
             if record.instances.is_empty() || *record.descriptor != tool {
                 // Only reachable when no other instance serves it (see check_fits).
+                record.digest = descriptor::digest(&tool).into();
                 record.descriptor = Arc::new(tool.clone());
             }
             record

@@ -24,6 +24,7 @@ mod conformance;
 pub mod memory;
 pub(crate) mod model;
 pub(crate) mod redis;
+pub(crate) mod seen;
 pub(crate) mod view;
 
 pub use view::CatalogView;
@@ -51,6 +52,10 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// One tool, if it has a live instance.
     fn get(&self, name: &str) -> Option<Arc<ToolState>> {
         self.resident().view.get(name)
+    }
+    /// A definition this process served, by its digest.
+    fn definition(&self, digest: &str) -> Option<Arc<toolmesh_proto::pb::ToolDescriptor>> {
+        self.resident().view.definition(digest)
     }
     /// Every tool with a live instance, sorted by name.
     fn list(&self) -> Vec<Arc<ToolState>> {

@@ -24,11 +24,24 @@ pub struct Instance {
 pub struct ToolState {
     /// The descriptor every instance announced.
     pub descriptor: Arc<pb::ToolDescriptor>,
+    /// Its digest ([`crate::catalog::descriptor::digest`]).
+    pub digest: Arc<str>,
     /// The live instances, never empty while the tool is in the catalog.
     pub instances: Vec<Arc<Instance>>,
 }
 
 impl ToolState {
+    /// The state of `descriptor`, served by `instances`, its digest
+    /// computed.
+    pub fn new(descriptor: Arc<pb::ToolDescriptor>, instances: Vec<Arc<Instance>>) -> Self {
+        let digest = crate::catalog::descriptor::digest(&descriptor).into();
+        Self {
+            descriptor,
+            digest,
+            instances,
+        }
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.descriptor.name
@@ -47,6 +60,7 @@ impl ToolState {
         pb::Tool {
             descriptor: Some(self.descriptor.as_ref().clone()),
             instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
+            digest: self.digest.to_string(),
         }
     }
 }

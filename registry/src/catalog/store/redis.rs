@@ -211,9 +211,10 @@ impl RedisStore {
             })
             .cloned()
             .collect();
-        self.resident
-            .view
-            .apply(name, tool_state(descriptor.as_deref(), instances));
+        self.resident.view.apply(
+            name,
+            tool_state(descriptor.as_deref(), instances, shown.as_deref()),
+        );
         for instance in new {
             self.learn_lease(&instance).await?;
         }

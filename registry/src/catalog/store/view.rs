@@ -12,8 +12,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use dashmap::DashMap;
 use tokio::sync::broadcast;
+use toolmesh_proto::pb;
 
-use super::model::{CatalogEvent, ChangeKind, ToolState};
+use super::{
+    model::{CatalogEvent, ChangeKind, ToolState},
+    seen::Seen,
+};
 
 /// Capacity of the change channel; a watcher further behind than this is
 /// told to watch again.
@@ -22,6 +26,8 @@ pub(crate) const EVENT_BUFFER: usize = 1024;
 /// Tools by name, and the channel their changes go out on.
 pub struct CatalogView {
     tools: DashMap<String, Arc<ToolState>>,
+    /// Every definition served, by digest.
+    seen: Seen,
     events: broadcast::Sender<CatalogEvent>,
     /// Bytes of every event sent so far ([`CatalogEvent::published`]).
     published: AtomicU64,
@@ -32,6 +38,7 @@ impl Default for CatalogView {
     fn default() -> Self {
         Self {
             tools: DashMap::new(),
+            seen: Seen::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             published: AtomicU64::new(0),
             publish: Mutex::new(()),
@@ -45,6 +52,9 @@ impl CatalogView {
     pub(crate) fn apply(&self, name: &str, after: Option<ToolState>) -> Option<ChangeKind> {
         let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
         let after = after.filter(|t| !t.instances.is_empty()).map(Arc::new);
+        if let Some(after) = &after {
+            self.seen.saw(after);
+        }
         let before = self.tools.get(name).map(|t| t.clone());
         let (kind, tool) = match (before, after) {
             (None, None) => return None,
@@ -91,6 +101,11 @@ impl CatalogView {
         self.tools.get(name).map(|t| t.clone())
     }
 
+    /// A definition this view served, by its digest.
+    pub(crate) fn definition(&self, digest: &str) -> Option<Arc<pb::ToolDescriptor>> {
+        self.seen.get(digest)
+    }
+
     /// Every tool, sorted by name.
     pub(crate) fn list(&self) -> Vec<Arc<ToolState>> {
         let mut tools: Vec<_> = self.tools.iter().map(|t| t.value().clone()).collect();
@@ -114,13 +129,13 @@ mod tests {
     use crate::catalog::store::model::Instance;
 
     fn state(version: &str, instances: &[&str]) -> ToolState {
-        ToolState {
-            descriptor: Arc::new(ToolDescriptor {
+        ToolState::new(
+            Arc::new(ToolDescriptor {
                 name: "t".into(),
                 version: version.into(),
                 ..Default::default()
             }),
-            instances: instances
+            instances
                 .iter()
                 .map(|id| {
                     Arc::new(Instance {
@@ -130,7 +145,7 @@ mod tests {
                     })
                 })
                 .collect(),
-        }
+        )
     }
 
     #[test]

@@ -221,11 +221,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             }
             found
         };
-        let export = crate::catalog::export::export(
-            format,
-            tools.iter().map(|t| &*t.descriptor),
-            self.list_limit,
-        );
+        let export = crate::catalog::export::export(format, &tools, self.list_limit);
         issues.extend(export.issues);
         Ok(Response::new(pb::ExportToolsResponse {
             tools_json: serde_json::Value::Array(export.tools).to_string(),

@@ -147,18 +147,22 @@ impl Shared {
     }
 
     /// The descriptors `caller` sees, in name order.
-    fn listed(&self, caller: &Caller) -> Vec<Arc<pb::ToolDescriptor>> {
+    fn listed(&self, caller: &Caller) -> Vec<listing::Listed> {
         let policy = self.access.policy();
-        let mut listed: Vec<Arc<pb::ToolDescriptor>> = self
+        let mut listed: Vec<listing::Listed> = self
             .catalog
             .list()
             .iter()
             .filter(|t| allows(policy.as_deref(), caller, t.name()))
-            .map(|t| t.descriptor.clone())
+            .map(|t| listing::Listed::from(&**t))
             .collect();
         if let Some(tool) = self.search_tool() {
-            let at = listed.partition_point(|d| d.name.as_str() < search::NAME);
-            listed.insert(at, tool.descriptor().clone());
+            let at = listed.partition_point(|d| d.descriptor.name.as_str() < search::NAME);
+            let search = listing::Listed {
+                descriptor: tool.descriptor().clone(),
+                digest: None,
+            };
+            listed.insert(at, search);
         }
         listed
     }
@@ -302,6 +306,11 @@ impl McpHandler {
                 .unwrap_or_default(),
             idempotency_key: meta
                 .get(IDEMPOTENCY_KEY)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            tool_digest: meta
+                .get(crate::catalog::export::DIGEST_META)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),

@@ -28,12 +28,31 @@ impl From<Page> for ListToolsResult {
     }
 }
 
+/// One tool `tools/list` may list: its descriptor, and its digest if it
+/// is a catalog tool (the registry's own search tool has none).
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    /// The descriptor.
+    pub descriptor: Arc<pb::ToolDescriptor>,
+    /// Its digest.
+    pub digest: Option<Arc<str>>,
+}
+
+impl From<&crate::catalog::ToolState> for Listed {
+    fn from(tool: &crate::catalog::ToolState) -> Self {
+        Self {
+            descriptor: tool.descriptor.clone(),
+            digest: Some(tool.digest.clone()),
+        }
+    }
+}
+
 /// The page of `descriptors` (sorted by name, each name once) that
 /// `cursor` asks for: at most `page_size` tools whose descriptors take at
 /// most `limit_bytes`. A cursor that was not made here is
 /// `INVALID_ARGUMENT` on `page_token` (MCP: invalid params).
 pub(crate) fn page(
-    descriptors: &[Arc<pb::ToolDescriptor>],
+    descriptors: &[Listed],
     cursor: Option<&str>,
     page_size: u32,
     limit_bytes: usize,
@@ -45,15 +64,15 @@ pub(crate) fn page(
     })?;
     let answer = query.page(
         descriptors,
-        |d| d.name.as_str(),
+        |d| d.descriptor.name.as_str(),
         |d| pb::Tool {
-            descriptor: Some(d.as_ref().clone()),
+            descriptor: Some(d.descriptor.as_ref().clone()),
             instances: 1,
+            digest: d.digest.as_deref().unwrap_or_default().to_owned(),
         },
         limit_bytes,
     );
-    let on_page = answer.tools.iter().filter_map(|t| t.descriptor.as_ref());
-    let export = crate::catalog::export::export(ExportFormat::Mcp, on_page, usize::MAX);
+    let export = crate::catalog::export::export(ExportFormat::Mcp, &answer.tools, usize::MAX);
     for issue in export.issues.iter().filter(|i| i.omitted) {
         tracing::debug!(tool = %issue.tool, reason = %issue.message, "tool left out of MCP tools/list");
     }
@@ -80,13 +99,17 @@ mod tests {
 
     use super::*;
 
-    fn descriptor(name: &str) -> Arc<pb::ToolDescriptor> {
-        Arc::new(pb::ToolDescriptor {
-            name: name.into(),
-            description: format!("The {name} tool"),
-            input_schema_json: r#"{"type":"object","properties":{"a":{"type":"integer"}}}"#.into(),
-            ..Default::default()
-        })
+    fn descriptor(name: &str) -> Listed {
+        Listed {
+            descriptor: Arc::new(pb::ToolDescriptor {
+                name: name.into(),
+                description: format!("The {name} tool"),
+                input_schema_json: r#"{"type":"object","properties":{"a":{"type":"integer"}}}"#
+                    .into(),
+                ..Default::default()
+            }),
+            digest: None,
+        }
     }
 
     fn names(page: &Page) -> Vec<&str> {
@@ -123,6 +146,7 @@ mod tests {
             name: "fetch".into(),
             title: "Fetch a page".into(),
             description: "GET a URL".into(),
+            version: "1.2.0".into(),
             input_schema_json: r#"{"properties":{"url":{"type":"string"}}}"#.into(),
             output_schema_json: r#"{"type":"object"}"#.into(),
             read_only: Some(true),
@@ -131,9 +155,12 @@ mod tests {
             open_world: Some(true),
             ..Default::default()
         });
-        let page = page(&[described], None, 10, usize::MAX).unwrap();
+        let state = crate::catalog::ToolState::new(described, Vec::new());
+        let page = page(&[Listed::from(&state)], None, 10, usize::MAX).unwrap();
         let tool = serde_json::to_value(&page.tools[0]).unwrap();
         assert_eq!(tool["name"], "fetch");
+        assert_eq!(tool["_meta"]["dev.toolmesh/digest"], &*state.digest);
+        assert_eq!(tool["_meta"]["dev.toolmesh/version"], "1.2.0");
         assert_eq!(tool["title"], "Fetch a page");
         assert_eq!(tool["description"], "GET a URL");
         assert_eq!(tool["inputSchema"]["type"], "object");
@@ -149,8 +176,9 @@ mod tests {
     fn the_size_limit_ends_a_page_early() {
         let all: Vec<_> = ["a", "b", "c"].map(descriptor).into();
         let one = prost::Message::encoded_len(&pb::Tool {
-            descriptor: Some(all[0].as_ref().clone()),
+            descriptor: Some(all[0].descriptor.as_ref().clone()),
             instances: 1,
+            digest: String::new(),
         }) + 2;
         let first = page(&all, None, 10, one * 2).unwrap();
         assert_eq!(names(&first), ["a", "b"]);

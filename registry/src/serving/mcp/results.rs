@@ -75,6 +75,7 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
         | E::IdempotencyFull
         | E::TasksFull { .. }
         | E::ApprovalRequired(_)
+        | E::ToolChanged(_)
         | E::ApprovalDenied { .. }
         | E::ApprovalExpired { .. }
         | E::ApprovalVoid { .. }

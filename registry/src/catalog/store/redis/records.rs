@@ -72,9 +72,12 @@ pub(super) fn instance(id: String, address: &str) -> Instance {
     }
 }
 
+/// The state Redis holds for one tool; `shown`'s descriptor and digest
+/// are kept if the descriptor did not change.
 pub(super) fn tool_state(
     descriptor: Option<&[u8]>,
     instances: HashMap<String, String>,
+    shown: Option<&ToolState>,
 ) -> Option<ToolState> {
     let descriptor = ToolDescriptor::decode(descriptor?).ok()?;
     let mut instances: Vec<Arc<Instance>> = instances
@@ -82,8 +85,12 @@ pub(super) fn tool_state(
         .map(|(id, address)| Arc::new(instance(id, &address)))
         .collect();
     instances.sort_by(|a, b| a.id.cmp(&b.id));
-    Some(ToolState {
-        descriptor: Arc::new(descriptor),
-        instances,
+    Some(match shown {
+        Some(shown) if *shown.descriptor == descriptor => ToolState {
+            descriptor: shown.descriptor.clone(),
+            digest: shown.digest.clone(),
+            instances,
+        },
+        _ => ToolState::new(Arc::new(descriptor), instances),
     })
 }

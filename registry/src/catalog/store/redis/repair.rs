@@ -78,9 +78,11 @@ impl RedisStore {
         }
         let present: HashSet<&String> = names.iter().collect();
         for (name, (descriptor, instances)) in tools {
-            self.resident
-                .view
-                .apply(&name, tool_state(descriptor.as_deref(), instances));
+            let shown = self.resident.view.get(&name);
+            self.resident.view.apply(
+                &name,
+                tool_state(descriptor.as_deref(), instances, shown.as_deref()),
+            );
         }
         for name in self.resident.view.names() {
             if !present.contains(&name) {
