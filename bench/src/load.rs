@@ -116,6 +116,7 @@ fn frame(request: &Request, task_id: &str) -> Bytes {
         arguments_json: arguments_json.clone(),
         idempotency_key: String::new(),
         tool_digest: String::new(),
+        ..Default::default()
     };
     let message = match request.method.as_str() {
         "mcp" => return mcp_request(tool, &arguments_json),
@@ -160,6 +161,7 @@ async fn one_task(authority: &str, request: &Request) -> anyhow::Result<String> 
             arguments_json: arguments(&request.field, request.payload),
             idempotency_key: String::new(),
             tool_digest: String::new(),
+            ..Default::default()
         }),
     };
     let mut call = tonic::Request::new(start);

@@ -67,6 +67,7 @@ pub(crate) async fn list(
             name_prefix: prefix.clone(),
             page_token,
             page_size: 0,
+            ..Default::default()
         });
         let page = registry.call(async |c| c.list_tools(request).await).await?;
         tools.extend(page.tools);
@@ -106,7 +107,10 @@ pub(crate) async fn get(
     name: String,
     output: Output,
 ) -> Result<(), Failure> {
-    let request = registry.request(pb::GetToolRequest { name });
+    let request = registry.request(pb::GetToolRequest {
+        name,
+        ..Default::default()
+    });
     let tool = registry.call(async |c| c.get_tool(request).await).await?;
     let json = tool_json(&tool);
     match output {
@@ -167,6 +171,7 @@ pub(crate) async fn search(
         limit,
         tags,
         name_prefix: prefix,
+        ..Default::default()
     });
     let found = registry
         .call(async |c| c.search_tools(request).await)
@@ -264,7 +269,9 @@ pub(crate) async fn watch(
     once: bool,
     output: Output,
 ) -> Result<(), Failure> {
-    let mut request = registry.request(pb::WatchToolsRequest {});
+    let mut request = registry.request(pb::WatchToolsRequest {
+        ..Default::default()
+    });
     // A stream lasts as long as the user wants: no deadline.
     request.metadata_mut().remove("grpc-timeout");
     let mut stream = registry
@@ -339,7 +346,10 @@ pub(crate) async fn invoke_request(
         Value::Null
     } else {
         // Typing --arg values needs the tool's schema.
-        let request = registry.request(pb::GetToolRequest { name: name.clone() });
+        let request = registry.request(pb::GetToolRequest {
+            name: name.clone(),
+            ..Default::default()
+        });
         let tool = registry.call(async |c| c.get_tool(request).await).await?;
         tool_json(&tool)["input_schema"].take()
     };
@@ -350,6 +360,7 @@ pub(crate) async fn invoke_request(
         arguments_json: arguments.to_string(),
         idempotency_key: idempotency_key.unwrap_or_default(),
         tool_digest: String::new(),
+        ..Default::default()
     })
 }
 

@@ -8,13 +8,16 @@
 //! [`Check`]; the [`Report`] passes only if all of them do.
 //!
 //! Every call carries the agent's credential, if it has one, and an
-//! `https://` registry is reached over TLS ([`access`]).
+//! `https://` registry is reached over TLS ([`access`]). Every call also
+//! carries the digest of the definition `ListTools` showed
+//! (`InvokeRequest.tool_digest`), so that a tool changed since is refused
+//! (`FAILED_PRECONDITION`, `TOOL_DIGEST_MISMATCH`) rather than run.
 
 pub mod access;
 mod failures;
 mod long_call;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -98,6 +101,7 @@ pub async fn run_with(options: &Options, access: &Access) -> anyhow::Result<Repo
         tasks: TasksClient::with_interceptor(channel, access.bearer()),
         access: access.clone(),
         report: Report::default(),
+        digests: BTreeMap::new(),
     };
     agent.wait_for_tools(deadline).await?;
     agent.show_tools().await?;
@@ -173,6 +177,9 @@ struct Agent {
     tasks: Tasks,
     access: Access,
     report: Report,
+    /// Each listed tool's digest, by name: the definition the agent was
+    /// shown, sent with every call of the tool.
+    digests: BTreeMap<String, String>,
 }
 
 impl Agent {
@@ -191,8 +198,14 @@ impl Agent {
         self.report.checks.push(Check { what, passed });
     }
 
+    /// The digest of `tool` as `ListTools` showed it (empty for a tool it
+    /// did not list: the call is then bound to no definition).
+    fn digest_of(&self, tool: &str) -> String {
+        self.digests.get(tool).cloned().unwrap_or_default()
+    }
+
     /// One `Invoke`, printed: the call, then its result or its status with
-    /// the decoded details.
+    /// the decoded details. It carries the digest of the tool as listed.
     async fn invoke(
         &mut self,
         tool: &str,
@@ -208,7 +221,8 @@ impl Agent {
         let mut request = Request::new(pb::InvokeRequest {
             tool: tool.to_owned(),
             arguments_json: arguments_json.to_owned(),
-            idempotency_key: String::new(),
+            tool_digest: self.digest_of(tool),
+            ..Default::default()
         });
         request.set_timeout(CALL_DEADLINE);
         let outcome = self
@@ -236,12 +250,14 @@ impl Agent {
         println!("  expecting: {}", EXPECTED_TOOLS.join(", "));
         let started = Instant::now();
         let within = deadline.saturating_duration_since(started);
-        let mut stream =
-            tokio::time::timeout_at(deadline, self.client.watch_tools(pb::WatchToolsRequest {}))
-                .await
-                .context("timed out opening WatchTools")?
-                .map_err(|status| self.failed("WatchTools", status))?
-                .into_inner();
+        let mut stream = tokio::time::timeout_at(
+            deadline,
+            self.client.watch_tools(pb::WatchToolsRequest::default()),
+        )
+        .await
+        .context("timed out opening WatchTools")?
+        .map_err(|status| self.failed("WatchTools", status))?
+        .into_inner();
         let mut live = BTreeSet::new();
         while !EXPECTED_TOOLS.iter().all(|t| live.contains(*t)) {
             let missing = || {
@@ -298,6 +314,10 @@ impl Agent {
             .map_err(|status| self.failed("ListTools", status))?
             .into_inner()
             .tools;
+        self.digests = tools
+            .iter()
+            .filter_map(|t| Some((t.descriptor.as_ref()?.name.clone(), t.digest.clone())))
+            .collect();
         println!("{}", heading("1. The tools, as ListTools shows them"));
         for tool in &tools {
             println!("\n{}", present::describe_tool(tool));

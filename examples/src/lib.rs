@@ -12,7 +12,8 @@
 //!   decodes every error's google.rpc details and checks each expected
 //!   outcome; binary `agent`.
 //! - [`agent_loop`]: an agent loop with a scripted stand-in for the LLM
-//!   (search, export, call, repair from the violations); binary
+//!   (search, export, call with the digest shown, repair from the
+//!   violations, fetch again when the tool changed); binary
 //!   `agent-loop`.
 //! - [`present`]: how the agent prints tools, results and error details.
 //! - [`demo_config`]: turns `demo/sidecar.yaml` into the effective config

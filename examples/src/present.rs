@@ -2,6 +2,8 @@
 //! same tools as LLM function-calling definitions, results, and gRPC errors
 //! with their google.rpc details decoded.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 use tonic::Status;
 use tonic_types::StatusExt as _;
@@ -36,8 +38,16 @@ pub fn compact_json(text: &str) -> String {
         .unwrap_or_else(|_| text.to_owned())
 }
 
-/// A tool as a person reads it: name, live instances, limits, description,
-/// tags and input schema.
+/// How many hex digits of a digest [`short_digest`] keeps.
+const SHORT_DIGEST: usize = 12;
+
+/// A digest's first [`SHORT_DIGEST`] hex digits, as a person compares them.
+pub fn short_digest(digest: &str) -> &str {
+    digest.get(..SHORT_DIGEST).unwrap_or(digest)
+}
+
+/// A tool as a person reads it: name, live instances, limits, digest (its
+/// first 12 hex digits), description, tags and input schema.
 pub fn describe_tool(tool: &pb::Tool) -> String {
     let Some(d) = &tool.descriptor else {
         return "(a tool without a descriptor)".to_owned();
@@ -61,6 +71,9 @@ pub fn describe_tool(tool: &pb::Tool) -> String {
     }
     if d.idempotent {
         facts.push("idempotent".to_owned());
+    }
+    if !tool.digest.is_empty() {
+        facts.push(format!("digest {}", short_digest(&tool.digest)));
     }
     let mut out = format!("{}  ({})\n  {}\n", d.name, facts.join(", "), d.description);
     if !d.tags.is_empty() {
@@ -140,7 +153,12 @@ pub fn describe_status(status: &Status) -> Vec<String> {
         }
     }
     if let Some(info) = details.error_info() {
-        lines.push(format!("ErrorInfo  {} ({})", info.reason, info.domain));
+        let mut line = format!("ErrorInfo  {} ({})", info.reason, info.domain);
+        let metadata: BTreeMap<_, _> = info.metadata.iter().collect();
+        for (key, value) in metadata {
+            line.push_str(&format!("  {key}={value:?}"));
+        }
+        lines.push(line);
     }
     lines
 }
@@ -204,6 +222,47 @@ mod tests {
             lines
                 .iter()
                 .any(|l| l.starts_with("QuotaFailure  subject \"tool:t\""))
+        );
+    }
+
+    #[test]
+    fn a_tool_shows_its_digest_short() {
+        let tool = pb::Tool {
+            descriptor: Some(pb::ToolDescriptor {
+                name: "divide".into(),
+                ..Default::default()
+            }),
+            digest: "0123456789abcdef".repeat(4),
+            ..Default::default()
+        };
+        let text = describe_tool(&tool);
+        assert!(
+            text.starts_with("divide  (0 instances, digest 0123456789ab)"),
+            "{text}"
+        );
+        assert_eq!(short_digest("abc"), "abc");
+    }
+
+    #[test]
+    fn error_info_metadata_is_shown_sorted() {
+        let details = ErrorDetails::with_error_info(
+            "TOOL_DIGEST_MISMATCH",
+            "toolmesh.dev",
+            [
+                ("tool".to_owned(), "divide".to_owned()),
+                ("changed".to_owned(), "description".to_owned()),
+            ]
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
+        );
+        let status =
+            Status::with_error_details(tonic::Code::FailedPrecondition, "changed", details);
+        let lines = describe_status(&status);
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some(
+                r#"ErrorInfo  TOOL_DIGEST_MISMATCH (toolmesh.dev)  changed="description"  tool="divide""#
+            )
         );
     }
 

@@ -263,7 +263,7 @@ async fn with_the_key_the_agent_lists_and_invokes() {
         .invoke(pb::InvokeRequest {
             tool: "divide".to_owned(),
             arguments_json: r#"{"a": 1}"#.to_owned(),
-            idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -297,7 +297,7 @@ async fn the_policy_shows_the_agent_only_its_tools() {
         .invoke(pb::InvokeRequest {
             tool: "divide".to_owned(),
             arguments_json: "{}".to_owned(),
-            idempotency_key: String::new(),
+            ..Default::default()
         })
         .await
         .expect_err("agent-a may not call divide");

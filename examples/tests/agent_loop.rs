@@ -1,7 +1,9 @@
 //! The agent loop (`toolmesh_examples::agent_loop` and the `agent-loop`
 //! binary) against a real `toolmesh-registry` and a sidecar serving an SDK
 //! `word_count`: the scripted model searches, calls with a misnamed
-//! argument, reads the violations, corrects the call, and gets the result.
+//! argument, reads the violations, corrects the call, and gets the result;
+//! a call bound to a digest the registry did not show is refused, and read
+//! as a changed tool.
 #![allow(clippy::unwrap_used)]
 
 #[path = "common/mesh.rs"]
@@ -13,8 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolmesh_examples::agent::{self, Access};
-use toolmesh_examples::agent_loop::{self, ScriptedModel, Step};
-use toolmesh_proto::pb::tool_registry_client::ToolRegistryClient;
+use toolmesh_examples::agent_loop::{self, ScriptedModel, Step, ToolChanged};
+use toolmesh_proto::pb::{self, tool_registry_client::ToolRegistryClient};
 use toolmesh_sidecar::sdk::{self, ToolError};
 use toolmesh_test_support::{catalog, process::binary, server::sidecar};
 
@@ -142,4 +144,37 @@ async fn the_scripted_model_repairs_its_call_from_the_violations() {
                 .contains("\"words\": Number(5)"),
         "{text}"
     );
+
+    // A call bound to a definition the registry did not show is refused,
+    // nothing runs, and the loop reads the refusal as a changed tool.
+    let listed = client
+        .list_tools(pb::ListToolsRequest::default())
+        .await
+        .expect("ListTools")
+        .into_inner()
+        .tools;
+    let live = listed
+        .iter()
+        .find(|t| {
+            t.descriptor
+                .as_ref()
+                .is_some_and(|d| d.name == "word_count")
+        })
+        .map(|t| t.digest.clone())
+        .expect("word_count is listed");
+    let stale = "0".repeat(64);
+    let refused = client
+        .invoke(pb::InvokeRequest {
+            tool: "word_count".into(),
+            arguments_json: r#"{"text": "a b"}"#.into(),
+            tool_digest: stale.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a stale digest is refused");
+    let change = ToolChanged::from_status(&refused).unwrap_or_else(|| panic!("{refused:?}"));
+    assert_eq!(change.tool, "word_count");
+    assert_eq!(change.shown_digest, stale);
+    assert_eq!(change.live_digest, live);
+    assert!(!change.changed.is_empty(), "{change:?}");
 }

@@ -152,6 +152,7 @@ async fn main() {
         .clone()
         .get_tool(pb::GetToolRequest {
             name: "word_count".into(),
+            ..Default::default()
         })
         .await
         .is_err()
@@ -169,6 +170,7 @@ async fn main() {
             .into(),
         idempotency_key: String::new(),
         tool_digest: String::new(),
+        ..Default::default()
     };
     // Warm up connections and caches.
     for _ in 0..200 {

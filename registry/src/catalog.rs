@@ -21,6 +21,7 @@ pub mod search;
 pub mod store;
 pub(crate) mod strict_json;
 pub mod validate;
+pub mod versions;
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -85,6 +86,8 @@ pub struct Catalog {
     store: Arc<dyn CatalogStore>,
     /// What is compiled from each tool's current descriptor.
     compiled: DashMap<String, Arc<Compiled>>,
+    /// Where calls by name alone go when the operator splits them.
+    splitter: versions::split::Splitter,
     limits: AnnounceLimits,
     endpoints: Arc<EndpointPolicy>,
 }
@@ -106,6 +109,7 @@ impl Catalog {
         Self {
             store,
             compiled: DashMap::new(),
+            splitter: versions::split::Splitter::default(),
             limits,
             endpoints,
         }
@@ -168,13 +172,13 @@ impl Catalog {
                     }
                 })?;
             }
-            compiled.push((tool.name.clone(), Arc::new(input)));
+            compiled.push((versions::key(tool), Arc::new(input)));
         }
         let lease = self.store.announce(announcement).await?;
-        for (name, validator) in compiled {
-            if let Some(live) = self.store.get(&name) {
+        for (key, validator) in compiled {
+            if let Some(live) = self.store.get(&key) {
                 let compiled = Compiled::new(live.descriptor.clone(), Ok(validator));
-                self.compiled.insert(name, Arc::new(compiled));
+                self.compiled.insert(key, Arc::new(compiled));
             }
         }
         Ok(lease)
@@ -190,9 +194,19 @@ impl Catalog {
         self.store.withdraw(lease_id, owner).await
     }
 
-    /// One tool, if it has a live instance.
-    pub fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.store.get(name)
+    /// One tool by reference, if it has a live instance: `name@version`
+    /// that version, a bare name its default version.
+    pub fn get(&self, reference: &str) -> Option<Arc<ToolState>> {
+        if reference.contains('@') {
+            self.store.get(reference)
+        } else {
+            self.store.family(reference).map(|f| f.default().clone())
+        }
+    }
+
+    /// The live versions of `name`.
+    pub fn family(&self, name: &str) -> Option<Arc<versions::Family>> {
+        self.store.family(name)
     }
 
     /// Refuses a call bound to a definition (`shown`, a digest) that is
@@ -223,15 +237,24 @@ impl Catalog {
         )))
     }
 
-    /// Every tool with a live instance, sorted by name.
+    /// Each tool's default version, sorted by name.
     pub fn list(&self) -> Vec<Arc<ToolState>> {
         self.store.list()
     }
 
-    /// The current tools and a receiver of every later change, with no gap
-    /// and no overlap between the two.
-    pub fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        self.store.watch()
+    /// Every live version of every tool, sorted by key.
+    pub fn list_all(&self) -> Vec<Arc<ToolState>> {
+        self.store.list_all()
+    }
+
+    /// The current tools (each default, or `all_versions` every version)
+    /// and a receiver of every later change, with no gap and no overlap
+    /// between the two.
+    pub fn watch(
+        &self,
+        all_versions: bool,
+    ) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.store.watch(all_versions)
     }
 
     /// Bytes of every change event published so far.
@@ -239,13 +262,19 @@ impl Catalog {
         self.store.published_bytes()
     }
 
-    /// One tool, if it has a live instance, with what is compiled from its
-    /// descriptor: compiled now if this replica has not seen it yet (a tool
-    /// announced to another replica); a reloaded descriptor with the same
-    /// input schema keeps its validator.
-    pub fn entry(&self, name: &str) -> Option<Entry> {
-        let tool = self.store.get(name)?;
-        let known = self.compiled.get(name).map(|entry| entry.value().clone());
+    /// One tool by reference ([`Catalog::get`]), with what is compiled
+    /// from its descriptor.
+    pub fn entry(&self, reference: &str) -> Option<Entry> {
+        self.get(reference).map(|tool| self.entry_of(tool))
+    }
+
+    /// `tool` with what is compiled from its descriptor: compiled now if
+    /// this replica has not seen it yet (a tool announced to another
+    /// replica); a reloaded descriptor with the same input schema keeps its
+    /// validator.
+    pub fn entry_of(&self, tool: Arc<ToolState>) -> Entry {
+        let key = tool.key().into_owned();
+        let known = self.compiled.get(&key).map(|entry| entry.value().clone());
         let compiled = match known {
             Some(known) if Arc::ptr_eq(&known.descriptor, &tool.descriptor) => known,
             known => {
@@ -259,28 +288,28 @@ impl Catalog {
                     Some(input) => Compiled::new(tool.descriptor.clone(), Ok(input)),
                     None => Compiled::compile(tool.descriptor.clone()),
                 });
-                self.compiled.insert(name.to_owned(), compiled.clone());
+                self.compiled.insert(key, compiled.clone());
                 compiled
             }
         };
-        Some(Entry::new(tool, compiled))
+        Entry::new(tool, compiled)
     }
 
-    /// Drops what the catalog keeps for a removed tool.
-    pub fn forget(&self, tool: &str) {
-        self.compiled.remove(tool);
+    /// Drops what the catalog keeps for a removed tool version (by key).
+    pub fn forget(&self, key: &str) {
+        self.compiled.remove(key);
     }
 }
 
 impl LiveCatalog for Catalog {
     fn live(&self) -> LiveCounts {
-        let tools = self.list();
-        let instances: BTreeSet<&str> = tools
+        let versions = self.list_all();
+        let instances: BTreeSet<&str> = versions
             .iter()
             .flat_map(|t| t.instances.iter().map(|i| i.id.as_str()))
             .collect();
         LiveCounts {
-            tools: tools.len(),
+            tools: self.list().len(),
             instances: instances.len(),
             leases: self.lease_count(),
         }

@@ -203,6 +203,13 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_POLICY_FILE")]
     pub policy_file: Option<PathBuf>,
 
+    /// YAML file of the operator's say over tool versions: each tool's
+    /// default version, a split of calls by weight between versions, the
+    /// versions deprecated (see `docs/versions.md`). Reloaded when it
+    /// changes. Unset: a call by name goes to the highest release.
+    #[arg(long, env = "TOOLMESH_VERSIONS_FILE")]
+    pub versions_file: Option<PathBuf>,
+
     /// Where the audit log goes: `-` for standard output, or a file
     /// (appended to). One JSON line per Invoke and per registration change
     /// (see `docs/audit.md`). Unset: no audit log.

@@ -102,6 +102,26 @@ impl std::fmt::Display for ToolChange {
     }
 }
 
+/// Versions as an error lists them (`unversioned` for the empty one).
+fn versions_text(versions: &[String]) -> String {
+    let shown: Vec<&str> = versions
+        .iter()
+        .take(16)
+        .map(|v| {
+            if v.is_empty() {
+                "unversioned"
+            } else {
+                v.as_str()
+            }
+        })
+        .collect();
+    if shown.is_empty() {
+        "none".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
 /// Everything that can go wrong in the registry.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -110,6 +130,16 @@ pub enum RegistryError {
     ToolNotFound {
         /// The requested tool name.
         tool: String,
+    },
+    /// The tool is live, but not at this version.
+    #[error("tool {} has no live version {}; its live versions: {}", Quoted(.tool), Quoted(.version), versions_text(.live))]
+    VersionNotFound {
+        /// The tool.
+        tool: String,
+        /// The version asked for.
+        version: String,
+        /// Its live versions, the default first.
+        live: Vec<String>,
     },
     /// `arguments_json` is not JSON.
     #[error("arguments are not valid JSON: {} at line {line} column {column}", Clipped(.message))]
@@ -465,9 +495,10 @@ impl RegistryError {
     /// The gRPC status code of this error.
     pub fn code(&self) -> Code {
         match self {
-            Self::ToolNotFound { .. } | Self::LeaseNotFound { .. } | Self::TaskNotFound { .. } => {
-                Code::NotFound
-            }
+            Self::ToolNotFound { .. }
+            | Self::VersionNotFound { .. }
+            | Self::LeaseNotFound { .. }
+            | Self::TaskNotFound { .. } => Code::NotFound,
             Self::TaskReportRefused { .. } | Self::ApprovalDenied { .. } => Code::PermissionDenied,
             Self::ApprovalRequired(_)
             | Self::ToolChanged(_)
@@ -514,6 +545,12 @@ impl RegistryError {
                 clip(tool, QUOTED_MAX),
                 "",
                 "no live instance serves this tool; ListTools shows what is available",
+            ),
+            Self::VersionNotFound { tool, version, .. } => ErrorDetails::with_resource_info(
+                TOOL_RESOURCE_TYPE,
+                format!("{}@{}", clip(tool, QUOTED_MAX), clip(version, QUOTED_MAX)),
+                "",
+                "no live instance serves this version; GetTool lists the live versions",
             ),
             Self::ArgumentsNotJson {
                 message: reason,

@@ -65,6 +65,12 @@ struct ToolOnly {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolVersion {
+    tool: Arc<str>,
+    version: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AnnounceResult {
     result: &'static str,
 }
@@ -105,6 +111,7 @@ pub struct Metrics {
     ejections: Counter,
     replays: Family<ToolOnly, Counter>,
     nonconforming: Family<ToolOnly, Counter>,
+    deprecated_calls: Family<ToolVersion, Counter>,
     tasks_started: Family<ToolOnly, Counter>,
     tasks_ended: Family<ToolOutcome, Counter>,
     task_duration: Histograms<ToolOutcome>,
@@ -153,6 +160,7 @@ impl Metrics {
             ejections: Counter::default(),
             replays: Family::default(),
             nonconforming: Family::default(),
+            deprecated_calls: Family::default(),
             tasks_started: Family::default(),
             tasks_ended: Family::default(),
             task_duration: Family::new_with_constructor(task_time),
@@ -196,6 +204,11 @@ impl Metrics {
             "toolmesh_nonconforming_results",
             "Results that did not match their tool's output schema (the agent got an error result instead)",
             Always(metrics.nonconforming.clone()),
+        );
+        r.register(
+            "toolmesh_deprecated_calls",
+            "Calls that went to a version the operator marked deprecated (the versions file)",
+            Always(metrics.deprecated_calls.clone()),
         );
         r.register(
             "toolmesh_announces",
@@ -383,6 +396,18 @@ impl Metrics {
         self.nonconforming
             .get_or_create(&ToolOnly {
                 tool: self.tool(tool),
+            })
+            .inc();
+    }
+
+    /// A call went to `version` of `tool`, which is deprecated. Only
+    /// versions the versions file names are counted, so the labels stay
+    /// bounded.
+    pub fn deprecated_call(&self, tool: &str, version: &str) {
+        self.deprecated_calls
+            .get_or_create(&ToolVersion {
+                tool: self.tool(tool),
+                version: version.to_owned(),
             })
             .inc();
     }

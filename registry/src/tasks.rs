@@ -270,6 +270,8 @@ impl Tasks {
             instance_id,
             attempts: 1,
             content_json: response.content_json,
+            version: String::new(),
+            deprecation: String::new(),
         };
         if let Some(entry) = self.invoker.catalog().entry(&task.tool) {
             answer = self.invoker.conformed(&entry, answer);

@@ -79,6 +79,8 @@ mod tasks;
 mod tls;
 #[path = "integration/traces.rs"]
 mod traces;
+#[path = "integration/versions.rs"]
+mod versions;
 #[path = "integration/watch.rs"]
 mod watch;
 
@@ -183,6 +185,7 @@ async fn unknown_tool_is_not_found_with_resource_info() {
     let status = client
         .get_tool(pb::GetToolRequest {
             name: "nope".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -428,7 +431,10 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
     let t = registry
         .client()
         .await
-        .get_tool(pb::GetToolRequest { name: "t".into() })
+        .get_tool(pb::GetToolRequest {
+            name: "t".into(),
+            ..Default::default()
+        })
         .await
         .unwrap();
     let t = t.into_inner();

@@ -15,6 +15,7 @@ pub fn invoke(tool: &str, arguments: &str) -> pb::InvokeRequest {
         arguments_json: arguments.into(),
         idempotency_key: String::new(),
         tool_digest: String::new(),
+        ..Default::default()
     }
 }
 
@@ -31,7 +32,10 @@ pub fn keyed(tool: &str, arguments: &str, key: &str) -> pb::InvokeRequest {
 /// left".
 pub async fn tool(client: &mut ToolRegistryClient<Channel>, name: &str) -> Option<pb::Tool> {
     match client
-        .get_tool(pb::GetToolRequest { name: name.into() })
+        .get_tool(pb::GetToolRequest {
+            name: name.into(),
+            ..Default::default()
+        })
         .await
     {
         Ok(tool) => Some(tool.into_inner()),

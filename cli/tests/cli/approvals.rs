@@ -89,6 +89,7 @@ async fn held(agent: &mut ToolRegistryClient<tonic::transport::Channel>, amount:
         arguments_json: format!(r#"{{"amount": {amount}, "card": "4111-1111"}}"#),
         idempotency_key: String::new(),
         tool_digest: String::new(),
+        ..Default::default()
     });
     request.metadata_mut().insert(
         "authorization",

@@ -78,6 +78,7 @@ __all__ = [
     "Unauthenticated",
     "TaskNotFound",
     "TaskCancelled",
+    "ToolChanged",
 ]
 
 
@@ -316,6 +317,38 @@ class TaskCancelled(ToolmeshError):
     """CANCELLED: the task was cancelled (CancelTask) before it ended."""
 
 
+class ToolChanged(ToolmeshError):
+    """FAILED_PRECONDITION (ErrorInfo TOOL_DIGEST_MISMATCH): the call carried
+    a `tool_digest` and the tool's live definition has another one. Nothing
+    ran: fetch the definition again (get_tool, search_tools, export_tools),
+    show it to the LLM, and call with its digest.
+
+    `tool` is the tool, `shown_digest` the digest the call carried,
+    `live_digest` the live definition's, `changed` the names of the fields
+    that differ (e.g. ["description", "input_schema_json"]; ["unknown"] when
+    the registry never served the shown definition), and `differences` one
+    line per field saying how (PreconditionFailure), e.g.
+    'description: shown "..." != live "..."'.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        tool: str,
+        shown_digest: str,
+        live_digest: str,
+        changed: list[str],
+        differences: list[str],
+        **kw: Any,
+    ) -> None:
+        super().__init__(message, **kw)
+        self.tool = tool
+        self.shown_digest = shown_digest
+        self.live_digest = live_digest
+        self.changed = changed
+        self.differences = differences
+
+
 NO_CREDENTIAL_HINT = (
     "the registry wants a credential: set TOOLMESH_TOKEN to the agent's API key or JWT, "
     "or TOOLMESH_TOKEN_FILE (or --token-file) to a file holding it"
@@ -344,6 +377,9 @@ def _unpack(status: Any | None, kind: type) -> Iterator[Any]:
 
 TASK_RESOURCE_TYPE = "toolmesh.v1.Task"
 """The ResourceInfo.resource_type of a NOT_FOUND task."""
+
+TOOL_DIGEST_MISMATCH = "TOOL_DIGEST_MISMATCH"
+"""The ErrorInfo.reason of a call whose tool_digest is not the tool's live one."""
 
 
 def _translate(err: grpc.RpcError, tool: str, had_credential: bool = False) -> ToolmeshError:
@@ -382,6 +418,24 @@ def _typed_error(
             for v in failure.violations
         ]
         return RateLimited(message, retry_after, quota, **kw)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        for info in _unpack(status, error_details_pb2.ErrorInfo):
+            if info.reason == TOOL_DIGEST_MISMATCH:
+                differences = [
+                    v.description
+                    for failure in _unpack(status, error_details_pb2.PreconditionFailure)
+                    for v in failure.violations
+                    if v.type == "TOOL_CHANGED"
+                ]
+                return ToolChanged(
+                    message,
+                    info.metadata.get("tool") or tool,
+                    info.metadata.get("shown_digest", ""),
+                    info.metadata.get("live_digest", ""),
+                    [f.strip() for f in info.metadata.get("changed", "").split(",") if f.strip()],
+                    differences,
+                    **kw,
+                )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ToolTimeout(message, **kw)
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -413,6 +467,9 @@ class ToolSpec:
     """Calls per second across all instances; None means unlimited."""
     burst: int | None = None
     instances: int = 0
+    digest: str = ""
+    """The definition's digest (64 hex digits): pass it as invoke's
+    `tool_digest` to call only the definition shown to the LLM."""
     descriptor: Any = field(default=None, repr=False, compare=False)
     """The generated toolmesh.v1.ToolDescriptor message."""
 
@@ -431,6 +488,7 @@ class ToolSpec:
             rate=d.rate_limit.rate if d.HasField("rate_limit") else None,
             burst=d.rate_limit.burst if d.HasField("rate_limit") else None,
             instances=tool.instances,
+            digest=tool.digest,
             descriptor=d,
         )
 
@@ -708,18 +766,24 @@ class ToolmeshClient:
         args: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        *,
+        tool_digest: str | None = None,
     ) -> Any:
         """Calls a tool and returns its parsed JSON result.
 
         Raises ToolArgumentError, ToolNotFound, RateLimited, ToolFailed,
-        ToolTimeout, ToolUnavailable, Unauthenticated (all ToolmeshError).
-        `timeout` (seconds) becomes the gRPC deadline; the registry applies
-        min(deadline, tool timeout).
+        ToolTimeout, ToolUnavailable, Unauthenticated, ToolChanged (all
+        ToolmeshError). `timeout` (seconds) becomes the gRPC deadline; the
+        registry applies min(deadline, tool timeout). `tool_digest` (a
+        ToolSpec's `digest`) binds the call to the definition the LLM was
+        shown: if the tool has changed since, nothing runs and ToolChanged
+        is raised.
         """
         request = toolmesh_pb2.InvokeRequest(
             tool=name,
             arguments_json=json.dumps(args if args is not None else {}),
             idempotency_key=idempotency_key or "",
+            tool_digest=tool_digest or "",
         )
         try:
             response = self._stub.Invoke(request, timeout=timeout or self.default_timeout, metadata=self._metadata)
@@ -733,18 +797,22 @@ class ToolmeshClient:
         args: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         timeout: float | None = None,
+        *,
+        tool_digest: str | None = None,
     ) -> Task:
         """Starts a call as a task (Tasks.StartTask): the tool may run for
         its task timeout, past the interactive one, with no request open.
         Returns the task once an instance has taken it (WORKING, or already
         over for a quick tool). A call invoke would refuse is refused here
-        with the same exception, and no task is made; a repeated
-        `idempotency_key` returns the first call's task.
+        with the same exception (ToolChanged for a stale `tool_digest`
+        included), and no task is made; a repeated `idempotency_key`
+        returns the first call's task.
         """
         call = toolmesh_pb2.InvokeRequest(
             tool=name,
             arguments_json=json.dumps(args if args is not None else {}),
             idempotency_key=idempotency_key or "",
+            tool_digest=tool_digest or "",
         )
         try:
             task = self._tasks.StartTask(

@@ -9,6 +9,12 @@ that it corrects the call; a rate-limited call waits the delay the registry
 gives. The stand-in slips the way models do (the right value under the wrong
 name) and repairs its call from the violations alone.
 
+Each call carries the digest of the definition the model was shown
+(tool_digest, from the search's matches). If the tool has changed since,
+the registry refuses the call (ToolChanged) and nothing runs: the loop
+records which fields changed, fetches the definitions again, shows them to
+the model and goes on (within MAX_TURNS calls).
+
     python3 agent_loop.py 'How many words are in "the quick brown fox"?'
     python3 agent_loop.py --registry http://10.0.0.5:50051 '...'
 """
@@ -23,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import RateLimited, ToolArgumentError, ToolmeshClient
+from agent import RateLimited, ToolArgumentError, ToolChanged, ToolmeshClient
 
 MAX_TURNS = 4
 
@@ -40,7 +46,7 @@ class Call:
 class Step:
     """One turn of the transcript: what happened, and with what."""
 
-    kind: str  # "search", "call", "refused", "limited", "result"
+    kind: str  # "search", "call", "refused", "limited", "changed", "result"
     detail: Any
 
 
@@ -74,22 +80,57 @@ class ScriptedModel:
         self.turns.append(f"repaired {call.arguments} to {arguments}")
         return Call(call.tool, arguments)
 
+    def revise(self, task: str, call: Call, tools: list[dict[str, Any]]) -> Call:
+        """`call` again once shown `tools` anew (its tool had changed): the
+        same call if its tool is still offered (the registry checks the
+        arguments against the new schema, and its violations say what to
+        fix), else a first call among the tools now offered."""
+        if any(t["function"]["name"] == call.tool for t in tools):
+            self.turns.append(f"kept {call.tool} {call.arguments} under its new definition")
+            return call
+        return self.first_call(task, tools)
+
+
+@dataclass
+class Offer:
+    """The tools shown to the model: as the LLM API takes them, and the
+    digest of each definition, by name."""
+
+    names: list[str]
+    tools: list[dict[str, Any]]
+    digests: dict[str, str]
+
+
+def offer(client: ToolmeshClient, task: str) -> Offer:
+    """Searches the catalog for `task` and exports the tools found as OpenAI
+    Chat Completions definitions."""
+    found = client.search_tools(task, limit=3)
+    if not found:
+        raise LookupError(f"no tool for {task!r}")
+    names = [tool.name for tool, _ in found]
+    tools = client.export_tools("openai_chat", names=names).tools
+    return Offer(names, tools, {tool.name: tool.digest for tool, _ in found})
+
 
 def run(client: ToolmeshClient, task: str, model: ScriptedModel, max_wait: float = 10.0) -> list[Step]:
     """Runs the loop for `task`; returns the transcript, ending with the
     result. Raises what the registry raised when the model cannot go on."""
     transcript: list[Step] = []
-    found = client.search_tools(task, limit=3)
-    transcript.append(Step("search", [tool.name for tool, _ in found]))
-    if not found:
-        raise LookupError(f"no tool for {task!r}")
-    tools = client.export_tools("openai_chat", names=[tool.name for tool, _ in found]).tools
-    call = model.first_call(task, tools)
+    shown = offer(client, task)
+    transcript.append(Step("search", shown.names))
+    call = model.first_call(task, shown.tools)
     waited = 0.0
     for _ in range(MAX_TURNS):
         transcript.append(Step("call", (call.tool, call.arguments)))
         try:
-            result = client.invoke(call.tool, call.arguments)
+            result = client.invoke(call.tool, call.arguments, tool_digest=shown.digests.get(call.tool))
+        except ToolChanged as err:
+            # Nothing ran: show the model the definitions as they are now.
+            transcript.append(Step("changed", {"tool": err.tool, "fields": err.changed}))
+            shown = offer(client, task)
+            transcript.append(Step("search", shown.names))
+            call = model.revise(task, call, shown.tools)
+            continue
         except ToolArgumentError as err:
             transcript.append(Step("refused", err.violations))
             repaired = model.repair(call, err.violations)

@@ -16,10 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent import futures
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
+import grpc
 import pytest
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from agent import (
     InvalidAddress,
@@ -28,8 +33,10 @@ from agent import (
     TaskCancelled,
     TaskNotFound,
     ToolArgumentError,
+    ToolChanged,
     ToolFailed,
     ToolmeshClient,
+    ToolmeshError,
     ToolNotFound,
     ToolTimeout,
     ToolUnavailable,
@@ -37,7 +44,9 @@ from agent import (
     registry_address,
     registry_target,
     token_from_env,
+    _typed_error,
 )
+from toolmesh.v1 import toolmesh_pb2, toolmesh_pb2_grpc
 
 HERE = Path(__file__).resolve().parent
 BIN_DIR = Path(os.environ.get("TOOLMESH_BIN_DIR") or HERE / "../../../target/debug").resolve()
@@ -295,6 +304,22 @@ def test_invalid_argument(client: ToolmeshClient) -> None:
     paths = [path for path, _ in info.value.violations]
     assert "/text" in paths, info.value.violations
     assert info.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_the_registry_refuses_a_digest_it_did_not_show(client: ToolmeshClient) -> None:
+    echo = client.get_tool("echo")
+    assert len(echo.digest) == 64 and all(c in "0123456789abcdef" for c in echo.digest), echo.digest
+    assert client.invoke("echo", {"a": 1}, tool_digest=echo.digest) == {"a": 1}
+    stale = "0" * 64
+    with pytest.raises(ToolChanged) as info:
+        client.invoke("echo", {"a": 1}, tool_digest=stale)
+    assert (info.value.tool, info.value.shown_digest, info.value.live_digest) == ("echo", stale, echo.digest)
+    assert info.value.changed, info.value.message
+    with pytest.raises(ToolChanged):
+        client.start_task("echo", {"a": 1}, tool_digest=stale)
+    with pytest.raises(ToolArgumentError) as bad:
+        client.invoke("echo", {"a": 1}, tool_digest="not-a-digest")
+    assert [path for path, _ in bad.value.violations] == ["tool_digest"], bad.value.violations
 
 
 def test_not_found(client: ToolmeshClient) -> None:
@@ -898,3 +923,155 @@ def test_token_settings(tmp_path: Path) -> None:
     assert_exit(done, 2)
     assert done.stderr.startswith("agent.py: error: TOOLMESH_TOKEN is not a usable token"), done.stderr
     assert bad not in done.stderr
+
+
+# --------------------------------------------------------------------------- tool digests
+
+SHOWN = "a" * 64
+LIVE = "b" * 64
+
+
+def digest_mismatch(reason: str = "TOOL_DIGEST_MISMATCH", tool: str = "word_count") -> status_pb2.Status:
+    """A refused call's google.rpc.Status as the registry builds it for a
+    stale tool_digest (RegistryError::ToolChanged)."""
+    info = error_details_pb2.ErrorInfo(
+        reason=reason,
+        domain="toolmesh.dev",
+        metadata={"tool": tool, "shown_digest": SHOWN, "live_digest": LIVE, "changed": "description,input_schema_json"},
+    )
+    failure = error_details_pb2.PreconditionFailure(
+        violations=[
+            error_details_pb2.PreconditionFailure.Violation(
+                type="TOOL_CHANGED",
+                subject=f"tool:{tool}",
+                description='description: shown "Count words" != live "Count the words in a text"',
+            ),
+            error_details_pb2.PreconditionFailure.Violation(
+                type="TOOL_CHANGED", subject=f"tool:{tool}", description="input_schema_json: shown {} != live {...}"
+            ),
+        ]
+    )
+    details = []
+    for message in (info, failure):
+        packed = any_pb2.Any()
+        packed.Pack(message)
+        details.append(packed)
+    return status_pb2.Status(
+        code=code_pb2.FAILED_PRECONDITION,
+        message=f'tool "{tool}" is not the definition the agent was shown',
+        details=details,
+    )
+
+
+def test_a_digest_mismatch_is_tool_changed() -> None:
+    status = digest_mismatch()
+    err = _typed_error(grpc.StatusCode.FAILED_PRECONDITION, status.message, status, "word_count")
+    assert isinstance(err, ToolChanged) and isinstance(err, ToolmeshError)
+    assert (err.tool, err.shown_digest, err.live_digest) == ("word_count", SHOWN, LIVE)
+    assert err.changed == ["description", "input_schema_json"]
+    assert len(err.differences) == 2 and err.differences[0].startswith("description: shown"), err.differences
+    assert err.code == grpc.StatusCode.FAILED_PRECONDITION and err.status is status
+
+
+def test_another_failed_precondition_is_not_tool_changed() -> None:
+    status = digest_mismatch(reason="APPROVAL_REQUIRED")
+    err = _typed_error(grpc.StatusCode.FAILED_PRECONDITION, status.message, status, "word_count")
+    assert type(err) is ToolmeshError
+    assert type(_typed_error(grpc.StatusCode.FAILED_PRECONDITION, "no details", None, "t")) is ToolmeshError
+
+
+class FakeRegistry(toolmesh_pb2_grpc.ToolRegistryServicer, toolmesh_pb2_grpc.TasksServicer):
+    """A registry on a loopback port whose word_count is at digest LIVE:
+    it records every call's InvokeRequest and refuses one bound to another
+    digest as the real registry does, with the rich status in the trailers."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.description = "Count words"
+        self.digest = SHOWN
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        toolmesh_pb2_grpc.add_ToolRegistryServicer_to_server(self, self.server)
+        toolmesh_pb2_grpc.add_TasksServicer_to_server(self, self.server)
+        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+
+    def tool(self) -> Any:
+        schema = '{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}'
+        descriptor = toolmesh_pb2.ToolDescriptor(name="word_count", description=self.description, input_schema_json=schema)
+        return toolmesh_pb2.Tool(descriptor=descriptor, instances=1, digest=self.digest)
+
+    def ListTools(self, request: Any, context: Any) -> Any:
+        return toolmesh_pb2.ListToolsResponse(tools=[self.tool()])
+
+    def GetTool(self, request: Any, context: Any) -> Any:
+        return self.tool()
+
+    def SearchTools(self, request: Any, context: Any) -> Any:
+        return toolmesh_pb2.SearchToolsResponse(matches=[toolmesh_pb2.ToolMatch(tool=self.tool(), score=1.0)])
+
+    def ExportTools(self, request: Any, context: Any) -> Any:
+        function = {"name": "word_count", "description": self.description, "parameters": {"type": "object"}}
+        return toolmesh_pb2.ExportToolsResponse(tools_json=json.dumps([{"type": "function", "function": function}]))
+
+    def _check(self, call: Any, context: Any) -> None:
+        self.calls.append(call)
+        if call.tool_digest and call.tool_digest != self.digest:
+            context.abort_with_status(rpc_status.to_status(digest_mismatch()))
+
+    def Invoke(self, request: Any, context: Any) -> Any:
+        self._check(request, context)
+        words = len(json.loads(request.arguments_json).get("text", "").split())
+        return toolmesh_pb2.InvokeResponse(result_json=json.dumps({"words": words}), instance_id="fake", attempts=1)
+
+    def StartTask(self, request: Any, context: Any) -> Any:
+        self._check(request.call, context)
+        return toolmesh_pb2.Task(id="t1", tool=request.call.tool, state=toolmesh_pb2.TASK_STATE_WORKING)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeRegistry]:
+    registry = FakeRegistry()
+    registry.server.start()
+    try:
+        yield registry
+    finally:
+        registry.server.stop(grace=None)
+
+
+def test_the_digest_shown_is_sent_and_a_stale_one_raises_tool_changed(fake: FakeRegistry) -> None:
+    with ToolmeshClient(fake.address, default_timeout=10) as client:
+        [listed] = client.list_tools()
+        assert listed.digest == SHOWN and client.get_tool("word_count").digest == SHOWN
+        assert client.search_tools("count words")[0][0].digest == SHOWN
+        assert client.invoke("word_count", {"text": "a b"}, tool_digest=listed.digest) == {"words": 2}
+        assert client.start_task("word_count", {"text": "a b"}, tool_digest=listed.digest).id == "t1"
+        assert client.invoke("word_count", {"text": "a b"}) == {"words": 2}
+        assert [c.tool_digest for c in fake.calls] == [SHOWN, SHOWN, ""]
+
+        fake.digest = LIVE  # the tool changed after it was listed
+        with pytest.raises(ToolChanged) as info:
+            client.invoke("word_count", {"text": "a b"}, tool_digest=listed.digest)
+        assert (info.value.shown_digest, info.value.live_digest) == (SHOWN, LIVE)
+        assert info.value.changed == ["description", "input_schema_json"]
+        with pytest.raises(ToolChanged) as info:
+            client.start_task("word_count", {"text": "a b"}, tool_digest=listed.digest)
+        assert info.value.tool == "word_count"
+        assert [c.tool_digest for c in fake.calls[3:]] == [SHOWN, SHOWN]
+
+
+def test_agent_loop_refreshes_the_definitions_when_the_tool_changed(fake: FakeRegistry) -> None:
+    import agent_loop
+
+    class ChangingModel(agent_loop.ScriptedModel):
+        """Its first call comes after the tool changed."""
+
+        def first_call(self, task: str, tools: list[dict[str, Any]]) -> agent_loop.Call:
+            fake.digest, fake.description = LIVE, "Count the words in a text"
+            return super().first_call(task, tools)
+
+    with ToolmeshClient(fake.address, default_timeout=10) as client:
+        transcript = agent_loop.run(client, 'How many words are in "a b c"?', ChangingModel(slip="text"))
+    kinds = [step.kind for step in transcript]
+    assert kinds == ["search", "call", "changed", "search", "call", "result"], transcript
+    assert transcript[2].detail == {"tool": "word_count", "fields": ["description", "input_schema_json"]}
+    assert [c.tool_digest for c in fake.calls] == [SHOWN, LIVE]
+    assert transcript[-1].detail == {"words": 3}

@@ -14,15 +14,20 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import * as protobuf from 'protobufjs';
 
 import {
   EXIT,
+  PROTO_DIR,
   InvalidAddress,
   InvalidCredential,
   RateLimited,
   TaskCancelled,
   TaskNotFound,
   ToolArgumentError,
+  ToolChanged,
   ToolFailed,
   ToolmeshClient,
   ToolNotFound,
@@ -33,10 +38,14 @@ import {
   registryTarget,
   progressText,
   tokenFromEnv,
-  type Task,
-  type ToolmeshError,
+  Task,
+  ToolmeshError,
   type ToolSpec,
 } from './agent';
+import type { ProtoGrpcType } from './gen/toolmesh';
+import type { InvokeRequest__Output } from './gen/toolmesh/v1/InvokeRequest';
+import type { Task__Output } from './gen/toolmesh/v1/Task';
+import type { Tool } from './gen/toolmesh/v1/Tool';
 
 const BIN_DIR = path.resolve(process.env.TOOLMESH_BIN_DIR || path.join(__dirname, '../../../target/debug'));
 const WORD_COUNT = path.resolve(__dirname, '../testdata/word_count.py');
@@ -344,6 +353,19 @@ describe('toolmesh TypeScript agent against the real registry and sidecar', () =
     const err = await rejectsWith(client.invoke('word_count', { text: 42 }), ToolArgumentError);
     assert.ok(err.violations.some((v) => v.path === '/text'), JSON.stringify(err.violations));
     assert.equal(err.status?.details.length, 1);
+  });
+
+  it('refuses a digest the registry did not show as ToolChanged', async () => {
+    const echo = await client.getTool('echo');
+    assert.match(echo.digest, /^[0-9a-f]{64}$/);
+    assert.deepEqual(await client.invoke('echo', { a: 1 }, { toolDigest: echo.digest }), { a: 1 });
+    const stale = '0'.repeat(64);
+    const err = await rejectsWith(client.invoke('echo', { a: 1 }, { toolDigest: stale }), ToolChanged);
+    assert.deepEqual([err.tool, err.shownDigest, err.liveDigest], ['echo', stale, echo.digest]);
+    assert.ok(err.changed.length > 0, err.message);
+    await rejectsWith(client.startTask('echo', { a: 1 }, { toolDigest: stale }), ToolChanged);
+    const bad = await rejectsWith(client.invoke('echo', { a: 1 }, { toolDigest: 'not-a-digest' }), ToolArgumentError);
+    assert.deepEqual(bad.violations.map((v) => v.path), ['tool_digest']);
   });
 
   it('reports unknown tools', async () => {
@@ -921,5 +943,176 @@ describe('token settings', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+// ------------------------------------------------------------------- tool digests
+
+const SHOWN = 'a'.repeat(64);
+const LIVE = 'b'.repeat(64);
+
+/** google/rpc/*.proto (google-proto-files), to encode statuses as the registry does. */
+function rpcRoot(): protobuf.Root {
+  const dir = path.dirname(require.resolve('google-proto-files/package.json'));
+  const root = new protobuf.Root();
+  root.resolvePath = (_origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(dir, target));
+  return root.loadSync(['google/rpc/status.proto', 'google/rpc/error_details.proto']);
+}
+
+/**
+ * A refused call's google.rpc.Status, encoded, as the registry builds it for
+ * a stale toolDigest (RegistryError::ToolChanged).
+ */
+function digestMismatch(reason = 'TOOL_DIGEST_MISMATCH'): Buffer {
+  const root = rpcRoot();
+  const pack = (type: string, value: object) => ({
+    type_url: `type.googleapis.com/${type}`,
+    value: root.lookupType(type).encode(root.lookupType(type).fromObject(value)).finish(),
+  });
+  const status = root.lookupType('google.rpc.Status');
+  const message = status.fromObject({
+    code: grpc.status.FAILED_PRECONDITION,
+    message: 'tool "word_count" is not the definition the agent was shown',
+    details: [
+      pack('google.rpc.ErrorInfo', {
+        reason,
+        domain: 'toolmesh.dev',
+        metadata: { tool: 'word_count', shown_digest: SHOWN, live_digest: LIVE, changed: 'description,input_schema_json' },
+      }),
+      pack('google.rpc.PreconditionFailure', {
+        violations: [
+          { type: 'TOOL_CHANGED', subject: 'tool:word_count', description: 'description: shown "Count words" != live "Count the words"' },
+          { type: 'TOOL_CHANGED', subject: 'tool:word_count', description: 'input_schema_json: shown {} != live {...}' },
+        ],
+      }),
+    ],
+  });
+  return Buffer.from(status.encode(message).finish());
+}
+
+/**
+ * A registry on a loopback port whose word_count is at `digest`: it records
+ * every call's InvokeRequest and refuses one bound to another digest as the
+ * real registry does, the rich status in the trailers.
+ */
+class FakeRegistry {
+  readonly calls: InvokeRequest__Output[] = [];
+  digest = SHOWN;
+  reason = 'TOOL_DIGEST_MISMATCH';
+  private readonly server = new grpc.Server();
+
+  private tool(): Tool {
+    return { descriptor: { name: 'word_count', description: 'Count words', inputSchemaJson: '{"type":"object"}' }, instances: 1, digest: this.digest };
+  }
+
+  /** The refusal of a call, or null when it may run. */
+  private check(call: InvokeRequest__Output): grpc.ServiceError | null {
+    this.calls.push(call);
+    if (!call.toolDigest || call.toolDigest === this.digest) return null;
+    const metadata = new grpc.Metadata();
+    metadata.set('grpc-status-details-bin', digestMismatch(this.reason));
+    return Object.assign(new Error('changed'), {
+      code: grpc.status.FAILED_PRECONDITION,
+      details: 'tool "word_count" is not the definition the agent was shown',
+      metadata,
+    });
+  }
+
+  async start(): Promise<string> {
+    const definition = protoLoader.loadSync('toolmesh/v1/toolmesh.proto', {
+      keepCase: false, longs: String, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR],
+    });
+    const { ToolRegistry, Tasks } = (grpc.loadPackageDefinition(definition) as unknown as ProtoGrpcType).toolmesh.v1;
+    type Unary = (call: { request: any }, callback: (err: grpc.ServiceError | null, value?: unknown) => void) => void;
+    const handlers: Record<string, Unary> = {
+      listTools: (_call, done) => done(null, { tools: [this.tool()] }),
+      getTool: (_call, done) => done(null, this.tool()),
+      searchTools: (_call, done) => done(null, { matches: [{ tool: this.tool(), score: 1 }] }),
+      invoke: ({ request }, done) => {
+        const refused = this.check(request);
+        done(refused, refused ? undefined : { resultJson: '{"words":2}', instanceId: 'fake', attempts: 1 });
+      },
+    };
+    this.server.addService(ToolRegistry.service, handlers as unknown as grpc.UntypedServiceImplementation);
+    this.server.addService(Tasks.service, {
+      startTask: (({ request }, done) => {
+        const refused = this.check(request.call);
+        done(refused, refused ? undefined : { id: 't1', tool: request.call.tool, state: 'TASK_STATE_WORKING' });
+      }) as Unary,
+    } as unknown as grpc.UntypedServiceImplementation);
+    const port = await new Promise<number>((resolve, reject) =>
+      this.server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, bound) =>
+        err ? reject(err) : resolve(bound),
+      ),
+    );
+    return `127.0.0.1:${port}`;
+  }
+
+  stop(): void {
+    this.server.forceShutdown();
+  }
+}
+
+describe('tool digests, against a registry on loopback that checks them', () => {
+  const fake = new FakeRegistry();
+  let client: ToolmeshClient;
+
+  before(async () => {
+    client = new ToolmeshClient(await fake.start(), { defaultTimeoutMs: 10_000 });
+  });
+
+  after(() => {
+    client?.close();
+    fake.stop();
+  });
+
+  it('exposes the digest and sends the one shown', async () => {
+    const [listed] = await client.listTools();
+    assert.equal(listed.digest, SHOWN);
+    assert.equal((await client.getTool('word_count')).digest, SHOWN);
+    assert.equal((await client.searchTools('count words'))[0].tool.digest, SHOWN);
+    assert.deepEqual(await client.invoke('word_count', { text: 'a b' }, { toolDigest: listed.digest }), { words: 2 });
+    assert.equal((await client.startTask('word_count', { text: 'a b' }, { toolDigest: listed.digest })).id, 't1');
+    await client.invoke('word_count', { text: 'a b' });
+    assert.deepEqual(fake.calls.map((c) => c.toolDigest), [SHOWN, SHOWN, '']);
+  });
+
+  it('turns TOOL_DIGEST_MISMATCH into ToolChanged, for invoke and startTask', async () => {
+    fake.digest = LIVE; // the tool changed after it was listed
+    fake.calls.length = 0;
+    const err = await rejectsWith(client.invoke('word_count', { text: 'a b' }, { toolDigest: SHOWN }), ToolChanged);
+    assert.ok(err instanceof ToolmeshError);
+    assert.equal(err.code, grpc.status.FAILED_PRECONDITION);
+    assert.equal(err.tool, 'word_count');
+    assert.equal(err.shownDigest, SHOWN);
+    assert.equal(err.liveDigest, LIVE);
+    assert.deepEqual(err.changed, ['description', 'input_schema_json']);
+    assert.equal(err.differences.length, 2);
+    assert.ok(err.differences[0].startsWith('description: shown'), err.differences[0]);
+    const started = await rejectsWith(client.startTask('word_count', {}, { toolDigest: SHOWN }), ToolChanged);
+    assert.deepEqual(started.changed, ['description', 'input_schema_json']);
+    assert.deepEqual(fake.calls.map((c) => c.toolDigest), [SHOWN, SHOWN]);
+  });
+
+  it('leaves another FAILED_PRECONDITION a plain ToolmeshError', async () => {
+    fake.reason = 'APPROVAL_REQUIRED';
+    try {
+      const err = await rejectsWith(client.invoke('word_count', {}, { toolDigest: SHOWN }), ToolmeshError);
+      assert.equal(err.constructor, ToolmeshError);
+      assert.equal(err.code, grpc.status.FAILED_PRECONDITION);
+    } finally {
+      fake.reason = 'TOOL_DIGEST_MISMATCH';
+    }
+  });
+
+  it("reads a failed task's TOOL_DIGEST_MISMATCH as ToolChanged", () => {
+    const task = new Task({
+      id: 't2',
+      tool: 'word_count',
+      state: 'TASK_STATE_FAILED',
+      outcome: 'error',
+      error: { code: grpc.status.FAILED_PRECONDITION, message: 'changed', details: digestMismatch() },
+    } as unknown as Task__Output);
+    assert.throws(() => task.result(), (err: unknown) => err instanceof ToolChanged && err.liveDigest === LIVE);
   });
 });

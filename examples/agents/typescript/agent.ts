@@ -35,6 +35,7 @@ import type { ToolRegistryClient } from './gen/toolmesh/v1/ToolRegistry';
 import type { TasksClient } from './gen/toolmesh/v1/Tasks';
 import type { Task__Output } from './gen/toolmesh/v1/Task';
 import type { Tool__Output } from './gen/toolmesh/v1/Tool';
+import type { InvokeRequest } from './gen/toolmesh/v1/InvokeRequest';
 import type { InvokeResponse__Output } from './gen/toolmesh/v1/InvokeResponse';
 import type { Duration__Output } from './gen/google/protobuf/Duration';
 import type { Any__Output } from './gen/google/protobuf/Any';
@@ -43,6 +44,8 @@ import type { BadRequest__Output } from './gen/google/rpc/BadRequest';
 import type { ResourceInfo__Output } from './gen/google/rpc/ResourceInfo';
 import type { RetryInfo__Output } from './gen/google/rpc/RetryInfo';
 import type { QuotaFailure__Output } from './gen/google/rpc/QuotaFailure';
+import type { ErrorInfo__Output } from './gen/google/rpc/ErrorInfo';
+import type { PreconditionFailure__Output } from './gen/google/rpc/PreconditionFailure';
 
 /**
  * Where toolmesh/v1/toolmesh.proto is loaded from at run time: the copy
@@ -322,6 +325,33 @@ export class TaskCancelled extends ToolmeshError {
   override name = 'TaskCancelled';
 }
 
+/**
+ * FAILED_PRECONDITION (ErrorInfo TOOL_DIGEST_MISMATCH): the call carried a
+ * `toolDigest` and the tool's live definition has another one. Nothing ran:
+ * fetch the definition again (getTool, searchTools, exportTools), show it to
+ * the LLM, and call with its digest.
+ */
+export class ToolChanged extends ToolmeshError {
+  override name = 'ToolChanged';
+  constructor(
+    message: string,
+    /** The tool. */
+    readonly tool: string,
+    /** The digest the call carried: the definition the LLM was shown. */
+    readonly shownDigest: string,
+    /** The digest of the tool's live definition. */
+    readonly liveDigest: string,
+    /** The fields that differ, as the registry names them, e.g. ['description', 'input_schema_json']; ['unknown'] when the registry never served the shown definition. */
+    readonly changed: string[],
+    /** One line per field saying how it changed (PreconditionFailure), e.g. `description: shown "..." != live "..."`. */
+    readonly differences: string[],
+    code?: grpc.status,
+    status?: Status__Output,
+  ) {
+    super(message, code, status);
+  }
+}
+
 // google.rpc messages are decoded with protobufjs (the library under
 // proto-loader) from the .proto files google-proto-files ships.
 let rpcRoot: protobuf.Root | undefined;
@@ -367,6 +397,9 @@ function seconds(d: Duration__Output): number {
 /** The ResourceInfo.resourceType of a NOT_FOUND task. */
 export const TASK_RESOURCE_TYPE = 'toolmesh.v1.Task';
 
+/** The ErrorInfo.reason of a call whose toolDigest is not the tool's live one. */
+export const TOOL_DIGEST_MISMATCH = 'TOOL_DIGEST_MISMATCH';
+
 function translate(err: grpc.ServiceError, tool: string, hadCredential = false): ToolmeshError {
   return typedError(err.code, err.details || grpc.status[err.code], richStatus(err), tool, hadCredential);
 }
@@ -398,6 +431,30 @@ function typedError(
       );
       return new RateLimited(message, delay ? seconds(delay) : undefined, quota, code, status);
     }
+    case grpc.status.FAILED_PRECONDITION: {
+      const info = details<ErrorInfo__Output>(status, 'google.rpc.ErrorInfo').find(
+        (i) => i.reason === TOOL_DIGEST_MISMATCH,
+      );
+      if (!info) return new ToolmeshError(message, code, status);
+      const meta = info.metadata ?? {};
+      const differences = details<PreconditionFailure__Output>(status, 'google.rpc.PreconditionFailure').flatMap((p) =>
+        p.violations.filter((v) => v.type === 'TOOL_CHANGED').map((v) => v.description),
+      );
+      const changed = (meta.changed ?? '')
+        .split(',')
+        .map((f) => f.trim())
+        .filter(Boolean);
+      return new ToolChanged(
+        message,
+        meta.tool || tool,
+        meta.shown_digest ?? '',
+        meta.live_digest ?? '',
+        changed,
+        differences,
+        code,
+        status,
+      );
+    }
     case grpc.status.DEADLINE_EXCEEDED:
       return new ToolTimeout(message, code, status);
     case grpc.status.UNAVAILABLE:
@@ -428,6 +485,8 @@ export interface ToolSpec {
   rate?: number;
   burst?: number;
   instances: number;
+  /** The definition's digest (64 hex digits): pass it as invoke's `toolDigest` to call only the definition shown to the LLM. */
+  digest: string;
 }
 
 /** An OpenAI Chat Completions function definition, as ExportTools makes it. */
@@ -470,6 +529,7 @@ function toSpec(tool: Tool__Output): ToolSpec {
     rate: d.rateLimit?.rate,
     burst: d.rateLimit?.burst,
     instances: tool.instances,
+    digest: tool.digest,
   };
 }
 
@@ -568,6 +628,22 @@ export interface InvokeOptions {
   idempotencyKey?: string;
   /** gRPC deadline in milliseconds; the registry applies min(deadline, tool timeout). */
   timeoutMs?: number;
+  /**
+   * The digest of the definition shown to the LLM (a ToolSpec's `digest`):
+   * if the tool has changed since, nothing runs and the call rejects with
+   * ToolChanged.
+   */
+  toolDigest?: string;
+}
+
+/** The InvokeRequest of a call (Invoke's, or StartTask's `call`). */
+function invokeRequest(name: string, args: Record<string, unknown>, opts: InvokeOptions): InvokeRequest {
+  return {
+    tool: name,
+    argumentsJson: JSON.stringify(args),
+    idempotencyKey: opts.idempotencyKey ?? '',
+    toolDigest: opts.toolDigest ?? '',
+  };
 }
 
 export interface WaitOptions {
@@ -714,10 +790,10 @@ export class ToolmeshClient {
   /**
    * Calls a tool and resolves to its parsed JSON result. Rejects with
    * ToolArgumentError, ToolNotFound, RateLimited, ToolFailed, ToolTimeout,
-   * ToolUnavailable or Unauthenticated (all ToolmeshError).
+   * ToolUnavailable, Unauthenticated or ToolChanged (all ToolmeshError).
    */
   invoke<T = unknown>(name: string, args: Record<string, unknown> = {}, opts: InvokeOptions = {}): Promise<T> {
-    const request = { tool: name, argumentsJson: JSON.stringify(args), idempotencyKey: opts.idempotencyKey ?? '' };
+    const request = invokeRequest(name, args, opts);
     return new Promise<InvokeResponse__Output>((resolve, reject) => {
       this.stub.invoke(request, this.metadata, this.options(opts.timeoutMs), (err, response) =>
         err ? reject(this.failed(err, name)) : resolve(response!),
@@ -729,12 +805,12 @@ export class ToolmeshClient {
    * Starts a call as a task (Tasks.StartTask): the tool may run for its task
    * timeout, past the interactive one, with no request open. Resolves to the
    * task once an instance has taken it (WORKING, or already over for a quick
-   * tool). A call invoke would refuse is refused here with the same error,
-   * and no task is made; a repeated idempotencyKey returns the first call's
-   * task.
+   * tool). A call invoke would refuse is refused here with the same error
+   * (ToolChanged for a stale toolDigest included), and no task is made; a
+   * repeated idempotencyKey returns the first call's task.
    */
   startTask(name: string, args: Record<string, unknown> = {}, opts: InvokeOptions = {}): Promise<Task> {
-    const call = { tool: name, argumentsJson: JSON.stringify(args), idempotencyKey: opts.idempotencyKey ?? '' };
+    const call = invokeRequest(name, args, opts);
     return new Promise((resolve, reject) => {
       this.tasks.startTask({ call }, this.metadata, this.options(opts.timeoutMs), (err, task) =>
         err ? reject(this.failed(err, name)) : resolve(new Task(task!)),

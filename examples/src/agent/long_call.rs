@@ -27,7 +27,8 @@ impl Agent {
             call: Some(pb::InvokeRequest {
                 tool: "slow_report".into(),
                 arguments_json: r#"{"quarter": "Q3"}"#.into(),
-                idempotency_key: String::new(),
+                tool_digest: self.digest_of("slow_report"),
+                ..Default::default()
             }),
         });
         request.set_timeout(CALL_DEADLINE);

@@ -26,7 +26,7 @@ use crate::{
     calls::proxy::Proxy,
     calls::ratelimit::RateLimiter,
     calls::retry::Attempts,
-    catalog::{Catalog, Entry},
+    catalog::{Catalog, Entry, ToolState},
     error::RegistryError,
     metrics::Metrics,
 };
@@ -238,7 +238,8 @@ impl Invoker {
         let result = match attempted.result {
             Ok(response) if !response.is_error => Ok(self.conform(&entry, response)),
             other => other,
-        };
+        }
+        .map(|response| self.versioned(tool, call.caller, response));
         if let Some(ticket) = ticket {
             if attempted.reached {
                 ticket.complete(stored(&result)).await;
@@ -248,6 +249,29 @@ impl Invoker {
             }
         }
         result
+    }
+
+    /// `response` naming the version that ran it, and its deprecation
+    /// notice (counted, and logged with the caller) if it has one.
+    fn versioned(
+        &self,
+        tool: &ToolState,
+        caller: &str,
+        mut response: InvokeResponse,
+    ) -> InvokeResponse {
+        response.version.clone_from(&tool.descriptor.version);
+        if let Some(notice) = self.catalog.deprecation(tool) {
+            self.metrics
+                .deprecated_call(tool.name(), &tool.descriptor.version);
+            tracing::info!(
+                tool = %Quoted(tool.name()),
+                version = %Quoted(&tool.descriptor.version),
+                caller = %Quoted(caller),
+                "a call went to a deprecated version"
+            );
+            response.deprecation = notice;
+        }
+        response
     }
 
     /// `response` if its result matches the tool's output schema (or the
@@ -329,6 +353,8 @@ fn replay(outcome: StoredOutcome) -> Result<InvokeResponse, RegistryError> {
             instance_id,
             attempts,
             content_json,
+            version: String::new(),
+            deprecation: String::new(),
         }),
         StoredOutcome::Status { code, message } => Err(RegistryError::Replayed { code, message }),
         // Keys of tasks and of calls never meet (`Purpose`).

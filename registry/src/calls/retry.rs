@@ -222,6 +222,8 @@ impl Attempts {
                     instance_id: instance.id.clone(),
                     attempts: u32::try_from(tried.len()).unwrap_or(u32::MAX),
                     content_json: response.content_json,
+                    version: String::new(),
+                    deprecation: String::new(),
                 }))
             }
             Err(error) => {

@@ -121,11 +121,8 @@ pub fn check(
             ));
         }
     }
-    if descriptor.version.len() > MAX_LABEL_BYTES {
-        return Err(invalid(
-            "version",
-            format!("longer than {MAX_LABEL_BYTES} bytes"),
-        ));
+    if !descriptor.version.is_empty() {
+        super::versions::check(&descriptor.version).map_err(|reason| invalid("version", reason))?;
     }
     if descriptor.tags.len() > MAX_TAGS {
         return Err(invalid("tags", format!("more than {MAX_TAGS} tags")));

@@ -31,6 +31,8 @@ struct Filters {
     tags: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     prefix: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    all_versions: bool,
 }
 
 /// What a page token carries.
@@ -51,6 +53,7 @@ impl Query {
         let filters = Filters {
             tags,
             prefix: request.name_prefix.clone(),
+            all_versions: request.all_versions,
         };
         let after = match request.page_token.as_str() {
             "" => None,
@@ -156,7 +159,7 @@ fn decode(token: &str, filters: &Filters) -> Result<String, RegistryError> {
         .ok_or_else(|| invalid("not a page token of this registry"))?;
     if token.filters != *filters {
         return Err(invalid(
-            "made for other filters: ask with the same tags and name_prefix as the first page",
+            "made for other filters: ask with the same tags, name_prefix and all_versions as the first page",
         ));
     }
     Ok(token.after)
@@ -177,7 +180,7 @@ mod tests {
                 ..Default::default()
             }),
             instances: 1,
-            digest: String::new(),
+            ..Default::default()
         }
     }
 

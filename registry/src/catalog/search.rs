@@ -123,10 +123,11 @@ impl ToolSearch {
     /// Keeps the index equal to the catalog: everything in it now, then
     /// every change; a lagging stream reads the whole catalog again.
     pub async fn follow(&self, catalog: &Catalog) {
-        let (tools, mut changes) = catalog.watch();
+        let (tools, mut changes) = catalog.watch(false);
         self.replace_all(descriptors(&tools));
         loop {
             match changes.recv().await {
+                Ok(event) if !event.for_defaults() => {}
                 Ok(event) => match event.kind {
                     ChangeKind::Removed => self.remove(event.tool.name()),
                     ChangeKind::Added | ChangeKind::Updated => self.upsert(&event.tool.descriptor),

@@ -92,6 +92,8 @@ pub struct Registry {
     mcp: Option<TcpListener>,
     /// `SearchTools`' index, kept equal to the catalog.
     search: Arc<ToolSearch>,
+    /// Re-reads the versions file while the registry lives.
+    versions: Option<crate::access::auth::reload::ReloadTask>,
     _janitor: DropGuard,
 }
 
@@ -145,7 +147,9 @@ impl Registry {
             config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
         }
         let Some(url) = config.redis.clone() else {
-            return Ok(Self::embedded(config).with_access(access, audit));
+            return Self::embedded(config)
+                .with_access(access, audit)
+                .with_versions_file();
         };
         let settings = RedisSettings {
             url,
@@ -195,7 +199,7 @@ impl Registry {
             Some((pool, config.redis_prefix.as_str())),
             Default::default(),
         );
-        Ok(Self::assemble(
+        Self::assemble(
             store,
             Arc::new(limiter),
             idempotency,
@@ -203,7 +207,18 @@ impl Registry {
             config,
             metrics,
         )
-        .with_access(access, audit))
+        .with_access(access, audit)
+        .with_versions_file()
+    }
+
+    /// Puts `--versions-file` in force, if set, and follows its changes.
+    fn with_versions_file(mut self) -> Result<Self, ServeError> {
+        if let Some(path) = self.config.versions_file.clone() {
+            let task = crate::catalog::versions::file::follow(path, &self.catalog)
+                .map_err(ServeError::Config)?;
+            self.versions = Some(task);
+        }
+        Ok(self)
     }
 
     /// Authenticates agents and sidecars, and applies the call policy, as
@@ -359,6 +374,7 @@ impl Registry {
             admin: None,
             mcp: None,
             search,
+            versions: None,
             _janitor: stop_janitor.drop_guard(),
         }
     }

@@ -194,6 +194,8 @@ struct Watch {
     limits: WatchLimits,
     shutdown: CancellationToken,
     visibility: Visibility,
+    /// Every version, or each name's default.
+    all_versions: bool,
     _permit: WatchPermit,
 }
 
@@ -205,8 +207,9 @@ pub(crate) fn stream(
     shutdown: CancellationToken,
     permit: WatchPermit,
     visibility: Visibility,
+    all_versions: bool,
 ) -> impl Stream<Item = Result<pb::ToolEvent, Status>> + Send + 'static {
-    let (snapshot, changes) = catalog.watch();
+    let (snapshot, changes) = catalog.watch(all_versions);
     let snapshot: Vec<Arc<ToolState>> = snapshot
         .into_iter()
         .filter(|tool| visibility.sees(tool))
@@ -218,6 +221,7 @@ pub(crate) fn stream(
         limits,
         shutdown,
         visibility,
+        all_versions,
         _permit: permit,
     };
     futures::stream::unfold(watch, |mut watch| async move {
@@ -231,7 +235,8 @@ impl Watch {
         match &mut self.phase {
             Phase::Snapshot(tools) => {
                 if let Some(tool) = tools.next() {
-                    return Some(Ok(event(ChangeKind::Added, Some(tool.to_proto()))));
+                    let tool = self.catalog.describe(&tool);
+                    return Some(Ok(event(ChangeKind::Added, Some(tool))));
                 }
                 self.phase = Phase::Synced;
                 Some(Ok(pb::ToolEvent {
@@ -254,8 +259,14 @@ impl Watch {
     async fn change(&mut self) -> Result<pb::ToolEvent, Status> {
         loop {
             let change = self.next_change().await?;
-            if self.visibility.sees(&change.tool) {
-                return Ok(event(change.kind, Some(change.tool.to_proto())));
+            let wanted = if self.all_versions {
+                change.for_versions()
+            } else {
+                change.for_defaults()
+            };
+            if wanted && self.visibility.sees(&change.tool) {
+                let tool = self.catalog.describe(&change.tool);
+                return Ok(event(change.kind, Some(tool)));
             }
         }
     }
@@ -282,6 +293,7 @@ impl Watch {
             kind,
             tool,
             published,
+            scope,
         } = match next {
             Ok(event) => event,
             Err(RecvError::Lagged(missed)) => return Err(behind(format!("{missed} events"))),
@@ -303,6 +315,7 @@ impl Watch {
             kind,
             tool,
             published,
+            scope,
         })
     }
 }

@@ -36,7 +36,7 @@ use crate::{
         idempotency::StoredOutcome,
         invoke::{Admission, Admitted, Call, Purpose},
     },
-    catalog::descriptor,
+    catalog::{descriptor, versions},
     error::RegistryError,
 };
 
@@ -146,7 +146,7 @@ impl Tasks {
         } = admitted;
         let tool = entry.tool();
         let arguments: Value = serde_json::from_str(&execute.arguments_json).unwrap_or_default();
-        let descriptor_digest = descriptor::digest(&tool.descriptor);
+        let descriptor_digest = tool.digest.to_string();
         let (shown_arguments, redacted) = if hold.reveal_arguments {
             (execute.arguments_json.clone(), false)
         } else {
@@ -173,7 +173,7 @@ impl Tasks {
         };
         let task = Task {
             id: execute.invocation_id.clone(),
-            tool: tool.name().to_owned(),
+            tool: tool.key().into_owned(),
             caller: call.caller.to_owned(),
             state: State::InputRequired,
             status_message: awaiting(&approval),
@@ -346,7 +346,7 @@ impl Tasks {
             .entry(&task.tool)
             .ok_or_else(absent)?;
         let tool = entry.tool().clone();
-        let live_digest = descriptor::digest(&tool.descriptor);
+        let live_digest = tool.digest.to_string();
         if live_digest != approval.descriptor_digest {
             let void = RegistryError::ApprovalVoid {
                 tool: task.tool.clone(),
@@ -401,7 +401,7 @@ impl Tasks {
         self.metrics.task_started(&task.tool);
         let run = pb::RunTaskRequest {
             call: Some(pb::ExecuteRequest {
-                tool: task.tool.clone(),
+                tool: versions::name_of(&task.tool).to_owned(),
                 arguments_json: approval.arguments_json,
                 invocation_id: task.id.clone(),
                 caller: task.caller.clone(),

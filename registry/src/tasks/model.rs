@@ -357,6 +357,8 @@ impl Task {
                 instance_id: instance_id.clone(),
                 attempts: 1,
                 content_json: content_json.clone(),
+                version: String::new(),
+                deprecation: String::new(),
             }),
             Outcome::Error {
                 code,

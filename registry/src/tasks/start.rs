@@ -26,7 +26,7 @@ use crate::{
         invoke::{Admission, Admitted, Call, Purpose},
         proxy::ProxyError,
     },
-    catalog::{ToolState, descriptor},
+    catalog::{ToolState, descriptor, versions},
     error::RegistryError,
 };
 
@@ -100,7 +100,7 @@ impl Tasks {
         let now = now_ms();
         let mut task = Task {
             id: execute.invocation_id.clone(),
-            tool: tool.name().to_owned(),
+            tool: tool.key().into_owned(),
             caller: call.caller.to_owned(),
             state: State::Working,
             status_message: String::new(),
@@ -276,7 +276,7 @@ impl Tasks {
         };
         let run = pb::RunTaskRequest {
             call: Some(pb::ExecuteRequest {
-                tool: task.tool.clone(),
+                tool: versions::name_of(&task.tool).to_owned(),
                 arguments_json: rerun.arguments_json.clone(),
                 invocation_id: task.id.clone(),
                 caller: task.caller.clone(),
@@ -310,7 +310,7 @@ impl Tasks {
                 .cloned()
         });
         let key = instance.as_ref().and_then(|i| i.execute_key.clone());
-        let stop_tool = format!("stop {}", task.tool);
+        let stop_tool = format!("stop {}", versions::name_of(&task.tool));
         let grant = key.map(|key| {
             grant::Call {
                 instance: &holder.instance,
@@ -323,7 +323,7 @@ impl Tasks {
         });
         let stop = pb::StopTaskRequest {
             task_id: task.id.clone(),
-            tool: task.tool.clone(),
+            tool: versions::name_of(&task.tool).to_owned(),
             caller: task.caller.clone(),
         };
         let answer: Result<pb::StopTaskResponse, ProxyError> = self

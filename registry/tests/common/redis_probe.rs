@@ -108,7 +108,9 @@ impl Watcher {
         let mut stream = registry
             .client()
             .await
-            .watch_tools(pb::WatchToolsRequest {})
+            .watch_tools(pb::WatchToolsRequest {
+                ..Default::default()
+            })
             .await
             .expect("WatchTools")
             .into_inner();

@@ -282,7 +282,10 @@ impl Authed {
     }
 
     async fn get(&mut self, name: &str) -> Result<pb::Tool, tonic::Status> {
-        let request = self.request(pb::GetToolRequest { name: name.into() });
+        let request = self.request(pb::GetToolRequest {
+            name: name.into(),
+            ..Default::default()
+        });
         Ok(self.client.get_tool(request).await?.into_inner())
     }
 
@@ -315,7 +318,9 @@ impl Authed {
 
     /// The names `WatchTools` shows up to `SYNCED`.
     async fn watched(&mut self) -> Result<Vec<String>, tonic::Status> {
-        let request = self.request(pb::WatchToolsRequest {});
+        let request = self.request(pb::WatchToolsRequest {
+            ..Default::default()
+        });
         let mut stream = self.client.watch_tools(request).await?.into_inner();
         let mut names = Vec::new();
         while let Some(event) = stream.message().await? {
@@ -677,7 +682,9 @@ async fn a_changed_policy_file_takes_effect_and_ends_watches_made_under_the_old_
         return;
     };
     let mut support = mesh.as_(Some(SUPPORT_KEY)).await;
-    let request = support.request(pb::WatchToolsRequest {});
+    let request = support.request(pb::WatchToolsRequest {
+        ..Default::default()
+    });
     let mut stream = support
         .client
         .watch_tools(request)

@@ -206,6 +206,7 @@ fn refund(amount: i64, key: &str) -> pb::InvokeRequest {
         arguments_json: format!(r#"{{"amount": {amount}, "card": "4111-1111"}}"#),
         idempotency_key: key.into(),
         tool_digest: String::new(),
+        ..Default::default()
     }
 }
 
@@ -284,6 +285,7 @@ async fn wait_for_refund(addr: std::net::SocketAddr) {
                 .get_tool(authed(
                     pb::GetToolRequest {
                         name: "refund".into(),
+                        ..Default::default()
                     },
                     BOT,
                 ))
@@ -712,6 +714,7 @@ async fn a_spent_rate_limit_defers_an_approval_and_a_changed_tool_voids_it() {
                 .get_tool(authed(
                     pb::GetToolRequest {
                         name: "refund".into(),
+                        ..Default::default()
                     },
                     BOT,
                 ))

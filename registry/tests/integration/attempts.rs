@@ -173,7 +173,10 @@ async fn an_unreachable_instance_is_ejected_but_keeps_its_lease() {
     let descriptor = registry
         .client()
         .await
-        .get_tool(pb::GetToolRequest { name: "add".into() })
+        .get_tool(pb::GetToolRequest {
+            name: "add".into(),
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

@@ -219,7 +219,10 @@ impl Mesh {
         eventually(PATIENCE, &format!("{tool} to be served"), || {
             let mut agent = agent.clone();
             async move {
-                let request = as_alice(pb::GetToolRequest { name: tool.into() });
+                let request = as_alice(pb::GetToolRequest {
+                    name: tool.into(),
+                    ..Default::default()
+                });
                 agent
                     .get_tool(request)
                     .await

@@ -42,6 +42,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
                     arguments_json: r#"{"millis": 300}"#.into(),
                     idempotency_key: "order-42".into(),
                     tool_digest: String::new(),
+                    ..Default::default()
                 })
                 .await
                 .map(|r| r.into_inner())
@@ -70,6 +71,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
             arguments_json: r#"{ "millis" : 300 }"#.into(),
             idempotency_key: "order-42".into(),
             tool_digest: String::new(),
+            ..Default::default()
         })
         .await
         .expect("replayed");
@@ -80,6 +82,7 @@ async fn same_key_from_many_agents(registries: &[TestRegistry], calls: &AtomicUs
             arguments_json: r#"{"millis": 1}"#.into(),
             idempotency_key: "order-42".into(),
             tool_digest: String::new(),
+            ..Default::default()
         })
         .await
         .expect_err("other arguments");

@@ -203,7 +203,10 @@ async fn every_call_moves_its_counters_by_exactly_one() {
             let mut client = client.clone();
             async move {
                 client
-                    .get_tool(authed(pb::GetToolRequest { name: tool.into() }))
+                    .get_tool(authed(pb::GetToolRequest {
+                        name: tool.into(),
+                        ..Default::default()
+                    }))
                     .await
                     .is_ok()
             }
@@ -811,6 +814,7 @@ tools:
             client
                 .get_tool(pb::GetToolRequest {
                     name: "shaped".into(),
+                    ..Default::default()
                 })
                 .await
                 .is_ok()

@@ -373,6 +373,7 @@ async fn idempotency_keys_through_invoke_over_redis() {
     let descriptor = second
         .get_tool(pb::GetToolRequest {
             name: "ghost".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

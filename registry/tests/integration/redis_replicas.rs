@@ -52,7 +52,9 @@ async fn every_replica_serves_every_sidecar_and_sees_every_change() {
     let mut events = replicas[0]
         .client()
         .await
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .expect("watch")
         .into_inner();

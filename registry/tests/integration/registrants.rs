@@ -172,6 +172,7 @@ async fn hijack_is_refused(redis: bool) {
     let real = agent
         .get_tool(pb::GetToolRequest {
             name: "victim_tool".into(),
+            ..Default::default()
         })
         .await
         .expect("get")
@@ -238,6 +239,7 @@ async fn hijack_is_refused(redis: bool) {
     let live = agent
         .get_tool(pb::GetToolRequest {
             name: "victim_tool".into(),
+            ..Default::default()
         })
         .await
         .expect("get")
@@ -342,6 +344,7 @@ async fn leases_and_caps_hold(redis: bool) {
         .await
         .get_tool(pb::GetToolRequest {
             name: "inventory.count".into(),
+            ..Default::default()
         })
         .await
         .expect("get")

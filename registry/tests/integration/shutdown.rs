@@ -72,7 +72,9 @@ async fn shutdown_reports_not_serving_takes_calls_during_the_delay_and_drains() 
     );
     let mut client = ToolRegistryClient::new(channel);
     let mut watch = client
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -25,6 +25,7 @@ fn start(tool: &str, arguments: &str, key: &str) -> pb::StartTaskRequest {
             arguments_json: arguments.into(),
             idempotency_key: key.into(),
             tool_digest: String::new(),
+            ..Default::default()
         }),
     }
 }

@@ -317,7 +317,9 @@ async fn a_rotated_certificate_serves_new_connections_and_keeps_open_ones() {
     // A stream that lives across the rotation: it ends if its connection does.
     let watching = channel(addr, tls.clone()).await.expect("connect");
     let mut events = ToolRegistryClient::new(watching)
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .expect("watch")
         .into_inner();

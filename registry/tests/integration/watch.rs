@@ -39,7 +39,9 @@ async fn watch_reports_add_update_and_remove() {
     let mut events = registry
         .client()
         .await
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
@@ -71,7 +73,9 @@ async fn a_watcher_that_falls_1024_events_behind_is_aborted() {
         .await
         .unwrap();
     let mut events = ToolRegistryClient::new(channel)
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -185,7 +185,9 @@ async fn the_registry_ttl_is_adopted() {
 
     let mut events = registry
         .client()
-        .watch_tools(pb::WatchToolsRequest {})
+        .watch_tools(pb::WatchToolsRequest {
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();

@@ -19,6 +19,7 @@ use crate::{
     calls::ratelimit::{CallDecision, CallLimits, Refused},
     catalog::descriptor::{self, Limit},
     catalog::validate,
+    catalog::versions::Reference,
     catalog::{Entry, ToolState},
     error::RegistryError,
     metrics::{RateLimitDecision, ValidationFailure},
@@ -78,17 +79,17 @@ impl Invoker {
     ) -> Result<Admission, RegistryError> {
         let caller = call.caller;
         let span = tracing::Span::current();
-        let entry =
-            self.catalog
-                .entry(&request.tool)
-                .ok_or_else(|| RegistryError::ToolNotFound {
-                    tool: request.tool.clone(),
-                })?;
+        let reference = Reference::parse(&request.tool, &request.version, "tool")?;
+        let entry = self
+            .catalog
+            .resolve(&reference, &request.tool_digest)
+            .inspect_err(|error| {
+                if matches!(error, RegistryError::ToolChanged(_)) {
+                    spans::set(&span, "toolmesh.definition", "changed");
+                }
+            })?;
         let tool = entry.tool();
         log.resolved(tool);
-        self.catalog
-            .check_shown(tool, &request.tool_digest)
-            .inspect_err(|_| spans::set(&span, "toolmesh.definition", "changed"))?;
         let arguments =
             validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
                 .inspect_err(|_| {
@@ -155,7 +156,7 @@ impl Invoker {
             return Err(error);
         }
         let execute = ExecuteRequest {
-            tool: request.tool,
+            tool: tool.name().to_owned(),
             arguments_json: if toolmesh_proto::rules::no_arguments(&request.arguments_json) {
                 "{}".into()
             } else {
@@ -223,8 +224,9 @@ impl Invoker {
         if limit.is_none() && per_caller.is_none() {
             return Ok(());
         }
+        let key = tool.key();
         let call = CallLimits {
-            tool: tool.name(),
+            tool: &key,
             limit,
             caller: per_caller.map(|l| (caller, l)),
         };

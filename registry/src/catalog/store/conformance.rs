@@ -17,7 +17,18 @@ pub(super) const BOUNDED: Limits = Limits {
     max_tools: 2,
 };
 
-pub(super) fn tool(name: &str, version: &str) -> ToolDescriptor {
+/// An unversioned tool whose description is `revision`: two revisions of
+/// one name are two definitions of the same catalog entry.
+pub(super) fn tool(name: &str, revision: &str) -> ToolDescriptor {
+    ToolDescriptor {
+        name: name.into(),
+        description: revision.into(),
+        ..Default::default()
+    }
+}
+
+/// Version `version` of `name`.
+pub(super) fn versioned(name: &str, version: &str) -> ToolDescriptor {
     ToolDescriptor {
         name: name.into(),
         version: version.into(),
@@ -72,7 +83,7 @@ pub(super) async fn conflicting_descriptor_is_refused_and_changes_nothing(
 }
 
 pub(super) async fn sole_instance_may_change_its_descriptor(store: &dyn CatalogStore) {
-    let (_, mut events) = store.watch();
+    let (_, mut events) = store.watch(false);
     store
         .announce(announcement("a", vec![tool("t", "1")]))
         .await
@@ -81,7 +92,7 @@ pub(super) async fn sole_instance_may_change_its_descriptor(store: &dyn CatalogS
         .announce(announcement("a", vec![tool("t", "2")]))
         .await
         .unwrap();
-    assert_eq!(store.get("t").unwrap().descriptor.version, "2");
+    assert_eq!(store.get("t").unwrap().descriptor.description, "2");
     assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Added);
     assert_eq!(events.recv().await.unwrap().kind, ChangeKind::Updated);
 }
@@ -212,4 +223,58 @@ pub(super) async fn limits_bound_the_catalog(store: &dyn CatalogStore) {
         .announce(announcement("a", vec![tool("x", "1"), tool("y", "1")]))
         .await
         .unwrap();
+}
+
+pub(super) async fn versions_serve_side_by_side_under_one_registrant(store: &dyn CatalogStore) {
+    use crate::catalog::store::model::Scope;
+    let (_, mut events) = store.watch(false);
+    store
+        .announce(owned("a", vec![versioned("w", "1.4.2")], "alice", None))
+        .await
+        .unwrap();
+    let first = events.recv().await.unwrap();
+    assert_eq!((first.kind, first.scope), (ChangeKind::Added, Scope::Both));
+    let second = store
+        .announce(owned("b", vec![versioned("w", "2.0.0")], "alice", None))
+        .await
+        .unwrap();
+    let added = events.recv().await.unwrap();
+    assert_eq!(
+        (added.kind, added.scope),
+        (ChangeKind::Added, Scope::Version)
+    );
+    let moved = events.recv().await.unwrap();
+    assert_eq!(
+        (moved.kind, moved.scope),
+        (ChangeKind::Updated, Scope::Default)
+    );
+    assert_eq!(moved.tool.descriptor.version, "2.0.0");
+    let family = store.family("w").unwrap();
+    assert_eq!(family.version_names(), ["2.0.0", "1.4.2"]);
+    assert_eq!(store.get("w@1.4.2").unwrap().instances[0].id, "a");
+    assert_eq!(store.get("w@2.0.0").unwrap().instances[0].id, "b");
+    assert!(store.get("w").is_none(), "no unversioned entry");
+    assert_eq!(store.list().len(), 1);
+    assert_eq!(store.list_all().len(), 2);
+    // Another registrant may not add a version of alice's tool.
+    assert!(denied(
+        store
+            .announce(owned("m", vec![versioned("w", "3.0.0")], "mallory", None))
+            .await
+    ));
+    // Instances of one version still agree on its definition.
+    let mut drifted = versioned("w", "1.4.2");
+    drifted.description = "changed".into();
+    let conflict = store
+        .announce(owned("c", vec![drifted], "alice", None))
+        .await
+        .expect_err("drift");
+    assert!(
+        matches!(&conflict, RegistryError::DescriptorConflict { tool, differences } if tool == "w" && differences[0].starts_with("description")),
+        "{conflict:?}"
+    );
+    store.withdraw(&second.id, "alice").await.unwrap();
+    let family = store.family("w").unwrap();
+    assert_eq!(family.default().descriptor.version, "1.4.2");
+    assert!(store.get("w@2.0.0").is_none());
 }

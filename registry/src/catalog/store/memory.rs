@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    catalog::descriptor,
     catalog::store::model::{Announcement, Instance, Lease, ToolState, lease_tag},
     catalog::store::{CatalogStore, Resident},
+    catalog::{descriptor, versions},
     error::RegistryError,
 };
 
@@ -61,7 +61,10 @@ struct State {
     /// Every lease in `leases`, by when it expires.
     expiries: BTreeSet<(Instant, String)>,
     lease_of_instance: HashMap<String, String>,
+    /// Tool versions by key (`name@version`, or `name`).
     tools: HashMap<String, ToolRecord>,
+    /// The keys of each name's live versions.
+    versions: HashMap<String, BTreeSet<String>>,
     /// Live leases per owner.
     held: HashMap<String, usize>,
     /// Tool names per owner.
@@ -165,13 +168,20 @@ fn remove_lease(state: &mut State, lease_id: &str) -> Option<LeaseRecord> {
     {
         state.lease_of_instance.remove(&record.instance.id);
     }
-    for name in &record.tools {
-        if let Some(tool) = state.tools.get_mut(name) {
+    for key in &record.tools {
+        if let Some(tool) = state.tools.get_mut(key) {
             tool.instances.remove(&record.instance.id);
             if tool.instances.is_empty()
-                && let Some(gone) = state.tools.remove(name)
+                && let Some(gone) = state.tools.remove(key)
             {
                 release(&mut state.owned, &gone.owner);
+                let name = gone.descriptor.name.clone();
+                if let Some(keys) = state.versions.get_mut(&name) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        state.versions.remove(&name);
+                    }
+                }
             }
         }
     }
@@ -200,12 +210,17 @@ fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), Reg
         return Err(super::instance_held_by_another(&a.instance_id));
     }
     for tool in &a.tools {
-        let Some(live) = state.tools.get(&tool.name) else {
-            continue;
-        };
-        if live.owner != a.owner.name {
+        let held_by_another = state.versions.get(&tool.name).is_some_and(|keys| {
+            keys.iter()
+                .filter_map(|key| state.tools.get(key))
+                .any(|version| version.owner != a.owner.name)
+        });
+        if held_by_another {
             return Err(super::tool_held_by_another(&tool.name));
         }
+        let Some(live) = state.tools.get(&versions::key(tool)) else {
+            continue;
+        };
         let others = live.instances.keys().any(|id| *id != a.instance_id);
         if others {
             let differences = descriptor::differences(&live.descriptor, tool);
@@ -245,7 +260,7 @@ fn check_fits(state: &State, limits: Limits, a: &Announcement) -> Result<(), Reg
     let added = a
         .tools
         .iter()
-        .filter(|t| !state.tools.get(&t.name).is_some_and(kept))
+        .filter(|t| !state.tools.get(&versions::key(t)).is_some_and(kept))
         .count();
     if let Some(max) = a.owner.max_tools {
         let held = state.owned.get(&a.owner.name).copied().unwrap_or(0);
@@ -282,12 +297,18 @@ impl CatalogStore for MemoryStore {
         let lease_id = uuid::Uuid::new_v4().to_string();
         let mut names = Vec::with_capacity(a.tools.len());
         for tool in a.tools {
-            if !state.tools.contains_key(&tool.name) {
+            let key = versions::key(&tool);
+            if !state.tools.contains_key(&key) {
                 *state.owned.entry(a.owner.name.clone()).or_default() += 1;
             }
+            state
+                .versions
+                .entry(tool.name.clone())
+                .or_default()
+                .insert(key.clone());
             let record = state
                 .tools
-                .entry(tool.name.clone())
+                .entry(key.clone())
                 .or_insert_with(|| ToolRecord {
                     digest: descriptor::digest(&tool).into(),
                     descriptor: Arc::new(tool.clone()),
@@ -302,8 +323,8 @@ impl CatalogStore for MemoryStore {
             record
                 .instances
                 .insert(instance.id.clone(), instance.clone());
-            touched.insert(tool.name.clone());
-            names.push(tool.name);
+            touched.insert(key.clone());
+            names.push(key);
         }
         state
             .lease_of_instance

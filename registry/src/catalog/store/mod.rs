@@ -49,22 +49,34 @@ pub trait CatalogStore: Send + Sync + 'static {
     async fn withdraw(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError>;
     /// What this engine keeps in this process.
     fn resident(&self) -> &Resident;
-    /// One tool, if it has a live instance.
-    fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.resident().view.get(name)
+    /// One tool version by key (`name@version`, or `name` when
+    /// unversioned), if it has a live instance.
+    fn get(&self, key: &str) -> Option<Arc<ToolState>> {
+        self.resident().view.get(key)
+    }
+    /// The live versions of `name`.
+    fn family(&self, name: &str) -> Option<Arc<crate::catalog::versions::Family>> {
+        self.resident().view.family(name)
     }
     /// A definition this process served, by its digest.
     fn definition(&self, digest: &str) -> Option<Arc<toolmesh_proto::pb::ToolDescriptor>> {
         self.resident().view.definition(digest)
     }
-    /// Every tool with a live instance, sorted by name.
+    /// Each tool's default version, sorted by name.
     fn list(&self) -> Vec<Arc<ToolState>> {
         self.resident().view.list()
     }
-    /// The current tools and a receiver of every later change, taken
-    /// atomically.
-    fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
-        self.resident().view.watch()
+    /// Every live version of every tool, sorted by key.
+    fn list_all(&self) -> Vec<Arc<ToolState>> {
+        self.resident().view.list_all()
+    }
+    /// The current tools (each default, or every version) and a receiver
+    /// of every later change, taken atomically.
+    fn watch(
+        &self,
+        all_versions: bool,
+    ) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+        self.resident().view.watch(all_versions)
     }
     /// Bytes of every change event published so far.
     fn published_bytes(&self) -> u64 {

@@ -47,6 +47,15 @@ impl ToolState {
         &self.descriptor.name
     }
 
+    /// Its catalog key: `name@version`, or the name if unversioned.
+    pub fn key(&self) -> std::borrow::Cow<'_, str> {
+        if self.descriptor.version.is_empty() {
+            std::borrow::Cow::Borrowed(self.name())
+        } else {
+            std::borrow::Cow::Owned(crate::catalog::versions::key(&self.descriptor))
+        }
+    }
+
     /// About how many bytes its wire form takes, for bounding what a
     /// watcher may fall behind by.
     pub fn size(&self) -> u64 {
@@ -61,6 +70,8 @@ impl ToolState {
             descriptor: Some(self.descriptor.as_ref().clone()),
             instances: u32::try_from(self.instances.len()).unwrap_or(u32::MAX),
             digest: self.digest.to_string(),
+            versions: Vec::new(),
+            deprecation: String::new(),
         }
     }
 }
@@ -76,6 +87,19 @@ pub enum ChangeKind {
     Removed,
 }
 
+/// Whom a change concerns: watchers of every version, watchers of each
+/// name's default version, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A version changed; its name's default did not.
+    Version,
+    /// A name's default moved to another version (or changed with the
+    /// policy); the version's own change is a separate event.
+    Default,
+    /// A version changed, and it is (or was) its name's default.
+    Both,
+}
+
 /// One change to the catalog.
 #[derive(Debug, Clone)]
 pub struct CatalogEvent {
@@ -86,6 +110,20 @@ pub struct CatalogEvent {
     /// Bytes of every event published up to and including this one
     /// ([`ToolState::size`]).
     pub published: u64,
+    /// Whom it concerns.
+    pub scope: Scope,
+}
+
+impl CatalogEvent {
+    /// Whether watchers of every version see it.
+    pub fn for_versions(&self) -> bool {
+        self.scope != Scope::Default
+    }
+
+    /// Whether watchers of each name's default see it.
+    pub fn for_defaults(&self) -> bool {
+        self.scope != Scope::Version
+    }
 }
 
 /// A validated announce.

@@ -31,9 +31,9 @@ use tokio::time::Instant;
 use toolmesh_proto::pb::ToolDescriptor;
 
 use crate::{
-    catalog::descriptor,
     catalog::store::model::{Announcement, Lease, lease_tag},
     catalog::store::{CatalogStore, Resident, memory::Limits},
+    catalog::{descriptor, versions},
     error::RegistryError,
     metrics::RedisOp,
     redis_pool::{RedisError, RedisPool},
@@ -269,7 +269,9 @@ impl RedisStore {
             .arg(a.owner.max_tools.unwrap_or(0))
             .arg(a.tools.len());
         for tool in &a.tools {
-            invocation.arg(&tool.name).arg(tool.encode_to_vec());
+            invocation
+                .arg(versions::key(tool))
+                .arg(tool.encode_to_vec());
         }
         let reply: Vec<Vec<u8>> = self
             .pool
@@ -340,7 +342,7 @@ impl CatalogStore for RedisStore {
                         LeaseRecord {
                             instance: a.instance_id.clone(),
                             address: stored_address(&a.endpoint, a.execute_key.as_ref()),
-                            tools: a.tools.iter().map(|t| t.name.clone()).collect(),
+                            tools: a.tools.iter().map(versions::key).collect(),
                             owner: a.owner.name.clone(),
                         },
                     );
@@ -353,14 +355,14 @@ impl CatalogStore for RedisStore {
                         ttl: self.settings.ttl,
                     });
                 }
-                AnnounceReply::Conflict(name, live) => {
-                    let Some(tool) = a.tools.iter_mut().find(|t| t.name == name) else {
+                AnnounceReply::Conflict(key, live) => {
+                    let Some(tool) = a.tools.iter_mut().find(|t| versions::key(t) == key) else {
                         break;
                     };
                     let differences = descriptor::differences(&live, tool);
                     if !differences.is_empty() {
                         return Err(RegistryError::DescriptorConflict {
-                            tool: name,
+                            tool: tool.name.clone(),
                             differences,
                         });
                     }

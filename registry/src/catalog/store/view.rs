@@ -1,31 +1,40 @@
 //! The local, read-optimized view of the catalog every engine serves reads
 //! from, and the change events it derives.
 //!
-//! Engines decide what a tool looks like now and hand it to
-//! [`CatalogView::apply`]; the view compares it with what it held, updates
-//! its map and broadcasts `Added` / `Updated` / `Removed`. Applying and
-//! subscribing take the same lock, so [`CatalogView::watch`] hands out a
-//! snapshot and a receiver with no gap and no overlap.
+//! Engines decide what a tool version looks like now and hand it to
+//! [`CatalogView::apply`], by its key (`name` or `name@version`); the view
+//! compares it with what it held, updates its maps (each version, and each
+//! name's [`Family`] of versions) and broadcasts `Added` / `Updated` /
+//! `Removed`, for the version and, when it moved, for the name's default
+//! ([`Scope`]). Applying and subscribing take the same lock, so
+//! [`CatalogView::watch`] hands out a snapshot and a receiver with no gap
+//! and no overlap.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use arc_swap::ArcSwap;
 use dashmap::DashMap;
 use tokio::sync::broadcast;
 use toolmesh_proto::pb;
 
 use super::{
-    model::{CatalogEvent, ChangeKind, ToolState},
+    model::{CatalogEvent, ChangeKind, Scope, ToolState},
     seen::Seen,
 };
+use crate::catalog::versions::{self, Family, policy::VersionPolicy};
 
 /// Capacity of the change channel; a watcher further behind than this is
 /// told to watch again.
 pub(crate) const EVENT_BUFFER: usize = 1024;
 
-/// Tools by name, and the channel their changes go out on.
+/// Tool versions by key, families by name, and the channel their changes
+/// go out on.
 pub struct CatalogView {
     tools: DashMap<String, Arc<ToolState>>,
+    families: DashMap<String, Arc<Family>>,
+    /// The operator's defaults.
+    policy: ArcSwap<VersionPolicy>,
     /// Every definition served, by digest.
     seen: Seen,
     events: broadcast::Sender<CatalogEvent>,
@@ -38,6 +47,8 @@ impl Default for CatalogView {
     fn default() -> Self {
         Self {
             tools: DashMap::new(),
+            families: DashMap::new(),
+            policy: ArcSwap::default(),
             seen: Seen::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
             published: AtomicU64::new(0),
@@ -46,34 +57,95 @@ impl Default for CatalogView {
     }
 }
 
+/// A change to one state: what happened and the state after it (for
+/// `Removed`, before).
+type Change = (ChangeKind, Arc<ToolState>);
+
 impl CatalogView {
-    /// Sets the state of `name` (`None`: it has no live instance) and
-    /// broadcasts the change, if there is one. Returns the change.
-    pub(crate) fn apply(&self, name: &str, after: Option<ToolState>) -> Option<ChangeKind> {
+    /// Sets the state of the version keyed `key` (`None`: it has no live
+    /// instance) and broadcasts the change, if there is one. Returns the
+    /// change to the version.
+    pub(crate) fn apply(&self, key: &str, after: Option<ToolState>) -> Option<ChangeKind> {
         let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
         let after = after.filter(|t| !t.instances.is_empty()).map(Arc::new);
         if let Some(after) = &after {
             self.seen.saw(after);
         }
-        let before = self.tools.get(name).map(|t| t.clone());
-        let (kind, tool) = match (before, after) {
+        let before = self.tools.get(key).map(|t| t.clone());
+        let change = match (before, after) {
             (None, None) => return None,
             (None, Some(after)) => {
-                self.tools.insert(name.to_owned(), after.clone());
+                self.tools.insert(key.to_owned(), after.clone());
                 (ChangeKind::Added, after)
             }
             (Some(before), None) => {
-                self.tools.remove(name);
+                self.tools.remove(key);
                 (ChangeKind::Removed, before)
             }
             (Some(before), Some(after)) => {
                 if before == after {
                     return None;
                 }
-                self.tools.insert(name.to_owned(), after.clone());
+                self.tools.insert(key.to_owned(), after.clone());
                 (ChangeKind::Updated, after)
             }
         };
+        let name = change.1.name().to_owned();
+        let family = self.refamily(&name, Some((key, &change)));
+        let kind = change.0;
+        self.send(change, family);
+        Some(kind)
+    }
+
+    /// Rebuilds the family of `name` after `changed` (a version's key and
+    /// its change; `None`: only the policy changed), and returns the change
+    /// to its default, if it moved or changed.
+    fn refamily(&self, name: &str, changed: Option<(&str, &Change)>) -> Option<Change> {
+        let before = self.families.get(name).map(|f| f.clone());
+        let mut versions: Vec<Arc<ToolState>> = before
+            .as_ref()
+            .map(|f| f.versions().to_vec())
+            .unwrap_or_default();
+        if let Some((key, (kind, tool))) = changed {
+            versions.retain(|t| versions::key(&t.descriptor) != key);
+            if *kind != ChangeKind::Removed {
+                versions.push(tool.clone());
+            }
+        }
+        let policy = self.policy.load();
+        let after = Family::new(versions, policy.default_of(name)).map(Arc::new);
+        let (old, new) = (
+            before.as_ref().map(|f| f.default().clone()),
+            after.as_ref().map(|f| f.default().clone()),
+        );
+        match &after {
+            Some(family) => self.families.insert(name.to_owned(), family.clone()),
+            None => self.families.remove(name).map(|(_, f)| f),
+        };
+        match (old, new) {
+            (None, None) => None,
+            (None, Some(new)) => Some((ChangeKind::Added, new)),
+            (Some(old), None) => Some((ChangeKind::Removed, old)),
+            (Some(old), Some(new)) => (old != new).then_some((ChangeKind::Updated, new)),
+        }
+    }
+
+    /// Broadcasts a version's change and its family default's: as one
+    /// event when they are the same change.
+    fn send(&self, version: Change, default: Option<Change>) {
+        match default {
+            Some(default) if default.0 == version.0 && Arc::ptr_eq(&default.1, &version.1) => {
+                self.emit(version, Scope::Both);
+            }
+            Some(default) => {
+                self.emit(version, Scope::Version);
+                self.emit(default, Scope::Default);
+            }
+            None => self.emit(version, Scope::Version),
+        }
+    }
+
+    fn emit(&self, (kind, tool): Change, scope: Scope) {
         let size = tool.size();
         let published = self.published.fetch_add(size, Ordering::Relaxed) + size;
         // No receiver is not an error: nobody is watching.
@@ -81,8 +153,26 @@ impl CatalogView {
             kind,
             tool,
             published,
+            scope,
         });
-        Some(kind)
+    }
+
+    /// Puts the operator's version policy in force, moving each family's
+    /// default as it says (and telling watchers).
+    pub(crate) fn set_policy(&self, policy: Arc<VersionPolicy>) {
+        let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
+        self.policy.store(policy);
+        let names: Vec<String> = self.families.iter().map(|f| f.key().clone()).collect();
+        for name in names {
+            if let Some(default) = self.refamily(&name, None) {
+                self.emit(default, Scope::Default);
+            }
+        }
+    }
+
+    /// The operator's version policy in force.
+    pub(crate) fn policy(&self) -> Arc<VersionPolicy> {
+        self.policy.load_full()
     }
 
     /// Bytes of every event sent so far: a watcher whose last event has a
@@ -91,14 +181,19 @@ impl CatalogView {
         self.published.load(Ordering::Relaxed)
     }
 
-    /// Names of every tool the view holds.
+    /// Keys of every version the view holds.
     pub(crate) fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.key().clone()).collect()
     }
 
-    /// One tool.
-    pub(crate) fn get(&self, name: &str) -> Option<Arc<ToolState>> {
-        self.tools.get(name).map(|t| t.clone())
+    /// One version, by key (`name` for an unversioned tool).
+    pub(crate) fn get(&self, key: &str) -> Option<Arc<ToolState>> {
+        self.tools.get(key).map(|t| t.clone())
+    }
+
+    /// The live versions of `name`.
+    pub(crate) fn family(&self, name: &str) -> Option<Arc<Family>> {
+        self.families.get(name).map(|f| f.clone())
     }
 
     /// A definition this view served, by its digest.
@@ -106,17 +201,41 @@ impl CatalogView {
         self.seen.get(digest)
     }
 
-    /// Every tool, sorted by name.
+    /// Each tool's default version, sorted by name.
     pub(crate) fn list(&self) -> Vec<Arc<ToolState>> {
-        let mut tools: Vec<_> = self.tools.iter().map(|t| t.value().clone()).collect();
+        let mut tools: Vec<_> = self
+            .families
+            .iter()
+            .map(|f| f.value().default().clone())
+            .collect();
         tools.sort_by(|a, b| a.name().cmp(b.name()));
         tools
     }
 
-    /// The current tools and a receiver of every later change.
-    pub(crate) fn watch(&self) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
+    /// Every version, sorted by key.
+    pub(crate) fn list_all(&self) -> Vec<Arc<ToolState>> {
+        let mut tools: Vec<_> = self
+            .tools
+            .iter()
+            .map(|t| (t.key().clone(), t.value().clone()))
+            .collect();
+        tools.sort_by(|a, b| a.0.cmp(&b.0));
+        tools.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// The current defaults (or, `all_versions`, every version) and a
+    /// receiver of every later change.
+    pub(crate) fn watch(
+        &self,
+        all_versions: bool,
+    ) -> (Vec<Arc<ToolState>>, broadcast::Receiver<CatalogEvent>) {
         let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
-        (self.list(), self.events.subscribe())
+        let snapshot = if all_versions {
+            self.list_all()
+        } else {
+            self.list()
+        };
+        (snapshot, self.events.subscribe())
     }
 }
 
@@ -151,7 +270,7 @@ mod tests {
     #[test]
     fn changes_become_events_and_repeats_do_not() {
         let view = CatalogView::default();
-        let (snapshot, mut events) = view.watch();
+        let (snapshot, mut events) = view.watch(false);
         assert!(snapshot.is_empty());
         assert_eq!(
             view.apply("t", Some(state("1", &["a"]))),

@@ -18,9 +18,10 @@ use crate::{
     access::auth::Caller,
     access::{Access, allows, allows_every_tool},
     calls::invoke::{Call, Invoker, Purpose},
-    catalog::Catalog,
     catalog::listing::Query,
     catalog::search::{self, Scope, ToolSearch},
+    catalog::versions::Reference,
+    catalog::{Catalog, ToolState},
     error::RegistryError,
     serving::watch::{self, Visibility, Watchers},
     tasks::{Tasks, answer_of_held},
@@ -138,7 +139,7 @@ impl ToolRegistryApi {
             return answer_of_held(&task).map(Response::new);
         }
         match self.invoker.invoke(request.into_inner(), call).await {
-            Ok(response) => Ok(Response::new(response)),
+            Ok(response) => Ok(with_headers(response)),
             Err(error) => {
                 tracing::debug!(%error, "invoke failed");
                 Err(error.into())
@@ -154,6 +155,22 @@ impl ToolRegistryApi {
     }
 }
 
+/// The response header a deprecated version's notice goes out in.
+pub(crate) const DEPRECATION_HEADER: &str = "toolmesh-deprecation";
+
+/// `response`, its deprecation notice (if any) also in a header, as
+/// gRPC clients that never read the message's fields can see it.
+fn with_headers(response: pb::InvokeResponse) -> Response<pb::InvokeResponse> {
+    let notice = (!response.deprecation.is_empty())
+        .then(|| tonic::metadata::MetadataValue::try_from(response.deprecation.as_str()).ok())
+        .flatten();
+    let mut answer = Response::new(response);
+    if let Some(notice) = notice {
+        answer.metadata_mut().insert(DEPRECATION_HEADER, notice);
+    }
+    answer
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ToolEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -165,15 +182,33 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         let caller = self.caller(&request)?;
         let query = Query::new(request.get_ref())?;
         let policy = self.access.policy();
-        let mut tools = self.catalog.list();
+        let all_versions = request.get_ref().all_versions;
+        let mut tools = if all_versions {
+            self.catalog.list_all()
+        } else {
+            self.catalog.list()
+        };
         tools.retain(|t| {
             query.matches(t.name(), &t.descriptor.tags)
                 && allows(policy.as_deref(), &caller, t.name())
         });
+        // Pages resume after a name, or (every version) after a key: the
+        // order each list is sorted in.
+        let keys: Vec<(String, Arc<ToolState>)> = tools
+            .into_iter()
+            .map(|t| {
+                let at = if all_versions {
+                    t.key().into_owned()
+                } else {
+                    t.name().to_owned()
+                };
+                (at, t)
+            })
+            .collect();
         Ok(Response::new(query.page(
-            &tools,
-            |t| t.name(),
-            |t| t.to_proto(),
+            &keys,
+            |(key, _)| key.as_str(),
+            |(_, t)| self.catalog.describe(t),
             self.list_limit,
         )))
     }
@@ -209,7 +244,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             let mut found = Vec::with_capacity(request.names.len());
             for name in &request.names {
                 match self.catalog.get(name) {
-                    Some(t) if query.matches(t.name(), &t.descriptor.tags) && visible(name) => {
+                    Some(t) if query.matches(t.name(), &t.descriptor.tags) && visible(t.name()) => {
                         found.push(t);
                     }
                     _ => issues.push(pb::ExportIssue {
@@ -266,13 +301,22 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             if matches.len() == limit {
                 break;
             }
-            if let Some(tool) = self.catalog.get(&found.name)
-                && query.matches(tool.name(), &tool.descriptor.tags)
-            {
-                matches.push(pb::ToolMatch {
-                    tool: Some(tool.to_proto()),
-                    score: f64::from(found.score),
-                });
+            let Some(family) = self.catalog.family(&found.name) else {
+                continue;
+            };
+            let default = self.catalog.get(&found.name);
+            let shown: Vec<Arc<ToolState>> = if request.all_versions {
+                family.versions().to_vec()
+            } else {
+                default.into_iter().collect()
+            };
+            for tool in shown {
+                if matches.len() < limit && query.matches(tool.name(), &tool.descriptor.tags) {
+                    matches.push(pb::ToolMatch {
+                        tool: Some(self.catalog.describe(&tool)),
+                        score: f64::from(found.score),
+                    });
+                }
             }
         }
         Ok(Response::new(pb::SearchToolsResponse { matches }))
@@ -283,13 +327,30 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         request: Request<pb::GetToolRequest>,
     ) -> Result<Response<pb::Tool>, Status> {
         let caller = self.caller(&request)?;
-        let name = request.into_inner().name;
-        match self.catalog.get(&name) {
-            Some(tool) if allows(self.access.policy().as_deref(), &caller, &name) => {
-                Ok(Response::new(tool.to_proto()))
+        let request = request.into_inner();
+        let reference = Reference::parse(&request.name, &request.version, "name")?;
+        if !allows(self.access.policy().as_deref(), &caller, reference.name) {
+            return Err(RegistryError::ToolNotFound {
+                tool: reference.name.to_owned(),
             }
-            _ => Err(RegistryError::ToolNotFound { tool: name }.into()),
+            .into());
         }
+        let family =
+            self.catalog
+                .family(reference.name)
+                .ok_or_else(|| RegistryError::ToolNotFound {
+                    tool: reference.name.to_owned(),
+                })?;
+        let tool = match reference.version {
+            None => self.catalog.get(reference.name),
+            Some(version) => family.version(version).cloned(),
+        }
+        .ok_or_else(|| RegistryError::VersionNotFound {
+            tool: reference.name.to_owned(),
+            version: reference.version.unwrap_or_default().to_owned(),
+            live: family.version_names(),
+        })?;
+        Ok(Response::new(self.catalog.describe(&tool)))
     }
 
     async fn invoke(
@@ -328,6 +389,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             self.shutdown.clone(),
             permit,
             Visibility::new(self.access.clone(), caller),
+            request.get_ref().all_versions,
         ))))
     }
 }

@@ -314,6 +314,11 @@ impl McpHandler {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
+            version: meta
+                .get(crate::catalog::export::VERSION_META)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
         };
         let shared = &self.shared;
         let policy = shared.access.policy();
@@ -438,7 +443,7 @@ impl ServerHandler for McpHandler {
         };
         let (catalog, access) = (self.shared.catalog.clone(), self.shared.access.clone());
         let (peer, stopped) = (context.peer, self.stopped());
-        let changes = catalog.watch().1;
+        let changes = catalog.watch(false).1;
         tokio::spawn(async move {
             notify::follow(
                 changes,
@@ -557,7 +562,7 @@ impl ServerHandler for McpHandler {
         let accepted = requested.supported_by(&self.get_info().capabilities);
         if accepted.tools_list_changed == Some(true) {
             *self.changes.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(self.shared.catalog.watch().1);
+                Some(self.shared.catalog.watch(false).1);
         }
         Some(accepted)
     }

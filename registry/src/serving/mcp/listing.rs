@@ -69,6 +69,8 @@ pub(crate) fn page(
             descriptor: Some(d.descriptor.as_ref().clone()),
             instances: 1,
             digest: d.digest.as_deref().unwrap_or_default().to_owned(),
+            versions: Vec::new(),
+            deprecation: String::new(),
         },
         limit_bytes,
     );
@@ -179,6 +181,7 @@ mod tests {
             descriptor: Some(all[0].descriptor.as_ref().clone()),
             instances: 1,
             digest: String::new(),
+            ..Default::default()
         }) + 2;
         let first = page(&all, None, 10, one * 2).unwrap();
         assert_eq!(names(&first), ["a", "b"]);

@@ -39,7 +39,7 @@ pub(crate) async fn follow<S, F>(
         let changed = tokio::select! {
             () = &mut stop => return,
             event = changes.recv() => match event {
-                Ok(event) => visible(event.tool.name()),
+                Ok(event) => event.for_defaults() && visible(event.tool.name()),
                 Err(RecvError::Lagged(_)) => true,
                 Err(RecvError::Closed) => return,
             },
@@ -114,7 +114,7 @@ mod tests {
             let (catalog, sent, stop) = (catalog.clone(), sent.clone(), stop.clone());
             async move {
                 follow(
-                    catalog.watch().1,
+                    catalog.watch(false).1,
                     |name| name != "hidden",
                     stop.cancelled_owned(),
                     || {
@@ -162,7 +162,7 @@ mod tests {
             let catalog = catalog.clone();
             async move {
                 follow(
-                    catalog.watch().1,
+                    catalog.watch(false).1,
                     |_| true,
                     std::future::pending(),
                     || async { false },

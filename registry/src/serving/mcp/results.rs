@@ -44,6 +44,7 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
     use RegistryError as E;
     match error {
         E::ToolNotFound { .. } | E::PermissionDenied { .. } => Err(unknown_tool(tool)),
+        E::VersionNotFound { .. } => Ok(refusal(error.to_string(), "not_found")),
         E::ArgumentsInvalid { tool, violations } => Ok(invalid_arguments(tool, violations)),
         E::RateLimited {
             tool,

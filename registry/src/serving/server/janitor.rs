@@ -20,14 +20,16 @@ pub(super) async fn janitor(
     balancer: Arc<Balancer>,
     proxy: Arc<Proxy>,
 ) {
-    let (_, mut changes) = catalog.watch();
+    let (_, mut changes) = catalog.watch(true);
     let mut live: HashSet<(String, String)> = HashSet::new();
     loop {
         match changes.recv().await {
+            Ok(event) if !event.for_versions() => continue,
             Ok(event) => {
                 if event.kind == ChangeKind::Removed {
-                    catalog.forget(event.tool.name());
-                    limiter.forget(event.tool.name());
+                    let key = event.tool.key();
+                    catalog.forget(&key);
+                    limiter.forget(&key);
                 }
                 if event.kind == ChangeKind::Added {
                     live.extend(
@@ -44,7 +46,7 @@ pub(super) async fn janitor(
             Err(RecvError::Closed) => return,
         }
         let now: HashSet<(String, String)> = catalog
-            .list()
+            .list_all()
             .iter()
             .flat_map(|t| {
                 t.instances

@@ -188,7 +188,7 @@ proptest::proptest! {
 #[tokio::test(start_paused = true)]
 async fn lease_expires_after_ttl_without_heartbeat() {
     let store = store();
-    let (_, mut events) = store.watch();
+    let (_, mut events) = store.watch(false);
     store
         .announce(announcement("a", vec![tool("t", "1")]))
         .await
@@ -259,4 +259,9 @@ async fn a_registrant_holds_at_most_its_instances_and_the_others_still_fit() {
 async fn limits_bound_the_catalog() {
     conformance::limits_bound_the_catalog(&*MemoryStore::new(Duration::from_secs(10), BOUNDED))
         .await;
+}
+
+#[tokio::test]
+async fn versions_serve_side_by_side_under_one_registrant() {
+    conformance::versions_serve_side_by_side_under_one_registrant(&*store()).await;
 }

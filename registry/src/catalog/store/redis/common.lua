@@ -8,6 +8,11 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The tool name of a catalog key (`weather@1.4.2` -> `weather`).
+local function family_of(key)
+  return string.match(key, '^[^@]+') or key
+end
+
 -- Removes a lease and detaches its instance from its tools, appending the
 -- names of the tools it touched to `touched`.
 local function drop_lease(lease, touched)
@@ -30,6 +35,7 @@ local function drop_lease(lease, touched)
         redis.call('DEL', p .. ':tool:' .. name, ikey, p .. ':tool:' .. name .. ':owner')
         redis.call('SREM', p .. ':tools', name)
         redis.call('SREM', p .. ':owned:' .. owner, name)
+        redis.call('SREM', p .. ':versions:' .. family_of(name), name)
       end
       touched[#touched + 1] = name
     end
@@ -44,8 +50,17 @@ local function lease_owner(lease)
   return redis.call('HGET', key, 'owner') or ''
 end
 
--- Whether `owner` may add an instance of `name`: nobody holds it, or it does.
+-- Whether `owner` may add an instance of the tool version keyed `name`
+-- (`name@version`): nobody holds it or another version of its name, or
+-- `owner` does.
 local function owns(name, owner)
+  local family = family_of(name)
+  for _, key in ipairs(redis.call('SMEMBERS', p .. ':versions:' .. family)) do
+    local other = redis.call('GET', p .. ':tool:' .. key .. ':owner')
+    if other and other ~= owner then return false end
+  end
+  local bare = redis.call('GET', p .. ':tool:' .. family .. ':owner')
+  if bare and bare ~= owner then return false end
   local held = redis.call('GET', p .. ':tool:' .. name .. ':owner')
   if held then return held == owner end
   return redis.call('EXISTS', p .. ':tool:' .. name) == 0 or owner == ''
@@ -73,6 +88,7 @@ local function add_lease(lease, inst, endpoint, ttl, entries, touched, owner)
     redis.call('HSET', p .. ':tool:' .. name .. ':inst', inst, endpoint)
     redis.call('SADD', p .. ':tools', name)
     redis.call('SADD', p .. ':owned:' .. owner, name)
+    redis.call('SADD', p .. ':versions:' .. family_of(name), name)
     names[#names + 1] = name
     touched[#touched + 1] = name
   end

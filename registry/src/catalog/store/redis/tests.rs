@@ -70,4 +70,5 @@ async fn the_redis_engine_does_what_every_engine_does() {
     )
     .await;
     conformance::limits_bound_the_catalog(&*engine(&redis, "c7", BOUNDED).await).await;
+    conformance::versions_serve_side_by_side_under_one_registrant(&*fresh("c8").await).await;
 }
