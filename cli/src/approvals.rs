@@ -9,7 +9,7 @@
 //! - `client`: the `Approvals` client beside the connected registry.
 //! - `show`: an approval as JSON, lines, a table row, a watch event.
 
-mod client;
+pub(crate) mod client;
 mod show;
 
 use std::time::{Duration, SystemTime};

@@ -28,6 +28,7 @@
 //!   following it to its end, the progress line).
 //! - `approvals`: `approvals ...` (its folder: the `Approvals` client,
 //!   showing an approval).
+//! - `pins`: `pins ...`, pinned definitions and those held in quarantine.
 //! - `arguments`: `invoke`'s arguments, `--arg` typed by the schema.
 //! - `check`: a sidecar config, offline.
 //! - `output`, `failure`, `pipe`: what is printed, how a failure ends, a
@@ -46,6 +47,7 @@ mod commands;
 mod connect;
 mod failure;
 mod output;
+mod pins;
 mod pipe;
 mod tasks;
 
@@ -103,6 +105,9 @@ enum Command {
     /// Calls the registry's policy holds for a person: list, watch, show, approve and deny them.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// Pinned tool definitions (the registry's --pins-file): list them and those held in quarantine, show how a held one differs, approve or revoke a pin.
+    #[command(subcommand)]
+    Pins(PinsCommand),
     /// Find the tools most relevant to a task described in words.
     Search {
         /// The task, e.g. "will it rain in Paris tomorrow".
@@ -196,6 +201,30 @@ enum TasksCommand {
     Cancel {
         /// The task's id.
         id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PinsCommand {
+    /// Every pin (tool, digest, mode, who pinned it) and every definition held in quarantine.
+    List,
+    /// How the held definition of a tool differs from its pinned one, field by field.
+    Diff {
+        /// The tool: `name@version`, or the name if unversioned.
+        tool: String,
+    },
+    /// Pin a tool's definition: the held one (served from then on, on every replica), or the one of `--digest`.
+    Approve {
+        /// The tool: `name@version`, or the name if unversioned.
+        tool: String,
+        /// The digest approved (as `pins list` or `tools get` shows it); default: the held definition's.
+        #[arg(long, value_name = "HEX")]
+        digest: Option<String>,
+    },
+    /// Remove a pin made at run time (the pins file's stay); under `enforce` the tool is held until pinned again.
+    Revoke {
+        /// The tool: `name@version`, or the name if unversioned.
+        tool: String,
     },
 }
 
@@ -378,6 +407,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Tasks(TasksCommand::Cancel { id }) => {
             tasks::cancel(&mut connect().await?, id, output).await
+        }
+        Command::Pins(command) => {
+            let pins = &mut pins::Pins::new(connect().await?, &cli.target)?;
+            match command {
+                PinsCommand::List => pins::list(pins, output).await,
+                PinsCommand::Diff { tool } => pins::diff(pins, tool, output).await,
+                PinsCommand::Approve { tool, digest } => {
+                    pins::approve(pins, tool, digest, output).await
+                }
+                PinsCommand::Revoke { tool } => pins::revoke(pins, tool, output).await,
+            }
         }
         Command::Approvals(command) => {
             let approvals = &mut Approvals::new(connect().await?, &cli.target)?;

@@ -17,6 +17,7 @@ pub mod descriptor;
 mod entry;
 pub(crate) mod export;
 pub(crate) mod listing;
+pub mod pins;
 pub mod search;
 pub mod store;
 pub(crate) mod strict_json;
@@ -88,6 +89,8 @@ pub struct Catalog {
     compiled: DashMap<String, Arc<Compiled>>,
     /// Where calls by name alone go when the operator splits them.
     splitter: versions::split::Splitter,
+    /// The pinned definitions, when `--pins-file` is set.
+    pins: std::sync::OnceLock<Arc<pins::Pins>>,
     limits: AnnounceLimits,
     endpoints: Arc<EndpointPolicy>,
 }
@@ -110,6 +113,7 @@ impl Catalog {
             store,
             compiled: DashMap::new(),
             splitter: versions::split::Splitter::default(),
+            pins: std::sync::OnceLock::new(),
             limits,
             endpoints,
         }
@@ -174,7 +178,15 @@ impl Catalog {
             }
             compiled.push((versions::key(tool), Arc::new(input)));
         }
-        let lease = self.store.announce(announcement).await?;
+        if let Some(pins) = self.pins.get() {
+            pins.trust_first(&announcement.tools).await?;
+        }
+        let mut lease = self.store.announce(announcement).await?;
+        for (key, _) in &compiled {
+            if self.store.resident().view.is_held(key) {
+                lease.held.push(key.clone());
+            }
+        }
         for (key, validator) in compiled {
             if let Some(live) = self.store.get(&key) {
                 let compiled = Compiled::new(live.descriptor.clone(), Ok(validator));
@@ -202,6 +214,34 @@ impl Catalog {
         } else {
             self.store.family(reference).map(|f| f.default().clone())
         }
+    }
+
+    /// Holds back, from now on, every definition `pins` does not admit
+    /// (set once).
+    pub fn pin_with(&self, pins: Arc<pins::Pins>) {
+        if self.pins.set(pins.clone()).is_ok() {
+            self.store.resident().view.gate_with(pins);
+        }
+    }
+
+    /// The pins, if set.
+    pub fn pins(&self) -> Option<&Arc<pins::Pins>> {
+        self.pins.get()
+    }
+
+    /// Asks the pins again about every live definition.
+    pub fn regate(&self) {
+        self.store.resident().view.regate();
+    }
+
+    /// The live versions held in quarantine, sorted by key.
+    pub fn held(&self) -> Vec<Arc<ToolState>> {
+        self.store.resident().view.held()
+    }
+
+    /// A definition this process served or held, by its digest.
+    pub fn definition(&self, digest: &str) -> Option<Arc<pb::ToolDescriptor>> {
+        self.store.definition(digest)
     }
 
     /// The live versions of `name`.

@@ -210,6 +210,14 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_VERSIONS_FILE")]
     pub versions_file: Option<PathBuf>,
 
+    /// YAML file pinning tools to approved definitions, with a mode per
+    /// tool pattern (`enforce`, `warn`, `trust-on-first-use`): a definition
+    /// that is not the pinned one is held in quarantine, not served (see
+    /// `docs/versions.md`). Reloaded when it changes; pins made at run time
+    /// live in Redis when `--redis` is set. Unset: no pins.
+    #[arg(long, env = "TOOLMESH_PINS_FILE")]
+    pub pins_file: Option<PathBuf>,
+
     /// Where the audit log goes: `-` for standard output, or a file
     /// (appended to). One JSON line per Invoke and per registration change
     /// (see `docs/audit.md`). Unset: no audit log.

@@ -355,6 +355,9 @@ pub enum RegistryError {
         /// What was refused, and which rule refuses it.
         reason: String,
     },
+    /// A pins operation on a registry started without `--pins-file`.
+    #[error("this registry pins no definitions: start it with --pins-file (docs/versions.md)")]
+    PinsOff,
     /// The call carried the digest of a definition the tool no longer has.
     #[error("{0}")]
     ToolChanged(Box<ToolChange>),
@@ -501,6 +504,7 @@ impl RegistryError {
             | Self::TaskNotFound { .. } => Code::NotFound,
             Self::TaskReportRefused { .. } | Self::ApprovalDenied { .. } => Code::PermissionDenied,
             Self::ApprovalRequired(_)
+            | Self::PinsOff
             | Self::ToolChanged(_)
             | Self::ApprovalVoid { .. }
             | Self::ApprovalClosed { .. }
@@ -742,6 +746,7 @@ impl RegistryError {
                     .collect::<std::collections::HashMap<_, _>>(),
             ),
             Self::NoHealthyInstance { .. }
+            | Self::PinsOff
             | Self::DeadlineExceeded { .. }
             | Self::Cancelled { .. }
             | Self::Upstream { .. }

@@ -351,7 +351,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         execute_key: Vec::new(),
     };
     registration
-        .announce(announce("a", descriptor("1", r#"{"type":"object"}"#)))
+        .announce(announce("a", descriptor("1.0.0", r#"{"type":"object"}"#)))
         .await
         .unwrap();
 
@@ -359,13 +359,14 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
     registration
         .announce(announce(
             "same",
-            descriptor("1", r#"{ "type" : "object" }"#),
+            descriptor("1.0.0", r#"{ "type" : "object" }"#),
         ))
         .await
         .unwrap();
 
     // Every differing field is named, each in its own violation.
-    let mut conflicting = descriptor("2", r#"{"type":"object","required":["x"]}"#);
+    let mut conflicting = descriptor("1.0.0", r#"{"type":"object","required":["x"]}"#);
+    conflicting.description = "another".into();
     conflicting.idempotent = true;
     conflicting.rate_limit = Some(pb::RateLimit {
         rate: 5.0,
@@ -376,7 +377,12 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
-    for field in ["version", "input_schema_json", "idempotent", "rate_limit"] {
+    for field in [
+        "description",
+        "input_schema_json",
+        "idempotent",
+        "rate_limit",
+    ] {
         assert!(status.message().contains(field), "{}", status.message());
     }
     let details = status.get_error_details();
@@ -393,11 +399,37 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
     named.sort_unstable();
     assert_eq!(
         named,
-        ["idempotent", "input_schema_json", "rate_limit", "version"]
+        [
+            "description",
+            "idempotent",
+            "input_schema_json",
+            "rate_limit"
+        ]
+    );
+
+    // Another version is no conflict: it serves beside this one.
+    registration
+        .announce(announce("v2", descriptor("2.0.0", r#"{"type":"object"}"#)))
+        .await
+        .unwrap();
+    // A version that is not semver is refused by its field.
+    let status = registration
+        .announce(announce("v", descriptor("2", r#"{"type":"object"}"#)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status
+            .get_error_details()
+            .bad_request()
+            .unwrap()
+            .field_violations[0]
+            .field,
+        "tools[0].version"
     );
 
     let status = registration
-        .announce(announce("c", descriptor("1", r#"{"type":"nonsense"}"#)))
+        .announce(announce("c", descriptor("1.0.0", r#"{"type":"nonsense"}"#)))
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
@@ -410,7 +442,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
     let status = registration
         .announce(announce(
             "d",
-            descriptor("1", r##"{"$ref":"https://example.invalid/s.json#"}"##),
+            descriptor("1.0.0", r##"{"$ref":"https://example.invalid/s.json#"}"##),
         ))
         .await
         .unwrap_err();
@@ -420,7 +452,7 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         "remote refs are refused, not fetched"
     );
 
-    let mut bad_name = descriptor("1", "");
+    let mut bad_name = descriptor("1.0.0", "");
     bad_name.name = "no spaces allowed".into();
     let status = registration
         .announce(announce("e", bad_name))
@@ -432,14 +464,15 @@ async fn conflicting_and_invalid_descriptors_are_refused() {
         .client()
         .await
         .get_tool(pb::GetToolRequest {
-            name: "t".into(),
+            name: "t@1.0.0".into(),
             ..Default::default()
         })
         .await
         .unwrap();
     let t = t.into_inner();
     assert_eq!(t.instances, 2, "refused announces change nothing");
-    assert_eq!(t.descriptor.unwrap().version, "1");
+    assert_eq!(t.versions, ["2.0.0", "1.0.0"]);
+    assert_eq!(t.descriptor.unwrap().version, "1.0.0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

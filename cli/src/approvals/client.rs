@@ -55,7 +55,7 @@ impl Approvals {
 
 /// A channel to `target` as [`Registry::connect`] opens one (connected
 /// on first use).
-fn channel(target: &Target, registry: &Registry) -> anyhow::Result<Channel> {
+pub(crate) fn channel(target: &Target, registry: &Registry) -> anyhow::Result<Channel> {
     let url = toolmesh_proto::endpoint::url(&target.registry)
         .with_context(|| format!("--registry {}", target.registry))?;
     let tls = ClientTls::load(ClientFiles {

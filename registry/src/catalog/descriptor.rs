@@ -242,7 +242,7 @@ pub fn changes(shown: &ToolDescriptor, live: &ToolDescriptor) -> Vec<(&'static s
 
 /// Every field on which `a` and `b` differ, named, and a line saying how,
 /// the values labelled as `labels` says.
-fn compare(
+pub(crate) fn compare(
     a: &ToolDescriptor,
     b: &ToolDescriptor,
     labels: (&str, &str),

@@ -79,6 +79,10 @@ pub enum RedisOp {
     TaskRead,
     /// Writing a changed task.
     TaskUpdate,
+    /// Reading the pinned definitions (HGETALL).
+    PinRead,
+    /// Pinning or unpinning a definition (HSET, HSETNX, HDEL).
+    PinWrite,
 }
 
 impl RedisOp {
@@ -102,6 +106,8 @@ impl RedisOp {
             Self::TaskCreate => "task_create",
             Self::TaskRead => "task_read",
             Self::TaskUpdate => "task_update",
+            Self::PinRead => "pin_read",
+            Self::PinWrite => "pin_write",
         }
     }
 }

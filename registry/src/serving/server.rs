@@ -94,6 +94,8 @@ pub struct Registry {
     search: Arc<ToolSearch>,
     /// Re-reads the versions file while the registry lives.
     versions: Option<crate::access::auth::reload::ReloadTask>,
+    /// Keeps the pins current while the registry lives.
+    pins: Option<crate::catalog::pins::follow::PinsTask>,
     _janitor: DropGuard,
 }
 
@@ -147,9 +149,11 @@ impl Registry {
             config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
         }
         let Some(url) = config.redis.clone() else {
+            let store = Arc::new(crate::catalog::pins::store::MemoryPins::default());
             return Self::embedded(config)
                 .with_access(access, audit)
-                .with_versions_file();
+                .with_versions_file()?
+                .with_pins_file(store);
         };
         let settings = RedisSettings {
             url,
@@ -195,6 +199,10 @@ impl Registry {
             store.replica_count(),
         );
         tracing::info!(prefix = %config.redis_prefix, cluster = config.redis_cluster, outage = %config.redis_outage, "catalog and rate limits in redis");
+        let pins = Arc::new(crate::catalog::pins::store::RedisPins::new(
+            pool.clone(),
+            &config.redis_prefix,
+        ));
         let tasks = crate::tasks::store::open(
             Some((pool, config.redis_prefix.as_str())),
             Default::default(),
@@ -208,7 +216,21 @@ impl Registry {
             metrics,
         )
         .with_access(access, audit)
-        .with_versions_file()
+        .with_versions_file()?
+        .with_pins_file(pins)
+    }
+
+    /// Puts `--pins-file` in force, if set, over `store`.
+    fn with_pins_file(
+        mut self,
+        store: Arc<dyn crate::catalog::pins::store::PinStore>,
+    ) -> Result<Self, ServeError> {
+        if let Some(path) = self.config.pins_file.clone() {
+            let task = crate::catalog::pins::follow::follow(path, store, &self.catalog)
+                .map_err(ServeError::Config)?;
+            self.pins = Some(task);
+        }
+        Ok(self)
     }
 
     /// Puts `--versions-file` in force, if set, and follows its changes.
@@ -375,6 +397,7 @@ impl Registry {
             mcp: None,
             search,
             versions: None,
+            pins: None,
             _janitor: stop_janitor.drop_guard(),
         }
     }

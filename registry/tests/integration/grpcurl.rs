@@ -335,7 +335,7 @@ async fn grpcurl_decodes_every_error_detail() {
     let conflicting = serde_json::json!({
         "instance_id": "intruder",
         "endpoint": "http://127.0.0.1:9",
-        "tools": [{"name": "add", "description": "Not the add s1 serves", "version": "2"}],
+        "tools": [{"name": "add", "description": "Not the add s1 serves"}],
     })
     .to_string();
     let refused = grpcurl

@@ -265,6 +265,7 @@ impl Registration for FakeRegistry {
         Ok(tonic::Response::new(pb::AnnounceResponse {
             lease_id: lease,
             ttl: ttl(self.ttl),
+            held: Vec::new(),
         }))
     }
 

@@ -345,6 +345,7 @@ impl CatalogStore for MemoryStore {
         Ok(Lease {
             id: lease_id,
             ttl: self.ttl,
+            held: Vec::new(),
         })
     }
 

@@ -149,6 +149,8 @@ pub struct Lease {
     pub id: String,
     /// How long it lasts without a heartbeat.
     pub ttl: Duration,
+    /// The announced tools held in quarantine, by key.
+    pub held: Vec<String>,
 }
 
 /// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a

@@ -353,6 +353,7 @@ impl CatalogStore for RedisStore {
                     return Ok(Lease {
                         id: lease_id,
                         ttl: self.settings.ttl,
+                        held: Vec::new(),
                     });
                 }
                 AnnounceReply::Conflict(key, live) => {

@@ -28,10 +28,20 @@ use crate::catalog::versions::{self, Family, policy::VersionPolicy};
 /// told to watch again.
 pub(crate) const EVENT_BUFFER: usize = 1024;
 
+/// What decides whether a definition is served or held back
+/// ([`crate::catalog::pins`]).
+pub(crate) trait Gate: Send + Sync {
+    /// Whether `tool` is served.
+    fn admits(&self, tool: &ToolState) -> bool;
+}
+
 /// Tool versions by key, families by name, and the channel their changes
 /// go out on.
 pub struct CatalogView {
     tools: DashMap<String, Arc<ToolState>>,
+    /// Versions the gate holds back, by key: live, but not served.
+    held: DashMap<String, Arc<ToolState>>,
+    gate: std::sync::OnceLock<Arc<dyn Gate>>,
     families: DashMap<String, Arc<Family>>,
     /// The operator's defaults.
     policy: ArcSwap<VersionPolicy>,
@@ -47,6 +57,8 @@ impl Default for CatalogView {
     fn default() -> Self {
         Self {
             tools: DashMap::new(),
+            held: DashMap::new(),
+            gate: std::sync::OnceLock::new(),
             families: DashMap::new(),
             policy: ArcSwap::default(),
             seen: Seen::default(),
@@ -67,10 +79,62 @@ impl CatalogView {
     /// change to the version.
     pub(crate) fn apply(&self, key: &str, after: Option<ToolState>) -> Option<ChangeKind> {
         let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
-        let after = after.filter(|t| !t.instances.is_empty()).map(Arc::new);
+        self.apply_locked(key, after.map(Arc::new))
+    }
+
+    /// Holds back from now on what `gate` does not admit (set once).
+    pub(crate) fn gate_with(&self, gate: Arc<dyn Gate>) {
+        let _ = self.gate.set(gate);
+        self.regate();
+    }
+
+    /// Asks the gate again about every live version (its rules or pins
+    /// changed): a held one it now admits is served, a served one it now
+    /// refuses is held.
+    pub(crate) fn regate(&self) {
+        let _publishing = self.publish.lock().unwrap_or_else(PoisonError::into_inner);
+        let live: Vec<(String, Arc<ToolState>)> = self
+            .tools
+            .iter()
+            .chain(self.held.iter())
+            .map(|t| (t.key().clone(), t.value().clone()))
+            .collect();
+        for (key, tool) in live {
+            self.apply_locked(&key, Some(tool));
+        }
+    }
+
+    /// Whether the version keyed `key` is held back.
+    pub(crate) fn is_held(&self, key: &str) -> bool {
+        self.held.contains_key(key)
+    }
+
+    /// The versions held back, sorted by key.
+    pub(crate) fn held(&self) -> Vec<Arc<ToolState>> {
+        let mut held: Vec<_> = self
+            .held
+            .iter()
+            .map(|t| (t.key().clone(), t.value().clone()))
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        held.into_iter().map(|(_, t)| t).collect()
+    }
+
+    fn apply_locked(&self, key: &str, after: Option<Arc<ToolState>>) -> Option<ChangeKind> {
+        let after = after.filter(|t| !t.instances.is_empty());
         if let Some(after) = &after {
             self.seen.saw(after);
         }
+        let after = match (after, self.gate.get()) {
+            (Some(after), Some(gate)) if !gate.admits(&after) => {
+                self.held.insert(key.to_owned(), after);
+                None
+            }
+            (after, _) => {
+                self.held.remove(key);
+                after
+            }
+        };
         let before = self.tools.get(key).map(|t| t.clone());
         let change = match (before, after) {
             (None, None) => return None,

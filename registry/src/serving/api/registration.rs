@@ -165,9 +165,13 @@ impl pb::registration_server::Registration for RegistrationApi {
                 self.metrics.announced("accepted");
                 self.record(record);
                 tracing::info!(?tools, %endpoint, lease = %lease_tag(&lease.id), "announced");
+                if !lease.held.is_empty() {
+                    tracing::warn!(held = ?lease.held, %endpoint, "announced definitions are not the pinned ones: held in quarantine until approved (toolmesh pins)");
+                }
                 Ok(Response::new(pb::AnnounceResponse {
                     lease_id: lease.id,
                     ttl: toolmesh_proto::rules::duration_field(lease.ttl),
+                    held: lease.held,
                 }))
             }
             Err(error) => {

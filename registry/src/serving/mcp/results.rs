@@ -77,6 +77,7 @@ pub(crate) fn from_error(tool: &str, error: &RegistryError) -> Result<CallToolRe
         | E::TasksFull { .. }
         | E::ApprovalRequired(_)
         | E::ToolChanged(_)
+        | E::PinsOff
         | E::ApprovalDenied { .. }
         | E::ApprovalExpired { .. }
         | E::ApprovalVoid { .. }

@@ -17,7 +17,7 @@ use toolmesh_proto::{
 
 use crate::{
     config::Config,
-    serving::api::{ApprovalsApi, RegistrationApi, TasksApi, ToolRegistryApi},
+    serving::api::{ApprovalsApi, PinsApi, RegistrationApi, TasksApi, ToolRegistryApi},
     serving::connections,
     serving::mcp::{McpEndpoint, McpSettings},
     serving::readiness::Reporter,
@@ -169,6 +169,10 @@ impl Registry {
             ApprovalsServer::new(ApprovalsApi::new(self.access.clone(), self.tasks.clone()))
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max);
+        let pins = pb::pins_server::PinsServer::new(PinsApi::new(
+            self.access.clone(),
+            self.catalog.clone(),
+        ));
         let registration = RegistrationServer::new(
             RegistrationApi::new(self.catalog.clone(), self.access.clone())
                 .reporting_to(self.tasks.clone())
@@ -191,6 +195,7 @@ impl Registry {
             .add_service(registry)
             .add_service(tasks)
             .add_service(approvals)
+            .add_service(pins)
             .add_service(registration)
             .serve_with_incoming_shutdown(
                 toolmesh_proto::tls::incoming(
