@@ -5,6 +5,8 @@
 
 #[path = "cli/approvals.rs"]
 mod approvals;
+#[path = "cli/pins.rs"]
+mod pins;
 #[path = "cli/pipes.rs"]
 mod pipes;
 #[path = "cli/readiness.rs"]

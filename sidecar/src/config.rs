@@ -114,7 +114,8 @@ pub struct ToolConfig {
     /// that does not match it (the agent gets an error result instead).
     #[serde(default)]
     pub output_schema: Option<Value>,
-    /// Free-form version, e.g. `1.2.0`.
+    /// The version, semver (e.g. `1.2.0`): the registry serves several
+    /// versions of one name side by side and refuses one that is not semver.
     #[serde(default)]
     pub version: Option<String>,
     /// Labels for filtering.

@@ -430,6 +430,24 @@ mod tests {
         let mut hinted = a.clone();
         hinted.destructive = Some(true);
         assert_ne!(digest(&a), digest(&hinted));
+        // Key order in a schema, and a burst spelled as what 0 means.
+        let mut ordered = a.clone();
+        ordered.input_schema_json =
+            r#"{"type":"object","properties":{"x":{"type":"string","minLength":1}}}"#.into();
+        let mut reordered = ordered.clone();
+        reordered.input_schema_json =
+            r#"{ "properties": {"x": {"minLength": 1, "type": "string"}}, "type": "object" }"#
+                .into();
+        assert_eq!(digest(&ordered), digest(&reordered));
+        let mut explicit = a.clone();
+        explicit.rate_limit = Some(RateLimit {
+            rate: 2.5,
+            burst: 3,
+        });
+        assert_eq!(digest(&a), digest(&explicit));
+        let mut versioned = a.clone();
+        versioned.version = "1.0.0".into();
+        assert_ne!(digest(&a), digest(&versioned));
     }
 
     #[test]
@@ -495,6 +513,13 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn every_description_is_its_own_digest(x in "\\PC{0,40}", y in "\\PC{0,40}") {
+            let with = |d: &str| ToolDescriptor { description: d.into(), ..descriptor() };
+            prop_assert_eq!(digest(&with(&x)) == digest(&with(&y)), x == y);
+            prop_assert!(is_digest(&digest(&with(&x))));
+        }
+
         #[test]
         fn names_follow_the_llm_function_name_rules(name in "\\PC{0,80}") {
             let ok = is_valid_name(&name);
