@@ -21,12 +21,7 @@ impl Catalog {
     /// - Else the operator's split, if one is set for the tool.
     /// - Else the default.
     pub fn resolve(&self, reference: &Reference<'_>, shown: &str) -> Result<Entry, RegistryError> {
-        let family =
-            self.store
-                .family(reference.name)
-                .ok_or_else(|| RegistryError::ToolNotFound {
-                    tool: reference.name.to_owned(),
-                })?;
+        let family = self.live_family(reference.name)?;
         let tool = match reference.version {
             Some(version) => {
                 let tool = family
@@ -45,6 +40,27 @@ impl Catalog {
             None => self.split(reference.name, &family),
         };
         Ok(self.entry_of(tool))
+    }
+
+    /// The version `reference` names, or its default: what `GetTool`
+    /// shows.
+    pub fn lookup(&self, reference: &Reference<'_>) -> Result<Arc<ToolState>, RegistryError> {
+        let family = self.live_family(reference.name)?;
+        match reference.version {
+            Some(version) => family
+                .version(version)
+                .cloned()
+                .ok_or_else(|| unknown(&family, version)),
+            None => Ok(family.default().clone()),
+        }
+    }
+
+    fn live_family(&self, name: &str) -> Result<Arc<Family>, RegistryError> {
+        self.store
+            .family(name)
+            .ok_or_else(|| RegistryError::ToolNotFound {
+                tool: name.to_owned(),
+            })
     }
 
     /// The version a call by name alone goes to.

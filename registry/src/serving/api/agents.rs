@@ -335,21 +335,7 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
             }
             .into());
         }
-        let family =
-            self.catalog
-                .family(reference.name)
-                .ok_or_else(|| RegistryError::ToolNotFound {
-                    tool: reference.name.to_owned(),
-                })?;
-        let tool = match reference.version {
-            None => self.catalog.get(reference.name),
-            Some(version) => family.version(version).cloned(),
-        }
-        .ok_or_else(|| RegistryError::VersionNotFound {
-            tool: reference.name.to_owned(),
-            version: reference.version.unwrap_or_default().to_owned(),
-            live: family.version_names(),
-        })?;
+        let tool = self.catalog.lookup(&reference)?;
         Ok(Response::new(self.catalog.describe(&tool)))
     }
 
