@@ -350,6 +350,12 @@ def test_kube_play_probes_reach_the_admin_port_on_loopback(prepared_charts, char
                      id="toolmesh:approval-without-approvers"),
         pytest.param(REGISTRY, {"auth": {"policy": {"approvals": [{"approvers": {"groups": ["g"]}, "when": ["amount 5"]}]}}},
                      "when", id="toolmesh:approval-condition"),
+        pytest.param(REGISTRY, {"versions": {"tools": {"w": {"split": {"1.0.0": 150}}}}}, "split",
+                     id="toolmesh:versions-weight-over-100"),
+        pytest.param(REGISTRY, {"pins": {"rules": [{"tools": ["*"], "mode": "strict"}]}}, "mode",
+                     id="toolmesh:pins-unknown-mode"),
+        pytest.param(REGISTRY, {"pins": {"approved": {"w@1.0.0": "abc"}}}, "approved",
+                     id="toolmesh:pins-malformed-digest"),
         pytest.param(REGISTRY, {"tls": {"existingSecret": "t", "requireClientCert": "true"}}, "requireClientCert",
                      id="toolmesh:tls-bool-as-text"),
         pytest.param(EXAMPLE, {"toolmesh-sidecar": {"insecure": 1}}, "insecure", id="toolmesh-sidecar:insecure-as-number"),
@@ -507,6 +513,8 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
             "policy": {"existingConfigMap": "policy"},
         },
         "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"]},
+        "versions": {"existingConfigMap": "versions"},
+        "pins": {"existingConfigMap": "pins"},
     }
     container = render_registry(prepared_charts, everything).one("Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -1209,6 +1217,35 @@ def test_inline_policy_and_jwt_keys_go_in_a_configmap(prepared_charts):
     volume, _ = file_source(pod, pod["containers"][0], "/etc/toolmesh/policy/policy.yaml")
     assert volume["configMap"]["name"] == "team-policy"
     assert volume["configMap"]["items"] == [{"key": "rules.yaml", "path": "policy.yaml"}]
+
+
+def test_versions_and_pins_go_in_configmaps_the_registry_reads(prepared_charts):
+    tools = {"weather": {"default": "1.4.2", "split": {"1.4.2": 90, "2.0.0": 10}, "deprecated": {"1.3.0": "use 1.4"}}}
+    rules = [{"tools": ["billing.*"], "mode": "enforce"}, {"tools": ["*"], "mode": "trust-on-first-use"}]
+    approved = {"billing.refund@2.1.0": "3f" * 32}
+    rendered = render(prepared_charts["toolmesh"], {
+        "versions": {"tools": tools},
+        "pins": {"rules": rules, "approved": approved, "approvers": {"groups": ["platform"]}}})
+    assert yaml.safe_load(rendered.one("ConfigMap", "toolmesh-versions")["data"]["versions.yaml"]) == {"tools": tools}
+    assert yaml.safe_load(rendered.one("ConfigMap", "toolmesh-pins")["data"]["pins.yaml"]) == {
+        "rules": rules, "pins": approved, "approvers": {"groups": ["platform"]}}
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    for file in ("versions", "pins"):
+        variable = f"TOOLMESH_{file.upper()}_FILE"
+        assert env[variable] == f"/etc/toolmesh/{file}/{file}.yaml"
+        volume, _ = file_source(pod, container, env[variable])
+        assert volume["configMap"] == {"name": f"toolmesh-{file}", "defaultMode": 0o444,
+                                       "items": [{"key": f"{file}.yaml", "path": f"{file}.yaml"}]}
+    # Neither by default; an existing ConfigMap instead, under a key of its own.
+    plain = env_of(registry_pod(render(prepared_charts["toolmesh"], {}))["containers"][0])
+    assert "TOOLMESH_VERSIONS_FILE" not in plain and "TOOLMESH_PINS_FILE" not in plain
+    existing = render(prepared_charts["toolmesh"], {"pins": {"existingConfigMap": "team-pins", "existingConfigMapKey": "p.yaml"}})
+    pod = registry_pod(existing)
+    volume, _ = file_source(pod, pod["containers"][0], "/etc/toolmesh/pins/pins.yaml")
+    assert volume["configMap"]["name"] == "team-pins"
+    assert volume["configMap"]["items"] == [{"key": "p.yaml", "path": "pins.yaml"}]
 
 
 def test_approvals_alone_keep_every_tool_callable(prepared_charts):

@@ -65,6 +65,11 @@ struct ToolOnly {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PinEvent {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolVersion {
     tool: Arc<str>,
     version: String,
@@ -119,6 +124,7 @@ pub struct Metrics {
     approvals_decided: Family<ToolOutcome, Counter>,
     approval_wait: Histograms<ToolOutcome>,
     approvals_pending: Gauge,
+    pin_events: Family<PinEvent, Counter>,
     redis_duration: Histograms<Op>,
     redis_errors: Family<Op, Counter>,
     redis_circuit_open: Gauge,
@@ -168,6 +174,7 @@ impl Metrics {
             approvals_decided: Family::default(),
             approval_wait: Family::new_with_constructor(task_time),
             approvals_pending: Gauge::default(),
+            pin_events: Family::default(),
             redis_duration: Family::new_with_constructor(latency),
             redis_errors: Family::default(),
             redis_circuit_open: Gauge::default(),
@@ -254,6 +261,11 @@ impl Metrics {
             "toolmesh_task_duration_seconds",
             "Time from a task's start to its end, by tool and state",
             Always(metrics.task_duration.clone()),
+        );
+        r.register(
+            "toolmesh_pin_events",
+            "Pinned definitions' events: trusted (pinned on first use), held (quarantined), flagged (served unpinned, mode warn), approved, revoked",
+            Always(metrics.pin_events.clone()),
         );
         r.register(
             "toolmesh_approvals_requested",
@@ -410,6 +422,12 @@ impl Metrics {
                 version: version.to_owned(),
             })
             .inc();
+    }
+
+    /// A pinned definition's `event` (`trusted`, `held`, `flagged`,
+    /// `approved`, `revoked`): a closed set, by event only.
+    pub fn pin_event(&self, event: &'static str) {
+        self.pin_events.get_or_create(&PinEvent { event }).inc();
     }
 
     /// A task of `tool` was handed to an instance.

@@ -280,6 +280,12 @@ generated (`credentials`).
 {{- define "toolmesh.policyOn" -}}
 {{- if or .Values.auth.policy.existingConfigMap .Values.auth.policy.rules .Values.auth.policy.approvals }}true{{- end }}
 {{- end }}
+{{- define "toolmesh.versionsOn" -}}
+{{- if or .Values.versions.existingConfigMap .Values.versions.tools }}true{{- end }}
+{{- end }}
+{{- define "toolmesh.pinsOn" -}}
+{{- if or .Values.pins.existingConfigMap .Values.pins.rules .Values.pins.approved }}true{{- end }}
+{{- end }}
 {{- define "toolmesh.registrantsOn" -}}
 {{- if or (include "toolmesh.registrantsConfigured" .) (include "toolmesh.generatesRegistrationToken" .) }}true{{- end }}
 {{- end }}

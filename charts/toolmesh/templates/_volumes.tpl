@@ -84,6 +84,18 @@ Secret, the plain-text credential stays out of the pod. Nothing when none.
       - key: {{ ternary .Values.auth.policy.existingConfigMapKey "policy.yaml" (not (empty .Values.auth.policy.existingConfigMap)) }}
         path: policy.yaml
 {{- end }}
+{{- range $file := list "versions" "pins" }}
+{{- if include (printf "toolmesh.%sOn" $file) $ }}
+{{- $values := index $.Values $file }}
+- name: {{ $file }}
+  configMap:
+    name: {{ $values.existingConfigMap | default (include "toolmesh.fileObjectName" (dict "root" $ "file" $file)) }}
+    defaultMode: 0444
+    items:
+      - key: {{ ternary $values.existingConfigMapKey (printf "%s.yaml" $file) (not (empty $values.existingConfigMap)) }}
+        path: {{ $file }}.yaml
+{{- end }}
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -102,6 +114,13 @@ Secret, the plain-text credential stays out of the pod. Nothing when none.
 - name: policy
   mountPath: /etc/toolmesh/policy
   readOnly: true
+{{- end }}
+{{- range $file := list "versions" "pins" }}
+{{- if include (printf "toolmesh.%sOn" $file) $ }}
+- name: {{ $file }}
+  mountPath: /etc/toolmesh/{{ $file }}
+  readOnly: true
+{{- end }}
 {{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}

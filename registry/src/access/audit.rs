@@ -26,8 +26,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use record::{
-    ApprovalRecord, InvokeRecord, Outcome, Record, RegistrationAction, RegistrationRecord,
-    TaskRecord,
+    ApprovalRecord, InvokeRecord, Outcome, PinEventRecord, Record, RegistrationAction,
+    RegistrationRecord, TaskRecord,
 };
 pub(crate) use redact::Redactor;
 

@@ -34,8 +34,10 @@ pub use file::{Mode, PinRules};
 use store::{PinRecord, PinStore};
 
 use crate::{
+    access::audit::{AuditLog, PinEventRecord},
     catalog::{ToolState, descriptor},
     error::RegistryError,
+    metrics::Metrics,
 };
 
 /// Where a definition stands against its pin.
@@ -55,9 +57,16 @@ pub struct Pins {
     store: Arc<dyn PinStore>,
     /// The store's pins as last read, by key.
     cache: ArcSwap<BTreeMap<String, PinRecord>>,
-    /// Definitions already flagged (`warn`), so each is logged once.
-    flagged: Mutex<HashSet<String>>,
+    /// Definitions already told of (held or flagged), so each is logged,
+    /// counted and audited once.
+    told: Mutex<HashSet<String>>,
+    audit: std::sync::OnceLock<AuditLog>,
+    metrics: std::sync::OnceLock<Arc<Metrics>>,
 }
+
+/// Most definitions remembered as told of; past it, the memory starts over
+/// (a definition may then be told of again).
+const MAX_TOLD: usize = 10_000;
 
 impl Pins {
     /// Pins over `store`, under `rules`.
@@ -66,8 +75,51 @@ impl Pins {
             rules: ArcSwap::from_pointee(rules),
             store,
             cache: ArcSwap::default(),
-            flagged: Mutex::new(HashSet::new()),
+            told: Mutex::new(HashSet::new()),
+            audit: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records every pin event to `audit` and counts it in `metrics`.
+    pub(crate) fn observed_by(&self, audit: AuditLog, metrics: Arc<Metrics>) {
+        let _ = self.audit.set(audit);
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// Logs, counts and audits one event.
+    pub(crate) fn event(&self, event: &'static str, record: PinEventRecord) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics.pin_event(event);
+        }
+        if let Some(audit) = self.audit.get() {
+            audit.record(record);
+        }
+    }
+
+    /// Tells of `tool` held or flagged, once per definition.
+    fn tell(&self, event: &'static str, tool: &ToolState, key: &str, pinned: Option<&str>) {
+        let first = {
+            let mut told = self.told.lock().unwrap_or_else(PoisonError::into_inner);
+            if told.len() >= MAX_TOLD {
+                told.clear();
+            }
+            told.insert(format!("{event} {key} {}", tool.digest))
+        };
+        if !first {
+            return;
+        }
+        tracing::warn!(tool = %key, digest = %tool.digest, pinned = ?pinned, event, "a tool's definition is not the pinned one");
+        self.event(
+            event,
+            PinEventRecord {
+                event,
+                tool: key.to_owned(),
+                digest: tool.digest.to_string(),
+                pinned: pinned.map(str::to_owned),
+                by: None,
+            },
+        );
     }
 
     /// Puts new rules in force.
@@ -133,17 +185,16 @@ impl Pins {
         }
         match mode {
             Mode::Warn => {
-                let first = self
-                    .flagged
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(format!("{key} {}", tool.digest));
-                if first {
-                    tracing::warn!(tool = %key, digest = %tool.digest, pinned = ?pinned, "a tool's definition is not the pinned one (pins mode warn: served)");
-                }
+                self.tell("flagged", tool, &key, pinned.as_deref());
                 Standing::Flagged
             }
-            Mode::Enforce | Mode::TrustOnFirstUse => Standing::Held,
+            // Not pinned yet on first use: another replica's announce
+            // pinned it, and this one reads the pin within a second.
+            Mode::TrustOnFirstUse if pinned.is_none() => Standing::Held,
+            Mode::Enforce | Mode::TrustOnFirstUse => {
+                self.tell("held", tool, &key, pinned.as_deref());
+                Standing::Held
+            }
         }
     }
 
@@ -165,7 +216,19 @@ impl Pins {
                 continue;
             }
             let record = PinRecord::new(descriptor::digest(tool), "trust-on-first-use", Some(tool));
-            trusted |= self.store.put_first(&key, &record).await?;
+            if self.store.put_first(&key, &record).await? {
+                trusted = true;
+                self.event(
+                    "trusted",
+                    PinEventRecord {
+                        event: "trusted",
+                        tool: key,
+                        digest: record.digest,
+                        pinned: None,
+                        by: None,
+                    },
+                );
+            }
         }
         if trusted {
             self.refresh().await?;

@@ -226,7 +226,8 @@ impl Registry {
         store: Arc<dyn crate::catalog::pins::store::PinStore>,
     ) -> Result<Self, ServeError> {
         if let Some(path) = self.config.pins_file.clone() {
-            let task = crate::catalog::pins::follow::follow(path, store, &self.catalog)
+            let observers = (self.audit.clone(), self.metrics.clone());
+            let task = crate::catalog::pins::follow::follow(path, store, &self.catalog, observers)
                 .map_err(ServeError::Config)?;
             self.pins = Some(task);
         }

@@ -338,6 +338,8 @@ async fn a_changed_pinned_definition_is_held_until_approved_and_never_served() {
     std::fs::write(&pins_file, PINS).expect("write");
     let runs = dir.path().join("runs");
     let pins_arg = pins_file.display().to_string();
+    let audit = dir.path().join("audit.jsonl");
+    let audit_arg = audit.display().to_string();
     let (_registry, addr) = RegistryProcess::start(
         &registry_binary,
         &[
@@ -347,6 +349,8 @@ async fn a_changed_pinned_definition_is_held_until_approved_and_never_served() {
             "2s",
             "--pins-file",
             &pins_arg,
+            "--audit-log",
+            &audit_arg,
         ],
         &[],
     )
@@ -499,4 +503,20 @@ async fn a_changed_pinned_definition_is_held_until_approved_and_never_served() {
         .invoke(call("weather"))
         .await
         .expect("callable again");
+
+    // Each step is in the audit log.
+    eventually(Duration::from_secs(10), "the pin records", || {
+        let audit = audit.clone();
+        async move {
+            let events: Vec<String> = std::fs::read_to_string(&audit)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|r| r["kind"] == "pin")
+                .filter_map(|r| r["event"].as_str().map(str::to_owned))
+                .collect();
+            events == ["trusted", "held", "approved"]
+        }
+    })
+    .await;
 }

@@ -275,6 +275,32 @@ impl From<ApprovalRecord> for Record {
     }
 }
 
+/// A pinned definition's event: pinned on first use, held, flagged,
+/// approved or revoked.
+#[derive(Debug, Clone, Serialize)]
+pub struct PinEventRecord {
+    /// `trusted`, `held`, `flagged`, `approved` or `revoked`.
+    pub event: &'static str,
+    /// The tool version (`name@version`, or the name).
+    #[serde(serialize_with = "text")]
+    pub tool: String,
+    /// The definition's digest (for `revoked`, the pin's).
+    #[serde(serialize_with = "text")]
+    pub digest: String,
+    /// The digest it is pinned to, when another.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub pinned: Option<String>,
+    /// Who approved or revoked it.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub by: Option<String>,
+}
+
+impl From<PinEventRecord> for Record {
+    fn from(record: PinEventRecord) -> Self {
+        Self::Pin(record)
+    }
+}
+
 /// Any audit record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -287,6 +313,8 @@ pub enum Record {
     Task(TaskRecord),
     /// A held call's request or decision.
     Approval(ApprovalRecord),
+    /// A pinned definition's event.
+    Pin(PinEventRecord),
 }
 
 impl From<TaskRecord> for Record {

@@ -57,9 +57,11 @@ pub(crate) fn follow(
     path: PathBuf,
     store: Arc<dyn PinStore>,
     catalog: &Arc<Catalog>,
+    (audit, metrics): (crate::access::audit::AuditLog, Arc<crate::metrics::Metrics>),
 ) -> Result<PinsTask, String> {
     let watched = Watched::<PinRules>::open(path).map_err(|e| format!("--pins-file {e}"))?;
     let pins = Arc::new(Pins::new(PinRules::default(), store));
+    pins.observed_by(audit, metrics);
     pins.set_rules(watched.current());
     for (key, _) in pins.rules().pins() {
         let live = catalog

@@ -8,7 +8,7 @@ use toolmesh_proto::pb;
 
 use super::{Pins, store::PinRecord};
 use crate::{
-    access::auth::Caller,
+    access::{audit::PinEventRecord, auth::Caller},
     catalog::{Catalog, ToolState, descriptor, versions},
     error::RegistryError,
 };
@@ -114,6 +114,16 @@ impl Catalog {
         }
         let record = PinRecord::new(digest.to_owned(), &caller.id, Some(&tool.descriptor));
         pins.approve(&key, record.clone()).await?;
+        pins.event(
+            "approved",
+            PinEventRecord {
+                event: "approved",
+                tool: key.clone(),
+                digest: digest.to_owned(),
+                pinned: None,
+                by: Some(caller.id.clone()),
+            },
+        );
         self.regate();
         tracing::info!(tool = %key, %digest, by = %caller.id, "pinned a definition");
         Ok(pb::PinnedDefinition {
@@ -134,7 +144,20 @@ impl Catalog {
         let pins = self.pins_for(caller)?;
         let reference = versions::Reference::parse(key, "", "tool")?;
         let key = versions::key_of(reference.name, reference.version.unwrap_or_default());
+        let was = pins.record(&key).map(|r| r.digest).unwrap_or_default();
         let revoked = pins.revoke(&key).await?;
+        if revoked {
+            pins.event(
+                "revoked",
+                PinEventRecord {
+                    event: "revoked",
+                    tool: key.clone(),
+                    digest: was,
+                    pinned: None,
+                    by: Some(caller.id.clone()),
+                },
+            );
+        }
         self.regate();
         tracing::info!(tool = %key, revoked, by = %caller.id, "revoked a pin");
         Ok(revoked)
