@@ -313,8 +313,12 @@ impl Catalog {
     /// replica); a reloaded descriptor with the same input schema keeps its
     /// validator.
     pub fn entry_of(&self, tool: Arc<ToolState>) -> Entry {
-        let key = tool.key().into_owned();
-        let known = self.compiled.get(&key).map(|entry| entry.value().clone());
+        // Looked up by the borrowed key: an unversioned tool's call
+        // allocates nothing here.
+        let known = self
+            .compiled
+            .get(tool.key().as_ref())
+            .map(|entry| entry.value().clone());
         let compiled = match known {
             Some(known) if Arc::ptr_eq(&known.descriptor, &tool.descriptor) => known,
             known => {
@@ -328,7 +332,8 @@ impl Catalog {
                     Some(input) => Compiled::new(tool.descriptor.clone(), Ok(input)),
                     None => Compiled::compile(tool.descriptor.clone()),
                 });
-                self.compiled.insert(key, compiled.clone());
+                self.compiled
+                    .insert(tool.key().into_owned(), compiled.clone());
                 compiled
             }
         };

@@ -111,13 +111,7 @@ impl CatalogView {
 
     /// The versions held back, sorted by key.
     pub(crate) fn held(&self) -> Vec<Arc<ToolState>> {
-        let mut held: Vec<_> = self
-            .held
-            .iter()
-            .map(|t| (t.key().clone(), t.value().clone()))
-            .collect();
-        held.sort_by(|a, b| a.0.cmp(&b.0));
-        held.into_iter().map(|(_, t)| t).collect()
+        by_key(&self.held)
     }
 
     fn apply_locked(&self, key: &str, after: Option<Arc<ToolState>>) -> Option<ChangeKind> {
@@ -234,9 +228,10 @@ impl CatalogView {
         }
     }
 
-    /// The operator's version policy in force.
-    pub(crate) fn policy(&self) -> Arc<VersionPolicy> {
-        self.policy.load_full()
+    /// The operator's version policy in force, read without touching its
+    /// reference count (every call by name reads it).
+    pub(crate) fn policy(&self) -> arc_swap::Guard<Arc<VersionPolicy>> {
+        self.policy.load()
     }
 
     /// Bytes of every event sent so far: a watcher whose last event has a
@@ -278,13 +273,7 @@ impl CatalogView {
 
     /// Every version, sorted by key.
     pub(crate) fn list_all(&self) -> Vec<Arc<ToolState>> {
-        let mut tools: Vec<_> = self
-            .tools
-            .iter()
-            .map(|t| (t.key().clone(), t.value().clone()))
-            .collect();
-        tools.sort_by(|a, b| a.0.cmp(&b.0));
-        tools.into_iter().map(|(_, t)| t).collect()
+        by_key(&self.tools)
     }
 
     /// The current defaults (or, `all_versions`, every version) and a
@@ -301,6 +290,16 @@ impl CatalogView {
         };
         (snapshot, self.events.subscribe())
     }
+}
+
+/// The states of `map`, sorted by key.
+fn by_key(map: &DashMap<String, Arc<ToolState>>) -> Vec<Arc<ToolState>> {
+    let mut states: Vec<_> = map
+        .iter()
+        .map(|t| (t.key().clone(), t.value().clone()))
+        .collect();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    states.into_iter().map(|(_, t)| t).collect()
 }
 
 #[cfg(test)]
