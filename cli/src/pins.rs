@@ -68,6 +68,9 @@ fn held_json(held: &pb::HeldDefinition) -> Value {
         "pinned_digest": held.pinned_digest,
         "mode": held.mode,
         "changes": held.changes,
+        "denied": held.denied_at.is_some(),
+        "denied_by": held.denied_by,
+        "denial_comment": held.denial_comment,
     })
 }
 
@@ -110,8 +113,16 @@ pub(crate) async fn list(pins: &mut Pins, output: Output) -> Result<(), Failure>
                         key,
                         short(&digest).to_owned(),
                         h.mode.clone(),
-                        "-".into(),
-                        "HELD".into(),
+                        match (&h.denied_at, h.denied_by.as_str()) {
+                            (None, _) => "-".into(),
+                            (Some(_), "") => "anonymous".into(),
+                            (Some(_), by) => by.to_owned(),
+                        },
+                        if h.denied_at.is_some() {
+                            "HELD, DENIED".into()
+                        } else {
+                            "HELD".into()
+                        },
                     ]
                 }))
                 .collect();
@@ -152,6 +163,21 @@ pub(crate) async fn diff(pins: &mut Pins, tool: String, output: Output) -> Resul
                 ),
                 format!("mode:    {}", held.mode),
             ];
+            if held.denied_at.is_some() {
+                lines.push(format!(
+                    "denied:  by {}{}",
+                    if held.denied_by.is_empty() {
+                        "anonymous"
+                    } else {
+                        &held.denied_by
+                    },
+                    if held.denial_comment.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", held.denial_comment)
+                    }
+                ));
+            }
             if held.changes.is_empty() {
                 lines.push("the pinned definition is not known to this registry".into());
             }

@@ -15,12 +15,15 @@
 //! - `approval`, `approve`, `pending`, `webhook`: calls held for a person
 //!   (docs/approvals.md): the approval a held task carries, its hold and
 //!   decision, the approvers' listing, the rules' webhooks.
+//! - `inbox`: those calls and the definitions the pins hold, as one
+//!   `Approvals` service shows them.
 
 pub(crate) mod approval;
 pub(crate) mod model;
 pub(crate) mod store;
 
 mod approve;
+mod inbox;
 mod janitor;
 mod pending;
 mod start;

@@ -13,6 +13,8 @@ mod call_log;
 mod common;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
+#[path = "integration/definition_approvals.rs"]
+mod definition_approvals;
 #[path = "integration/execute_grants.rs"]
 mod execute_grants;
 #[path = "integration/faults.rs"]

@@ -31,6 +31,17 @@ pub fn api_keys_file(dir: &Path, keys: &[AgentKey<'_>]) -> PathBuf {
     path
 }
 
+/// `message` presenting `key` as a bearer credential.
+///
+/// # Panics
+/// If `key` is not printable ASCII.
+pub fn bearer<T>(message: T, key: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value = format!("Bearer {key}").parse().expect("an ASCII key");
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
 /// The digest a keys file holds for `key`: SHA-256, lowercase hex.
 pub fn sha256_hex(key: &str) -> String {
     Sha256::digest(key.as_bytes())

@@ -1,7 +1,8 @@
 //! Pins from the command line, with the real registry and sidecar
 //! binaries: a tool trusted on first use is listed pinned; its instance
 //! comes back with a changed description and is held, `pins diff` shows
-//! the change, `pins approve` serves it again, `pins revoke` unpins it; a
+//! the change, `approvals` lists and denies it, `pins approve` serves it
+//! all the same, `pins revoke` unpins it; a
 //! caller who is not an approver is refused with its exit code.
 
 use std::time::Duration;
@@ -101,6 +102,39 @@ async fn a_held_definition_is_shown_diffed_approved_and_revoked() {
         stdout(&diff)
     );
     exits(&run(&url, &["pins", "diff", "other"]).await, 6);
+
+    // The held change is an approval too: listed, and denied there.
+    let queue = json_of(&run(&url, &["approvals", "list", "-o", "json"]).await);
+    let held = &queue["approvals"][0];
+    assert_eq!(held["kind"], "definition", "{queue}");
+    let id = held["id"].as_str().expect("an id").to_owned();
+    assert!(id.starts_with("definition:weather@1.4.2:"), "{id}");
+    let rows = run(&url, &["approvals", "list"]).await;
+    assert!(
+        stdout(&rows).contains("definition; changed: description"),
+        "{}",
+        stdout(&rows)
+    );
+    let denied = run(
+        &url,
+        &["approvals", "deny", &id, "--comment", "reads credentials"],
+    )
+    .await;
+    exits(&denied, 0);
+    let listed = run(&url, &["pins", "list"]).await;
+    assert!(
+        stdout(&listed).contains("HELD, DENIED"),
+        "{}",
+        stdout(&listed)
+    );
+    let diff = run(&url, &["pins", "diff", "weather@1.4.2"]).await;
+    assert!(
+        stdout(&diff).contains("denied:  by anonymous: reads credentials"),
+        "{}",
+        stdout(&diff)
+    );
+    let queue = json_of(&run(&url, &["approvals", "list", "-o", "json"]).await);
+    assert_eq!(queue["approvals"], serde_json::json!([]), "{queue}");
 
     let approved = run(&url, &["pins", "approve", "weather@1.4.2"]).await;
     exits(&approved, 0);

@@ -17,13 +17,14 @@
 //! by replicas in Redis. A pin names one version: `name@version`, or the
 //! bare name of an unversioned tool.
 
+pub(crate) mod approvals;
 pub(crate) mod file;
 pub(crate) mod follow;
 mod review;
 pub mod store;
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -31,7 +32,7 @@ use arc_swap::ArcSwap;
 use toolmesh_proto::pb;
 
 pub use file::{Mode, PinRules};
-use store::{PinRecord, PinStore};
+use store::{Denial, PinRecord, PinStore};
 
 use crate::{
     access::audit::{AuditLog, PinEventRecord},
@@ -57,9 +58,12 @@ pub struct Pins {
     store: Arc<dyn PinStore>,
     /// The store's pins as last read, by key.
     cache: ArcSwap<BTreeMap<String, PinRecord>>,
+    /// The store's denials as last read, by key.
+    denials: ArcSwap<BTreeMap<String, Denial>>,
     /// Definitions already told of (held or flagged), so each is logged,
-    /// counted and audited once.
-    told: Mutex<HashSet<String>>,
+    /// counted and audited once, with when this replica first did (Unix
+    /// ms).
+    told: Mutex<HashMap<String, u64>>,
     audit: std::sync::OnceLock<AuditLog>,
     metrics: std::sync::OnceLock<Arc<Metrics>>,
 }
@@ -75,7 +79,8 @@ impl Pins {
             rules: ArcSwap::from_pointee(rules),
             store,
             cache: ArcSwap::default(),
-            told: Mutex::new(HashSet::new()),
+            denials: ArcSwap::default(),
+            told: Mutex::new(HashMap::new()),
             audit: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
         }
@@ -104,7 +109,9 @@ impl Pins {
             if told.len() >= MAX_TOLD {
                 told.clear();
             }
-            told.insert(format!("{event} {key} {}", tool.digest))
+            let at = crate::tasks::model::now_ms();
+            told.insert(told_key(event, key, &tool.digest), at)
+                .is_none()
         };
         if !first {
             return;
@@ -118,8 +125,19 @@ impl Pins {
                 digest: tool.digest.to_string(),
                 pinned: pinned.map(str::to_owned),
                 by: None,
+                comment: None,
             },
         );
+    }
+
+    /// When this replica first held `key`'s definition `digest` (Unix ms),
+    /// if it remembers.
+    pub(crate) fn held_since(&self, key: &str, digest: &str) -> Option<u64> {
+        self.told
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&told_key("held", key, digest))
+            .copied()
     }
 
     /// Puts new rules in force.
@@ -134,12 +152,20 @@ impl Pins {
 
     /// Reads the store's pins again; whether they changed.
     pub(crate) async fn refresh(&self) -> Result<bool, RegistryError> {
-        let now = self.store.all().await?;
-        let changed = **self.cache.load() != now;
+        let (pins, denials) = (self.store.all().await?, self.store.denials().await?);
+        let changed = **self.cache.load() != pins;
         if changed {
-            self.cache.store(Arc::new(now));
+            self.cache.store(Arc::new(pins));
+        }
+        if **self.denials.load() != denials {
+            self.denials.store(Arc::new(denials));
         }
         Ok(changed)
+    }
+
+    /// The denial of `key`'s held definition, if one stands.
+    pub fn denial(&self, key: &str) -> Option<Denial> {
+        self.denials.load().get(key).cloned()
     }
 
     /// The digest `key` is pinned to: the store's, else the file's.
@@ -226,6 +252,7 @@ impl Pins {
                         digest: record.digest,
                         pinned: None,
                         by: None,
+                        comment: None,
                     },
                 );
             }
@@ -236,9 +263,17 @@ impl Pins {
         Ok(())
     }
 
-    /// Pins `key` to `record` (an operator's approval).
+    /// Pins `key` to `record` (an operator's approval), forgetting a
+    /// denial of it.
     pub(crate) async fn approve(&self, key: &str, record: PinRecord) -> Result<(), RegistryError> {
         self.store.put(key, &record).await?;
+        self.store.forget_denial(key).await?;
+        self.refresh().await.map(|_| ())
+    }
+
+    /// Records `denial` of `key`'s held definition: it stays held.
+    pub(crate) async fn deny(&self, key: &str, denial: Denial) -> Result<(), RegistryError> {
+        self.store.deny(key, &denial).await?;
         self.refresh().await.map(|_| ())
     }
 
@@ -248,6 +283,11 @@ impl Pins {
         self.refresh().await?;
         Ok(removed)
     }
+}
+
+/// The memory of one told event.
+fn told_key(event: &str, key: &str, digest: &str) -> String {
+    format!("{event} {key} {digest}")
 }
 
 impl crate::catalog::store::view::Gate for Pins {

@@ -130,7 +130,7 @@ impl Approval {
 }
 
 /// `comment`, cut at a character boundary within [`MAX_COMMENT`].
-fn clip(comment: &str) -> String {
+pub(crate) fn clip(comment: &str) -> String {
     let mut end = comment.len().min(MAX_COMMENT);
     while !comment.is_char_boundary(end) {
         end -= 1;

@@ -503,6 +503,8 @@ impl Task {
             decided_at: decision.map(|d| timestamp(d.at_ms)),
             digest: approval.digest.clone(),
             descriptor_digest: approval.descriptor_digest.clone(),
+            kind: pb::ApprovalKind::Call as i32,
+            definition: None,
         })
     }
 }

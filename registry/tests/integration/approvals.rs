@@ -192,12 +192,7 @@ impl Files {
 }
 
 fn authed<T>(message: T, key: &str) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {key}").parse().expect("ascii"),
-    );
-    request
+    toolmesh_test_support::keys::bearer(message, key)
 }
 
 fn refund(amount: i64, key: &str) -> pb::InvokeRequest {

@@ -286,12 +286,7 @@ impl Mesh {
 
 /// `message` with alice's API key.
 fn as_alice<T>(message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ALICE}").parse().expect("ascii"),
-    );
-    request
+    toolmesh_test_support::keys::bearer(message, ALICE)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

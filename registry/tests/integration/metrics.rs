@@ -155,12 +155,7 @@ async fn registry(args: &[&str]) -> Option<(RegistryProcess, SocketAddr, SocketA
 }
 
 fn authed<T>(message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {KEY}").parse().expect("ascii"),
-    );
-    request
+    toolmesh_test_support::keys::bearer(message, KEY)
 }
 
 async fn call(

@@ -279,7 +279,7 @@ impl From<ApprovalRecord> for Record {
 /// approved or revoked.
 #[derive(Debug, Clone, Serialize)]
 pub struct PinEventRecord {
-    /// `trusted`, `held`, `flagged`, `approved` or `revoked`.
+    /// `trusted`, `held`, `flagged`, `approved`, `denied` or `revoked`.
     pub event: &'static str,
     /// The tool version (`name@version`, or the name).
     #[serde(serialize_with = "text")]
@@ -290,9 +290,12 @@ pub struct PinEventRecord {
     /// The digest it is pinned to, when another.
     #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
     pub pinned: Option<String>,
-    /// Who approved or revoked it.
+    /// Who approved, denied or revoked it.
     #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
     pub by: Option<String>,
+    /// Their comment, when they decided through `Approvals`.
+    #[serde(serialize_with = "optional_text", skip_serializing_if = "absent")]
+    pub comment: Option<String>,
 }
 
 impl From<PinEventRecord> for Record {

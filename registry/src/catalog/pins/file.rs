@@ -158,6 +158,11 @@ impl PinRules {
         self.pins.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
+    /// Who may approve: these caller ids, and members of these groups.
+    pub fn approvers(&self) -> (&[String], &[String]) {
+        (&self.approver_callers, &self.approver_groups)
+    }
+
     /// Whether `caller` may approve and revoke pins.
     pub fn may_approve(&self, caller: &Caller) -> bool {
         self.approver_callers

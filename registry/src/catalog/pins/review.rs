@@ -15,7 +15,7 @@ use crate::{
 
 impl Catalog {
     /// The pins, if `caller` may review them.
-    fn pins_for(&self, caller: &Caller) -> Result<&Arc<Pins>, RegistryError> {
+    pub(crate) fn pins_for(&self, caller: &Caller) -> Result<&Arc<Pins>, RegistryError> {
         let pins = self.pins().ok_or(RegistryError::PinsOff)?;
         if pins.rules().may_approve(caller) {
             Ok(pins)
@@ -50,32 +50,48 @@ impl Catalog {
         let held = self
             .held()
             .iter()
-            .map(|tool| {
-                let key = tool.key();
-                let pinned = pins.pinned(&key);
-                let was = pinned.as_deref().and_then(|digest| {
-                    pins.record(&key)
-                        .filter(|r| r.digest == digest)
-                        .and_then(|r| r.definition())
-                        .map(Arc::new)
-                        .or_else(|| self.definition(digest))
-                });
-                pb::HeldDefinition {
-                    tool: Some(tool.to_proto()),
-                    changes: was
-                        .map(|was| {
-                            descriptor::compare(&was, &tool.descriptor, ("pinned", "held"))
-                                .into_iter()
-                                .map(|(_, line)| line)
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    pinned_digest: pinned.unwrap_or_default(),
-                    mode: mode(&key),
-                }
-            })
+            .map(|tool| self.held_definition(pins, tool))
             .collect();
         Ok(pb::ListPinsResponse { pins: listed, held })
+    }
+
+    /// Held `tool` as operators see it: its pin, how it differs from the
+    /// pinned definition (when known here), its rule's mode and denial.
+    pub(crate) fn held_definition(&self, pins: &Pins, tool: &ToolState) -> pb::HeldDefinition {
+        let key = tool.key();
+        let pinned = pins.pinned(&key);
+        let was = pinned.as_deref().and_then(|digest| {
+            pins.record(&key)
+                .filter(|r| r.digest == digest)
+                .and_then(|r| r.definition())
+                .map(Arc::new)
+                .or_else(|| self.definition(digest))
+        });
+        let denial = pins.denial(&key).filter(|d| *d.digest == *tool.digest);
+        let denied_at = denial
+            .as_ref()
+            .map(|d| crate::tasks::model::timestamp(d.at_ms));
+        let denial = denial.unwrap_or_default();
+        pb::HeldDefinition {
+            tool: Some(tool.to_proto()),
+            changes: was
+                .map(|was| {
+                    descriptor::compare(&was, &tool.descriptor, ("pinned", "held"))
+                        .into_iter()
+                        .map(|(_, line)| line)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            pinned_digest: pinned.unwrap_or_default(),
+            mode: pins
+                .rules()
+                .mode(versions::name_of(&key))
+                .map(|m| m.as_str().to_owned())
+                .unwrap_or_default(),
+            denied_by: denial.by,
+            denial_comment: denial.comment,
+            denied_at,
+        }
     }
 
     /// Pins `key` to its live definition whose digest is `digest`, as
@@ -85,6 +101,17 @@ impl Catalog {
         caller: &Caller,
         key: &str,
         digest: &str,
+    ) -> Result<pb::PinnedDefinition, RegistryError> {
+        self.pin_definition(caller, key, digest, "").await
+    }
+
+    /// [`Self::approve_pin`], with the approver's comment kept.
+    pub(crate) async fn pin_definition(
+        &self,
+        caller: &Caller,
+        key: &str,
+        digest: &str,
+        comment: &str,
     ) -> Result<pb::PinnedDefinition, RegistryError> {
         let pins = self.pins_for(caller)?;
         let reference = versions::Reference::parse(key, "", "tool")?;
@@ -112,7 +139,8 @@ impl Catalog {
                 ),
             });
         }
-        let record = PinRecord::new(digest.to_owned(), &caller.id, Some(&tool.descriptor));
+        let mut record = PinRecord::new(digest.to_owned(), &caller.id, Some(&tool.descriptor));
+        record.comment = comment.to_owned();
         pins.approve(&key, record.clone()).await?;
         pins.event(
             "approved",
@@ -122,6 +150,7 @@ impl Catalog {
                 digest: digest.to_owned(),
                 pinned: None,
                 by: Some(caller.id.clone()),
+                comment: (!comment.is_empty()).then(|| comment.to_owned()),
             },
         );
         self.regate();
@@ -155,6 +184,7 @@ impl Catalog {
                     digest: was,
                     pinned: None,
                     by: Some(caller.id.clone()),
+                    comment: None,
                 },
             );
         }

@@ -1,6 +1,7 @@
-//! `toolmesh.v1.Approvals`, for the people who decide held calls: each
-//! request authenticated as agents' are, each approval shown only to its
-//! rule's approvers (and to whom may see its task).
+//! `toolmesh.v1.Approvals`, for the people who decide held calls and held
+//! definitions: each request authenticated as agents' are, each approval
+//! shown only to its rule's approvers (and to whom may see its task), each
+//! held definition only to the pins file's approvers.
 
 use std::{collections::HashMap, pin::Pin, sync::Arc};
 
@@ -11,8 +12,9 @@ use toolmesh_telemetry::TraceContext;
 
 use crate::{
     access::Access,
+    catalog::pins::approvals::is_definition,
     error::RegistryError,
-    tasks::{Decide, Tasks, Viewer, model::Task},
+    tasks::{Decide, Tasks, Viewer},
 };
 
 /// `toolmesh.v1.Approvals`, over [`Tasks`].
@@ -42,21 +44,12 @@ impl ApprovalsApi {
         (id, comment, digest): (String, String, String),
         decide: Decide,
     ) -> Result<Response<pb::Approval>, Status> {
-        let task = self
+        let approval = self
             .tasks
-            .decide(&id, &viewer, decide, &comment, &digest, &trace)
+            .inbox_decide(&id, &viewer, decide, (&comment, &digest), &trace)
             .await?;
-        Ok(Response::new(wire(&task)?))
+        Ok(Response::new(approval))
     }
-}
-
-fn wire(task: &Task) -> Result<pb::Approval, Status> {
-    task.approval_to_proto().ok_or_else(|| {
-        RegistryError::TaskNotFound {
-            id: task.id.clone(),
-        }
-        .into()
-    })
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<pb::ApprovalEvent, Status>> + Send>>;
@@ -70,7 +63,7 @@ impl pb::approvals_server::Approvals for ApprovalsApi {
         let viewer = self.viewer(&request)?;
         Ok(Response::new(
             self.tasks
-                .pending_for(&viewer.caller, request.get_ref())
+                .inbox_page(&viewer.caller, request.get_ref())
                 .await?,
         ))
     }
@@ -104,11 +97,11 @@ impl pb::approvals_server::Approvals for ApprovalsApi {
         request: Request<pb::GetApprovalRequest>,
     ) -> Result<Response<pb::Approval>, Status> {
         let viewer = self.viewer(&request)?;
-        let task = self
+        let approval = self
             .tasks
-            .approval(&request.get_ref().task_id, &viewer)
+            .inbox_get(&request.get_ref().task_id, &viewer)
             .await?;
-        Ok(Response::new(wire(&task)?))
+        Ok(Response::new(approval))
     }
 
     async fn approve(
@@ -152,7 +145,7 @@ struct Watch {
     viewer: Viewer,
     deadline: Deadline,
     /// What the stream has shown as pending, by id.
-    shown: HashMap<String, Task>,
+    shown: HashMap<String, pb::Approval>,
     /// Events found and not sent yet.
     queue: std::collections::VecDeque<pb::ApprovalEvent>,
     synced: bool,
@@ -190,8 +183,11 @@ impl Watch {
     /// Reads the pending approvals, queueing what changed since the last
     /// read (and SYNCED after the first).
     async fn read(&mut self) -> Result<(), RegistryError> {
-        let pending = self.tasks.pending_all(&self.viewer.caller).await?;
-        let now: HashMap<String, Task> = pending.into_iter().map(|t| (t.id.clone(), t)).collect();
+        let pending = self.tasks.inbox_all(&self.viewer.caller).await?;
+        let now: HashMap<String, pb::Approval> = pending
+            .into_iter()
+            .map(|a| (a.task_id.clone(), a))
+            .collect();
         let mut gone: Vec<String> = self
             .shown
             .keys()
@@ -201,25 +197,33 @@ impl Watch {
         gone.sort();
         for id in gone {
             let last = self.shown.remove(&id);
-            // Its state now, if it can still be read.
-            let closed = match self.tasks.approval(&id, &self.viewer).await {
-                Ok(task) => Some(task),
+            // Its state now, if it can still be read; a definition that
+            // left undecided was withdrawn.
+            let closed = match self.tasks.inbox_get(&id, &self.viewer).await {
+                Ok(approval) => Some(approval),
+                Err(_) if is_definition(&id) => last.map(|mut a| {
+                    a.state = pb::ApprovalState::Void as i32;
+                    a
+                }),
                 Err(_) => last,
             };
             self.queue.push_back(pb::ApprovalEvent {
                 kind: pb::approval_event::Kind::Removed as i32,
-                approval: closed.as_ref().and_then(Task::approval_to_proto),
+                approval: closed,
             });
         }
-        let mut added: Vec<&Task> = now
+        let mut added: Vec<&pb::Approval> = now
             .values()
-            .filter(|t| !self.shown.contains_key(&t.id))
+            .filter(|a| !self.shown.contains_key(&a.task_id))
             .collect();
-        added.sort_by_key(|t| (t.created_ms, t.id.clone()));
-        for task in added {
+        added.sort_by_key(|a| {
+            let at = a.requested_at.as_ref().map(|t| (t.seconds, t.nanos));
+            (at, a.task_id.clone())
+        });
+        for approval in added {
             self.queue.push_back(pb::ApprovalEvent {
                 kind: pb::approval_event::Kind::Added as i32,
-                approval: task.approval_to_proto(),
+                approval: Some(approval.clone()),
             });
         }
         self.shown = now;
