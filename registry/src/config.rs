@@ -64,6 +64,28 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_MCP_SEARCH_TOOL", action = ArgAction::Set, default_value_t = true, value_name = "true|false")]
     pub mcp_search_tool: bool,
 
+    /// What MCP `tools/list` lists: `full`, every tool the caller may
+    /// see; `progressive`, only `toolmesh.search_tools` and
+    /// `toolmesh.call_tool`, which calls the tool a search found (by name,
+    /// with its own schema, limits and policy), for hosts with a small
+    /// tool budget. Catalog tools stay callable by name in both.
+    #[arg(long, env = "TOOLMESH_MCP_DISCOVERY", value_enum, default_value_t = McpDiscovery::Full)]
+    pub mcp_discovery: McpDiscovery,
+
+    /// A sentence-transformers model directory (`config.json`,
+    /// `tokenizer.json`, `model.safetensors`, the pooling config) that
+    /// `SearchTools` ranks with, blended with BM25 (`docs/search.md`).
+    /// Loaded at start; a directory that does not load stops the registry
+    /// with the file and the problem. Unset: BM25 alone.
+    #[arg(long, env = "TOOLMESH_SEARCH_MODEL", value_name = "DIR")]
+    pub search_model: Option<PathBuf>,
+
+    /// Threads that embed search queries (with `--search-model`), at a
+    /// lower priority than calls; at most four searches per thread are
+    /// embedded at once, the rest are ranked by BM25.
+    #[arg(long, env = "TOOLMESH_SEARCH_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub search_threads: u16,
+
     /// `Host` headers the MCP endpoint answers, comma-separated (`host` or
     /// `host:port`), against DNS rebinding. Empty: `localhost`,
     /// `127.0.0.1` and `::1` when `--mcp-listen` is on loopback, any host
@@ -381,6 +403,15 @@ pub struct Config {
     /// idempotency replay; never arguments or results. `false` turns it off.
     #[arg(long, env = "TOOLMESH_LOG_CALLS", action = ArgAction::Set, default_value_t = true, value_name = "true|false")]
     pub log_calls: bool,
+}
+
+/// What MCP `tools/list` lists (`--mcp-discovery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpDiscovery {
+    /// Every tool the caller may see.
+    Full,
+    /// The search tool and the call tool alone.
+    Progressive,
 }
 
 impl Default for Config {

@@ -65,6 +65,21 @@ struct ToolOnly {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Ranking {
+    ranking: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Source {
+    source: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PinEvent {
     event: &'static str,
 }
@@ -124,6 +139,11 @@ pub struct Metrics {
     approvals_decided: Family<ToolOutcome, Counter>,
     approval_wait: Histograms<ToolOutcome>,
     approvals_pending: Gauge,
+    searches: Family<Ranking, Counter>,
+    search_fallbacks: Family<Reason, Counter>,
+    tool_embeddings: Family<Source, Counter>,
+    search_tools_indexed: Gauge,
+    search_tools_pending: Gauge,
     pin_events: Family<PinEvent, Counter>,
     redis_duration: Histograms<Op>,
     redis_errors: Family<Op, Counter>,
@@ -174,6 +194,11 @@ impl Metrics {
             approvals_decided: Family::default(),
             approval_wait: Family::new_with_constructor(task_time),
             approvals_pending: Gauge::default(),
+            searches: Family::default(),
+            search_fallbacks: Family::default(),
+            tool_embeddings: Family::default(),
+            search_tools_indexed: Gauge::default(),
+            search_tools_pending: Gauge::default(),
             pin_events: Family::default(),
             redis_duration: Family::new_with_constructor(latency),
             redis_errors: Family::default(),
@@ -286,6 +311,31 @@ impl Metrics {
             "toolmesh_approvals_pending",
             "Calls waiting for approval (in Redis mode, across replicas), at the last janitor pass",
             metrics.approvals_pending.clone(),
+        );
+        r.register(
+            "toolmesh_searches",
+            "SearchTools answers (and MCP searches), by ranking: hybrid (model and BM25) or lexical (BM25 alone)",
+            Always(metrics.searches.clone()),
+        );
+        r.register(
+            "toolmesh_search_fallbacks",
+            "Searches ranked lexically though a model is loaded, by reason: busy, slow, failed (the query's vector), indexing (a tool in scope not embedded yet)",
+            Always(metrics.search_fallbacks.clone()),
+        );
+        r.register(
+            "toolmesh_tool_embeddings",
+            "Tool vectors had, by source: model (computed by this replica) or cache (loaded from Redis)",
+            Always(metrics.tool_embeddings.clone()),
+        );
+        r.register(
+            "toolmesh_search_tools_indexed",
+            "Tools in the model's index",
+            metrics.search_tools_indexed.clone(),
+        );
+        r.register(
+            "toolmesh_search_tools_pending",
+            "Distinct tool texts waiting for a vector",
+            metrics.search_tools_pending.clone(),
         );
         r.register(
             "toolmesh_redis_command_duration_seconds",
@@ -476,6 +526,35 @@ impl Metrics {
     pub fn approvals_pending(&self, count: usize) {
         self.approvals_pending
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// A search was answered, ranked `ranking` (`hybrid`, `lexical`).
+    pub fn search_ranked(&self, ranking: &'static str) {
+        self.searches.get_or_create(&Ranking { ranking }).inc();
+    }
+
+    /// A search was ranked lexically though a model is loaded, for `reason`.
+    pub fn search_fallback(&self, reason: &'static str) {
+        self.search_fallbacks
+            .get_or_create(&Reason { reason })
+            .inc();
+    }
+
+    /// `count` tool vectors were had from `source` (`model`, `cache`).
+    pub fn tool_embeddings(&self, source: &'static str, count: usize) {
+        if count > 0 {
+            self.tool_embeddings
+                .get_or_create(&Source { source })
+                .inc_by(count as u64);
+        }
+    }
+
+    /// The model's index holds `tools`, of which `pending` texts wait.
+    pub fn search_index(&self, tools: usize, pending: usize) {
+        self.search_tools_indexed
+            .set(i64::try_from(tools).unwrap_or(i64::MAX));
+        self.search_tools_pending
+            .set(i64::try_from(pending).unwrap_or(i64::MAX));
     }
 
     /// A call of `tool` was answered from its idempotency key.

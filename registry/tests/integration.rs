@@ -73,6 +73,8 @@ mod redis_unreachable;
 mod registrants;
 #[path = "integration/search.rs"]
 mod search;
+#[path = "integration/search_model.rs"]
+mod search_model;
 #[path = "integration/shutdown.rs"]
 mod shutdown;
 #[path = "integration/tasks.rs"]

@@ -12,12 +12,15 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 21] = [
+const CLEARED_ENV: [&str; 24] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
     "TOOLMESH_LOG_CALLS",
     "TOOLMESH_LISTEN",
+    "TOOLMESH_SEARCH_MODEL",
+    "TOOLMESH_SEARCH_THREADS",
+    "TOOLMESH_MCP_DISCOVERY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",

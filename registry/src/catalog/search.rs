@@ -9,6 +9,12 @@
 //! in both modes (the Redis store feeds the same stream), so a tool is
 //! findable once it is listed and gone once it is not.
 //!
+//! With a model (`--search-model`, [`semantic`]) a search is hybrid
+//! ([`fusion`]): the model's cosine similarity and BM25, blended. It is
+//! lexical when no model is loaded, when a tool in the caller's scope is
+//! not embedded yet, or when the query's vector is not had in time (the
+//! query threads busy or slow): [`Ranked::ranking`] says which.
+//!
 //! A search's [`Scope`] is the caller's policy, never the request's tag
 //! or name filters: a tool the caller may not see moves no score (BM25's
 //! document counts and average length are the visible tools'), while a
@@ -27,9 +33,12 @@ use toolmesh_proto::pb;
 use crate::catalog::{Catalog, ChangeKind, ToolState};
 
 mod bm25;
+mod fusion;
+pub mod semantic;
 
 use self::bm25::Bm25;
 pub use self::bm25::Scope;
+use self::semantic::Semantic;
 
 /// Longest query accepted, in bytes.
 pub const MAX_QUERY_BYTES: usize = 1024;
@@ -53,10 +62,29 @@ pub struct Found {
     pub score: f32,
 }
 
+/// How an answer was ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ranking {
+    /// BM25 alone.
+    Lexical,
+    /// The model and BM25 ([`fusion`]).
+    Hybrid,
+}
+
+/// A search's answer.
+#[derive(Debug, Clone)]
+pub struct Ranked {
+    /// The tools, most relevant first.
+    pub found: Vec<Found>,
+    /// How they were ranked.
+    pub ranking: Ranking,
+}
+
 /// The search index over the catalog's tools.
 pub struct ToolSearch {
     tokenizer: DefaultTokenizer,
     index: RwLock<Bm25>,
+    semantic: Option<Semantic>,
 }
 
 impl Default for ToolSearch {
@@ -64,19 +92,37 @@ impl Default for ToolSearch {
         Self {
             tokenizer: DefaultTokenizer::new(Language::English),
             index: RwLock::default(),
+            semantic: None,
         }
     }
 }
 
 impl ToolSearch {
+    /// An index that also ranks with `semantic`'s model.
+    pub fn hybrid(semantic: Semantic) -> Self {
+        Self {
+            semantic: Some(semantic),
+            ..Self::default()
+        }
+    }
+
+    /// The model's half, if a model is loaded.
+    pub fn semantic(&self) -> Option<&Semantic> {
+        self.semantic.as_ref()
+    }
+
     /// Indexes the tools `descriptors` describe, replacing whatever was
     /// indexed.
     pub fn replace_all<'a>(&self, descriptors: impl IntoIterator<Item = &'a pb::ToolDescriptor>) {
+        let descriptors: Vec<&pb::ToolDescriptor> = descriptors.into_iter().collect();
         let mut index = Bm25::default();
-        for descriptor in descriptors {
+        for descriptor in &descriptors {
             index.upsert(&descriptor.name, &self.tokens(descriptor));
         }
         *self.index.write().unwrap_or_else(PoisonError::into_inner) = index;
+        if let Some(semantic) = &self.semantic {
+            semantic.replace_all(descriptors);
+        }
     }
 
     /// Indexes the tool `descriptor` describes (again, if it was).
@@ -86,6 +132,9 @@ impl ToolSearch {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .upsert(&descriptor.name, &tokens);
+        if let Some(semantic) = &self.semantic {
+            semantic.upsert(descriptor);
+        }
     }
 
     /// Forgets the tool named `name`.
@@ -94,10 +143,52 @@ impl ToolSearch {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
+        if let Some(semantic) = &self.semantic {
+            semantic.remove(name);
+        }
     }
 
-    /// The tools of `scope` matching `query`, most relevant first, at most
-    /// `limit`, scored against the tools of `scope` alone.
+    /// The tools of `scope` ranked for `query`, most relevant first:
+    /// hybrid when the model can rank them all, else by BM25 (the tools
+    /// that share a word with the query).
+    pub async fn rank(&self, query: &str, scope: Scope<'_>) -> Ranked {
+        self.rank_weighted(query, scope, fusion::LEXICAL_WEIGHT)
+            .await
+    }
+
+    /// [`Self::rank`] with the lexical score weighted `weight` in the
+    /// blend instead of the tuned weight (0: the model alone), to measure.
+    pub async fn rank_weighted(&self, query: &str, scope: Scope<'_>, weight: f32) -> Ranked {
+        let lexical = |this: &Self| Ranked {
+            found: this.search(query, usize::MAX, scope),
+            ranking: Ranking::Lexical,
+        };
+        let Some(semantic) = &self.semantic else {
+            return lexical(self);
+        };
+        let hybrid = match semantic.query(query).await {
+            Ok(vector) => semantic.similarities(&vector, scope),
+            Err(fallback) => Err(fallback),
+        };
+        match hybrid {
+            Ok(similarities) => {
+                let words = self.search(query, usize::MAX, scope);
+                semantic.metrics().search_ranked("hybrid");
+                Ranked {
+                    found: fusion::blend(similarities, &words, weight),
+                    ranking: Ranking::Hybrid,
+                }
+            }
+            Err(fallback) => {
+                semantic.metrics().search_fallback(fallback.label());
+                semantic.metrics().search_ranked("lexical");
+                lexical(self)
+            }
+        }
+    }
+
+    /// The tools of `scope` matching `query` by BM25, most relevant first,
+    /// at most `limit`, scored against the tools of `scope` alone.
     pub fn search<'a>(&self, query: &str, limit: usize, scope: impl Into<Scope<'a>>) -> Vec<Found> {
         let query = self.tokenizer.tokenize(&words(query).join(" "));
         let index = self.index.read().unwrap_or_else(PoisonError::into_inner);

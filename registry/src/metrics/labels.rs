@@ -83,6 +83,10 @@ pub enum RedisOp {
     PinRead,
     /// Pinning or unpinning a definition (HSET, HSETNX, HDEL).
     PinWrite,
+    /// Reading cached tool embeddings (MGET).
+    EmbeddingRead,
+    /// Claiming texts to embed, or storing their vectors (SET).
+    EmbeddingWrite,
 }
 
 impl RedisOp {
@@ -108,6 +112,8 @@ impl RedisOp {
             Self::TaskUpdate => "task_update",
             Self::PinRead => "pin_read",
             Self::PinWrite => "pin_write",
+            Self::EmbeddingRead => "embedding_read",
+            Self::EmbeddingWrite => "embedding_write",
         }
     }
 }

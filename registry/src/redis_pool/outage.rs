@@ -37,6 +37,8 @@ pub enum Dependent {
     Idempotency,
     /// The task store.
     Tasks,
+    /// The shared cache of tool embeddings.
+    Embeddings,
 }
 
 /// What a dependent does while Redis is away, asked at each report (it may

@@ -20,12 +20,15 @@
 //!   blocks its MCP server sent, or the result as text.
 //! - [`results`]: what a refused or failed call is to an MCP client.
 //! - [`search`]: `toolmesh.search_tools`, `SearchTools` as an MCP tool.
+//! - [`call_tool`]: `toolmesh.call_tool`, the call half of progressive
+//!   discovery (`--mcp-discovery progressive`).
 //! - [`notify`]: `notifications/tools/list_changed` from the catalog's
 //!   change stream, coalesced.
 //! - [`tasks`]: the Tasks extension: which calls answer with a task, and
 //!   the registry's tasks as `tasks/get` shows them.
 
 pub(crate) mod auth;
+pub(crate) mod call_tool;
 pub(crate) mod content;
 pub(crate) mod handler;
 pub(crate) mod listing;

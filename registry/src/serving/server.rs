@@ -16,7 +16,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_telemetry::admin::Readiness;
 
-use crate::catalog::search::ToolSearch;
+use crate::catalog::search::{
+    ToolSearch,
+    semantic::{EmbeddingCache, RedisCache, Semantic, SemanticSettings},
+};
 use crate::{
     access::Access,
     access::audit::{AuditLog, AuditOptions, AuditTarget},
@@ -38,6 +41,7 @@ use crate::{
     redis_pool::{RedisPool, RedisSettings},
 };
 use janitor::janitor;
+use toolmesh_embed::Model;
 
 use crate::tasks::{TaskSettings, Tasks};
 
@@ -45,6 +49,47 @@ use crate::tasks::{TaskSettings, Tasks};
 const TASK_SWEEP: Duration = Duration::from_millis(500);
 pub use listen::listen_and_serve;
 pub use serve::run;
+
+/// The model `SearchTools` ranks with, and where its vectors are shared.
+struct SearchModel {
+    model: Arc<Model>,
+    cache: Option<Arc<dyn EmbeddingCache>>,
+}
+
+/// Loads `--search-model`, if set.
+fn load_search_model(config: &Config) -> Result<Option<Arc<Model>>, ServeError> {
+    let Some(dir) = &config.search_model else {
+        return Ok(None);
+    };
+    let started = std::time::Instant::now();
+    let model = Model::load(dir).map_err(|e| ServeError::Config(format!("--search-model {e}")))?;
+    tracing::info!(
+        dir = %dir.display(),
+        digest = %&model.digest()[..16],
+        dimension = model.dimension(),
+        took = ?started.elapsed(),
+        "search model loaded: SearchTools ranks hybrid once the tools are embedded"
+    );
+    Ok(Some(Arc::new(model)))
+}
+
+/// `SearchTools`' index: hybrid with a model, BM25 alone without.
+fn search_index(model: Option<SearchModel>, config: &Config, metrics: &Arc<Metrics>) -> ToolSearch {
+    let Some(SearchModel { model, cache }) = model else {
+        return ToolSearch::default();
+    };
+    let settings = SemanticSettings {
+        query_threads: usize::from(config.search_threads),
+        ..SemanticSettings::default()
+    };
+    match Semantic::new(model, cache, &settings, metrics.clone()) {
+        Ok(semantic) => ToolSearch::hybrid(semantic),
+        Err(error) => {
+            tracing::error!(%error, "the search model's threads could not start; SearchTools ranks with BM25 alone");
+            ToolSearch::default()
+        }
+    }
+}
 
 /// Why serving stopped. Each message carries its causes, so it prints once
 /// however it is printed (there is no separate `source`).
@@ -104,6 +149,11 @@ impl Registry {
     /// called inside a tokio runtime (it starts the lease sweeper and the
     /// janitor that forgets what left the catalog).
     pub fn embedded(config: Config) -> Self {
+        Self::embedded_with(config, None)
+    }
+
+    /// The embedded registry, searching with `model` if given.
+    fn embedded_with(config: Config, model: Option<Arc<Model>>) -> Self {
         let store: Arc<dyn CatalogStore> = MemoryStore::new(
             config.lease_ttl,
             Limits {
@@ -116,12 +166,16 @@ impl Registry {
             config.idempotency_capacity,
         ));
         let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
-        Self::new(
+        let tasks = crate::tasks::store::open(None, Default::default());
+        let model = model.map(|model| SearchModel { model, cache: None });
+        Self::assemble(
             store,
             Arc::new(LocalLimiter::new()),
             idempotency,
+            tasks,
             config,
             metrics,
+            model,
         )
     }
 
@@ -148,9 +202,10 @@ impl Registry {
         if config.sidecar_tls.is_none() {
             config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
         }
+        let model = load_search_model(&config)?;
         let Some(url) = config.redis.clone() else {
             let store = Arc::new(crate::catalog::pins::store::MemoryPins::default());
-            return Self::embedded(config)
+            return Self::embedded_with(config, model)
                 .with_access(access, audit)
                 .with_versions_file()?
                 .with_pins_file(store);
@@ -203,6 +258,15 @@ impl Registry {
             pool.clone(),
             &config.redis_prefix,
         ));
+        let model = model.map(|model| SearchModel {
+            cache: Some(Arc::new(RedisCache::new(
+                pool.clone(),
+                &config.redis_prefix,
+                model.digest(),
+                model.dimension(),
+            )) as Arc<dyn EmbeddingCache>),
+            model,
+        });
         let tasks = crate::tasks::store::open(
             Some((pool, config.redis_prefix.as_str())),
             Default::default(),
@@ -214,6 +278,7 @@ impl Registry {
             tasks,
             config,
             metrics,
+            model,
         )
         .with_access(access, audit)
         .with_versions_file()?
@@ -282,7 +347,7 @@ impl Registry {
         metrics: Arc<Metrics>,
     ) -> Self {
         let tasks = crate::tasks::store::open(None, Default::default());
-        Self::assemble(store, limiter, idempotency, tasks, config, metrics)
+        Self::assemble(store, limiter, idempotency, tasks, config, metrics, None)
     }
 
     fn assemble(
@@ -292,6 +357,7 @@ impl Registry {
         task_store: Arc<dyn crate::tasks::store::TaskStore>,
         config: Config,
         metrics: Arc<Metrics>,
+        search_model: Option<SearchModel>,
     ) -> Self {
         let endpoints = Arc::new(EndpointPolicy::new(config.endpoint_allow.clone()));
         let catalog = Arc::new(Catalog::with_limits(
@@ -311,7 +377,7 @@ impl Registry {
                 .with_endpoint_policy(endpoints),
         );
         let stop_janitor = CancellationToken::new();
-        let search = Arc::new(ToolSearch::default());
+        let search = Arc::new(search_index(search_model, &config, &metrics));
         tokio::spawn({
             let (catalog, search) = (catalog.clone(), search.clone());
             let stop = stop_janitor.clone();

@@ -32,10 +32,10 @@ pub enum Scope<'a> {
     /// Every document.
     Everything,
     /// The documents whose name this keeps.
-    Visible(&'a dyn Fn(&str) -> bool),
+    Visible(&'a (dyn Fn(&str) -> bool + Sync)),
 }
 
-impl<'a, F: Fn(&str) -> bool> From<&'a F> for Scope<'a> {
+impl<'a, F: Fn(&str) -> bool + Sync> From<&'a F> for Scope<'a> {
     fn from(visible: &'a F) -> Self {
         Self::Visible(visible)
     }

@@ -19,7 +19,7 @@ use crate::{
     access::{Access, allows, allows_every_tool},
     calls::invoke::{Call, Invoker, Purpose},
     catalog::listing::Query,
-    catalog::search::{self, Scope, ToolSearch},
+    catalog::search::{self, Ranking, Scope, ToolSearch},
     catalog::versions::Reference,
     catalog::{Catalog, ToolState},
     error::RegistryError,
@@ -297,7 +297,8 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         let mut matches = Vec::with_capacity(limit);
         // The index may trail the catalog by an event: a tool found must
         // still be live, and pass the filters.
-        for found in self.search.search(query_text, usize::MAX, scope) {
+        let ranked = self.search.rank(query_text, scope).await;
+        for found in ranked.found {
             if matches.len() == limit {
                 break;
             }
@@ -319,7 +320,14 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
                 }
             }
         }
-        Ok(Response::new(pb::SearchToolsResponse { matches }))
+        let ranking = match ranked.ranking {
+            Ranking::Lexical => pb::SearchRanking::Lexical,
+            Ranking::Hybrid => pb::SearchRanking::Hybrid,
+        };
+        Ok(Response::new(pb::SearchToolsResponse {
+            matches,
+            ranking: ranking.into(),
+        }))
     }
 
     async fn get_tool(

@@ -39,6 +39,7 @@ use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
 use super::{
+    call_tool::{self, CallTool},
     content, listing, notify,
     peer::PeerAddr,
     results,
@@ -72,11 +73,23 @@ pub(crate) struct Shared {
     tasks: Arc<Tasks>,
     index: Arc<ToolSearch>,
     search_tool: Option<SearchTool>,
+    /// `toolmesh.call_tool`, in progressive discovery.
+    call_tool: Option<CallTool>,
     limits: Limits,
     subscriptions: Arc<Semaphore>,
     shutdown: CancellationToken,
     calls: TaskTracker,
     shadow_warned: AtomicBool,
+}
+
+/// The registry's own tools on `/mcp`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnTools {
+    /// `toolmesh.search_tools` (`--mcp-search-tool`).
+    pub search: bool,
+    /// Progressive discovery (`--mcp-discovery progressive`): the search
+    /// and call tools alone are listed.
+    pub progressive: bool,
 }
 
 /// The bounds handlers keep to.
@@ -94,23 +107,34 @@ pub(crate) struct Limits {
 
 impl Shared {
     /// The parts handlers serve from; `search_tool` lists and answers
-    /// `toolmesh.search_tools` from `index`.
+    /// `toolmesh.search_tools` from `index`; `progressive` lists it and
+    /// `toolmesh.call_tool` alone (the search tool then on whatever
+    /// `search_tool` says).
     pub(crate) fn new(
         catalog: Arc<Catalog>,
         access: Arc<Access>,
         invoker: Arc<Invoker>,
         tasks: Arc<Tasks>,
         index: Arc<ToolSearch>,
-        search_tool: bool,
+        own: OwnTools,
         limits: Limits,
     ) -> Self {
+        let OwnTools {
+            search: search_tool,
+            progressive,
+        } = own;
         Self {
             catalog,
             access,
             invoker,
             tasks,
             index,
-            search_tool: if search_tool { SearchTool::new() } else { None },
+            search_tool: if search_tool || progressive {
+                SearchTool::new()
+            } else {
+                None
+            },
+            call_tool: if progressive { CallTool::new() } else { None },
             subscriptions: Arc::new(Semaphore::new(limits.max_subscriptions)),
             limits,
             shutdown: CancellationToken::new(),
@@ -146,8 +170,44 @@ impl Shared {
         None
     }
 
+    /// The call tool, in progressive discovery, unless a catalog tool has
+    /// its name.
+    fn call_tool(&self) -> Option<&CallTool> {
+        let tool = self.call_tool.as_ref()?;
+        if self.catalog.get(call_tool::NAME).is_none() {
+            return Some(tool);
+        }
+        if !self.shadow_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                tool = call_tool::NAME,
+                "a catalog tool has the name of the registry's MCP call tool: MCP clients get the catalog tool"
+            );
+        }
+        None
+    }
+
     /// The descriptors `caller` sees, in name order.
     fn listed(&self, caller: &Caller) -> Vec<listing::Listed> {
+        if let Some(call) = &self.call_tool {
+            // Progressive: the registry's two tools (or the catalog's of
+            // their names, if the caller may see those).
+            let policy = self.access.policy();
+            return [call_tool::NAME, search::NAME]
+                .into_iter()
+                .filter_map(|name| match self.catalog.get(name) {
+                    Some(tool) => allows(policy.as_deref(), caller, name)
+                        .then(|| listing::Listed::from(&*tool)),
+                    None if name == call_tool::NAME => Some(listing::Listed {
+                        descriptor: call.descriptor().clone(),
+                        digest: None,
+                    }),
+                    None => self.search_tool.as_ref().map(|tool| listing::Listed {
+                        descriptor: tool.descriptor().clone(),
+                        digest: None,
+                    }),
+                })
+                .collect();
+        }
         let policy = self.access.policy();
         let mut listed: Vec<listing::Listed> = self
             .catalog
@@ -490,8 +550,16 @@ impl ServerHandler for McpHandler {
                     &self.shared.catalog,
                     |name| allows(policy.as_deref(), &requester.caller, name),
                 )
+                .await
                 .map(Into::into);
         }
+        let request = match self.shared.call_tool() {
+            Some(tool) if request.name == call_tool::NAME => match tool.unwrap(request) {
+                Ok(call) => call,
+                Err(refused) => return refused.map(Into::into),
+            },
+            _ => request,
+        };
         // The extension's rule: a task only for a request that offers the
         // extension itself, whatever the session declared.
         let offered_tasks = context

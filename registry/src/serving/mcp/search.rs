@@ -107,12 +107,12 @@ impl SearchTool {
 
     /// Runs a search with `arguments` over `index`, keeping the live tools
     /// of `catalog` that `visible` lets the caller see.
-    pub(crate) fn call(
+    pub(crate) async fn call(
         &self,
         arguments: &Value,
         index: &ToolSearch,
         catalog: &Catalog,
-        visible: impl Fn(&str) -> bool,
+        visible: impl Fn(&str) -> bool + Sync,
     ) -> Result<CallToolResult, ErrorData> {
         if let Err(violations) = self.validator.check(arguments) {
             let error = RegistryError::ArgumentsInvalid {
@@ -140,7 +140,7 @@ impl SearchTool {
         let mut found = Vec::with_capacity(limit);
         // The index may trail the catalog by an event: a tool found must
         // still be live.
-        for hit in index.search(query, usize::MAX, &visible) {
+        for hit in index.rank(query, (&visible).into()).await.found {
             if found.len() == limit {
                 break;
             }
@@ -220,6 +220,7 @@ mod tests {
                 &catalog,
                 |name| name != "search_email",
             )
+            .await
             .unwrap();
         let found = result.structured_content.unwrap();
         let names: Vec<&str> = found["tools"]
@@ -242,6 +243,7 @@ mod tests {
                 &catalog,
                 |_| true,
             )
+            .await
             .unwrap();
         assert_eq!(result.is_error, Some(true));
         let text = serde_json::to_value(&result).unwrap()["content"][0]["text"]

@@ -72,6 +72,8 @@ pub(crate) struct McpSettings {
     pub page_size: u32,
     /// Whether `toolmesh.search_tools` is offered.
     pub search_tool: bool,
+    /// Whether `tools/list` lists only the search and call tools.
+    pub progressive: bool,
     /// `Host` headers answered; empty: see [`Config::mcp_allowed_hosts`].
     pub allowed_hosts: Vec<String>,
     /// Browser origins answered.
@@ -89,6 +91,7 @@ impl McpSettings {
             session_idle_timeout: config.mcp_session_idle_timeout,
             page_size: config.mcp_page_size,
             search_tool: config.mcp_search_tool,
+            progressive: config.mcp_discovery == crate::config::McpDiscovery::Progressive,
             allowed_hosts: config.mcp_allowed_hosts.clone(),
             allowed_origins: config.mcp_allowed_origins.clone(),
             max_body_bytes: config.max_message_bytes,
@@ -134,7 +137,10 @@ impl McpEndpoint {
             invoker,
             tasks,
             index,
-            settings.search_tool,
+            super::handler::OwnTools {
+                search: settings.search_tool,
+                progressive: settings.progressive,
+            },
             limits,
         ));
         let sessions = Arc::new(BoundedSessions::new(
