@@ -245,7 +245,7 @@ async fn the_flags_table_is_what_the_binary_takes() {
         .unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
     let rows = flag_rows();
-    assert_eq!(rows.len(), 8, "every --mcp-* flag");
+    assert_eq!(rows.len(), 9, "every --mcp-* flag");
     for row in rows {
         let start = help
             .find(&format!("      {} ", row.flag))
