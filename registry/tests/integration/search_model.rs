@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use toolmesh_proto::pb;
 use toolmesh_registry::Registry;
+use toolmesh_test_support::wait::eventually;
+
+use crate::common::*;
 use toolmesh_registry::catalog::search::{Ranking, Scope, ToolSearch, semantic::Semantic};
 use toolmesh_registry::config::Config;
 use toolmesh_test_support::search::{self, Quality};
@@ -111,4 +115,117 @@ async fn search_is_lexical_until_every_tool_is_embedded_then_hybrid() {
     let _ = index
         .rank("日本語に翻訳してください", Scope::Everything)
         .await;
+}
+
+const TOOLS: &str = r#"
+tools:
+  - name: weather_forecast
+    description: Forecast of temperature, rain and wind for a city
+    backend: {command: [cat]}
+  - name: send_email
+    description: Send an email message to recipients
+    backend: {command: [cat]}
+  - name: translate_text
+    description: Translate text from one language to another
+    backend: {command: [cat]}
+"#;
+
+/// The vectors Redis holds under `prefix`: key and value, claims left out.
+async fn cached(url: &str, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let mut conn = crate::common::redis_probe::raw(url).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{prefix}:emb:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for key in keys.into_iter().filter(|k| !k.ends_with(":claim")) {
+        let value: Vec<u8> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((key, value));
+    }
+    out.sort();
+    out
+}
+
+async fn ranking(registry: &TestRegistry) -> i32 {
+    let answer = registry
+        .client()
+        .await
+        .search_tools(pb::SearchToolsRequest {
+            query: "say this in French".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    answer.ranking
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_vectors_through_redis_and_refuse_a_corrupt_one() {
+    let Some(dir) = model_dir() else { return };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut config =
+        crate::redis_replicas::replica_config(&redis.url(), "emb", Duration::from_secs(10));
+    config.search_model = Some(dir);
+    let first = TestRegistry::start(config.clone()).await;
+    let second = TestRegistry::start(config.clone()).await;
+    let _sidecar = TestSidecar::start(&first.url(), "s1", command_tools(TOOLS)).await;
+    wait_for_instances(&second, "translate_text", 1).await;
+    let hybrid = pb::SearchRanking::Hybrid as i32;
+    for replica in [&first, &second] {
+        eventually(Duration::from_secs(120), "search ranked hybrid", || async {
+            ranking(replica).await == hybrid
+        })
+        .await;
+    }
+    // One vector per tool text, whichever replica computed it: 72 bytes of
+    // header, 384 floats, an 8-byte checksum.
+    let vectors = cached(&redis.url(), "emb").await;
+    assert_eq!(
+        vectors.len(),
+        3,
+        "{:?}",
+        vectors.iter().map(|v| &v.0).collect::<Vec<_>>()
+    );
+    assert!(vectors.iter().all(|(_, v)| v.len() == 72 + 384 * 4 + 8));
+
+    // A corrupt entry is not served: a new replica embeds that text again
+    // and writes it over.
+    let (key, value) = vectors[0].clone();
+    let mut conn = crate::common::redis_probe::raw(&redis.url()).await;
+    let mut corrupt = value.clone();
+    corrupt[100] ^= 0xff;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&corrupt)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let third = TestRegistry::start(config).await;
+    wait_for_instances(&third, "translate_text", 1).await;
+    eventually(Duration::from_secs(120), "search ranked hybrid", || async {
+        ranking(&third).await == hybrid
+    })
+    .await;
+    let rewritten = cached(&redis.url(), "emb").await;
+    let again = rewritten
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.clone());
+    assert_eq!(
+        again.as_ref(),
+        Some(&value),
+        "the corrupt vector was recomputed, bit for bit"
+    );
+
+    for replica in [first, second, third] {
+        replica.stop().await;
+    }
 }
