@@ -538,3 +538,77 @@ async fn an_idempotency_key_in_meta_replays_the_first_answer() {
     assert_eq!(runs[2], runs[0] + 1, "another key runs the tool: {runs:?}");
     registry.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progressive_discovery_lists_two_tools_and_calls_through_the_tools_own_path() {
+    let registry = McpRegistry::start(Config {
+        mcp_discovery: toolmesh_registry::config::McpDiscovery::Progressive,
+        ..config()
+    })
+    .await;
+    let rpc = Rpc::new(&registry.mcp);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let _sidecar = sidecar_with(
+        loopback_listener().await,
+        vec![
+            add_tool(calls.clone()),
+            adder("limited", calls).rate_limit(0.01, 2).build(),
+        ],
+        ServeOptions {
+            registry: registry.grpc.clone(),
+            instance_id: Some("s1".to_owned()),
+            ..ServeOptions::default()
+        },
+    );
+    registry.wait_for("limited", 1).await;
+    assert_eq!(
+        rpc.names().await,
+        ["toolmesh.call_tool", "toolmesh.search_tools"]
+    );
+
+    let call = |id, arguments: Value| {
+        let rpc = &rpc;
+        async move {
+            let params = json!({"name": "toolmesh.call_tool", "arguments": arguments});
+            rpc.modern(id, "tools/call", params).await.message.unwrap()["result"].clone()
+        }
+    };
+    let ran = call(1, json!({"name": "add", "arguments": {"a": 1, "b": 2}})).await;
+    assert_ne!(ran["isError"], true, "{ran}");
+    // The named tool's own schema, and its own limit.
+    let invalid = call(2, json!({"name": "add", "arguments": {"a": "one", "b": 2}})).await;
+    assert_eq!(invalid["isError"], true, "{invalid}");
+    assert_eq!(
+        invalid["_meta"]["toolmesh/code"], "INVALID_ARGUMENT",
+        "{invalid}"
+    );
+    for id in [3, 4] {
+        let ok = call(
+            id,
+            json!({"name": "limited", "arguments": {"a": 1, "b": 2}}),
+        )
+        .await;
+        assert_ne!(ok["isError"], true, "{ok}");
+    }
+    let limited = call(5, json!({"name": "limited", "arguments": {"a": 1, "b": 2}})).await;
+    assert_eq!(
+        limited["_meta"]["toolmesh/code"], "RESOURCE_EXHAUSTED",
+        "{limited}"
+    );
+    // The call tool's own arguments are checked first.
+    let bad = call(6, json!({"arguments": {}})).await;
+    assert_eq!(bad["isError"], true, "{bad}");
+    // A catalog tool stays callable by its name.
+    let direct = rpc
+        .modern(
+            7,
+            "tools/call",
+            json!({"name": "add", "arguments": {"a": 2, "b": 2}}),
+        )
+        .await
+        .message
+        .unwrap()["result"]
+        .clone();
+    assert_ne!(direct["isError"], true, "{direct}");
+    registry.stop().await;
+}
