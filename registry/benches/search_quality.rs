@@ -112,6 +112,7 @@ async fn main() {
     if args.tune {
         return tune(&args).await;
     }
+    mcp_list_size();
     for &size in &args.sizes {
         let tools = search::catalog(size, search::varied_distractors);
         let before = rss();
@@ -163,6 +164,28 @@ async fn main() {
             );
         }
     }
+}
+
+/// What MCP `tools/list` costs a host at 10,000 tools in full discovery:
+/// bytes of the tools' JSON, and tokens estimated at 4 bytes each
+/// (progressive discovery's list is measured by the MCP test).
+fn mcp_list_size() {
+    let entry = |t: &toolmesh_proto::pb::ToolDescriptor| {
+        serde_json::json!({
+            "name": t.name,
+            "description": t.description,
+            "inputSchema": serde_json::from_str::<serde_json::Value>(&t.input_schema_json).unwrap(),
+        })
+    };
+    let full: Vec<_> = search::catalog(10_000, search::varied_distractors)
+        .iter()
+        .map(entry)
+        .collect();
+    let full = serde_json::to_string(&full).unwrap().len();
+    println!(
+        "MCP tools/list at 10,000 tools, full: {full} bytes (~{} tokens)",
+        full / 4
+    );
 }
 
 /// The lexical weight's sweep, on the fixed set alone, at each size.

@@ -565,6 +565,19 @@ async fn progressive_discovery_lists_two_tools_and_calls_through_the_tools_own_p
         rpc.names().await,
         ["toolmesh.call_tool", "toolmesh.search_tools"]
     );
+    // What a host reads whatever the catalog holds.
+    let list = rpc
+        .modern(0, "tools/list", json!({}))
+        .await
+        .message
+        .unwrap()["result"]["tools"]
+        .to_string();
+    eprintln!(
+        "progressive tools/list: {} bytes (~{} tokens)",
+        list.len(),
+        list.len() / 4
+    );
+    assert!(list.len() < 4096, "{list}");
 
     let call = |id, arguments: Value| {
         let rpc = &rpc;
