@@ -81,26 +81,34 @@ impl Batch<'_> {
         };
         let hashes: Vec<TextHash> = batch.iter().map(|(h, _)| *h).collect();
         match cache.get(&hashes).await {
-            Ok(found) => {
-                let mut missing = Vec::new();
-                let mut loaded = 0;
-                for ((hash, text), vector) in batch.into_iter().zip(found) {
-                    match vector {
-                        Some(vector) => {
-                            self.shared.vectors().store(hash, Arc::from(vector));
-                            loaded += 1;
-                        }
-                        None => missing.push((hash, text)),
-                    }
-                }
-                self.shared.metrics.tool_embeddings("cache", loaded);
-                missing
-            }
+            Ok(found) => self.keep_cached(batch, found),
             Err(error) => {
                 tracing::warn!(%error, "tool vectors not loaded from the cache; embedding them here");
                 batch
             }
         }
+    }
+
+    /// Stores the vectors `found` in the cache for `texts` (in order);
+    /// returns the texts it had none for.
+    fn keep_cached(
+        &self,
+        texts: Vec<(TextHash, Arc<str>)>,
+        found: Vec<Option<Vec<f32>>>,
+    ) -> Vec<(TextHash, Arc<str>)> {
+        let mut left = Vec::new();
+        let mut loaded = 0;
+        for ((hash, text), vector) in texts.into_iter().zip(found) {
+            match vector {
+                Some(vector) => {
+                    self.shared.vectors().store(hash, Arc::from(vector));
+                    loaded += 1;
+                }
+                None => left.push((hash, text)),
+            }
+        }
+        self.shared.metrics.tool_embeddings("cache", loaded);
+        left
     }
 
     /// Splits `chunk` into what this replica claimed and what another did.
@@ -194,19 +202,7 @@ impl Batch<'_> {
             let Ok(found) = cache.get(&hashes).await else {
                 return texts;
             };
-            let mut left = Vec::new();
-            let mut loaded = 0;
-            for ((hash, text), vector) in texts.into_iter().zip(found) {
-                match vector {
-                    Some(vector) => {
-                        self.shared.vectors().store(hash, Arc::from(vector));
-                        loaded += 1;
-                    }
-                    None => left.push((hash, text)),
-                }
-            }
-            self.shared.metrics.tool_embeddings("cache", loaded);
-            texts = left;
+            texts = self.keep_cached(texts, found);
         }
         texts
     }
