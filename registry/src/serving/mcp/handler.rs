@@ -80,6 +80,7 @@ pub(crate) struct Shared {
     shutdown: CancellationToken,
     calls: TaskTracker,
     shadow_warned: AtomicBool,
+    call_shadow_warned: AtomicBool,
 }
 
 /// The registry's own tools on `/mcp`.
@@ -140,6 +141,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             calls: TaskTracker::new(),
             shadow_warned: AtomicBool::new(false),
+            call_shadow_warned: AtomicBool::new(false),
         }
     }
 
@@ -157,30 +159,35 @@ impl Shared {
 
     /// The search tool, unless it is off or a catalog tool has its name.
     fn search_tool(&self) -> Option<&SearchTool> {
-        let tool = self.search_tool.as_ref()?;
-        if self.catalog.get(search::NAME).is_none() {
-            return Some(tool);
-        }
-        if !self.shadow_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                tool = search::NAME,
-                "a catalog tool has the name of the registry's MCP search tool: MCP clients get the catalog tool"
-            );
-        }
-        None
+        self.unshadowed(self.search_tool.as_ref(), search::NAME, &self.shadow_warned)
     }
 
     /// The call tool, in progressive discovery, unless a catalog tool has
     /// its name.
     fn call_tool(&self) -> Option<&CallTool> {
-        let tool = self.call_tool.as_ref()?;
-        if self.catalog.get(call_tool::NAME).is_none() {
+        self.unshadowed(
+            self.call_tool.as_ref(),
+            call_tool::NAME,
+            &self.call_shadow_warned,
+        )
+    }
+
+    /// `tool`, the registry's own tool `name`, unless a catalog tool has
+    /// that name (said once, through `warned`).
+    fn unshadowed<'a, T>(
+        &self,
+        tool: Option<&'a T>,
+        name: &'static str,
+        warned: &AtomicBool,
+    ) -> Option<&'a T> {
+        let tool = tool?;
+        if self.catalog.get(name).is_none() {
             return Some(tool);
         }
-        if !self.shadow_warned.swap(true, Ordering::Relaxed) {
+        if !warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                tool = call_tool::NAME,
-                "a catalog tool has the name of the registry's MCP call tool: MCP clients get the catalog tool"
+                tool = name,
+                "a catalog tool has the name of one of the registry's MCP tools: MCP clients get the catalog tool"
             );
         }
         None
