@@ -16,7 +16,7 @@
 //! `sync_*` warehouse tools (a quarter of them) by pattern.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use toolmesh_registry::access::auth::{Caller, Policy};
 use toolmesh_registry::catalog::search::{Scope, ToolSearch};
@@ -24,23 +24,12 @@ use toolmesh_registry::catalog::search::{Scope, ToolSearch};
 #[path = "../src/catalog/search/corpus.rs"]
 mod corpus;
 
+#[path = "support/measure.rs"]
+mod measure;
+use measure::{percentile, rss};
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// This process's resident memory in bytes (Linux).
-fn rss() -> i64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
-        .map_or(0, |kib| kib * 1024)
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    let index = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
-    sorted[index]
-}
 
 fn main() {
     for size in [1_000, 10_000] {

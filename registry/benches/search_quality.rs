@@ -21,25 +21,15 @@ use std::time::{Duration, Instant};
 use toolmesh_registry::catalog::search::{Ranking, Scope, ToolSearch, semantic::Semantic};
 use toolmesh_test_support::search::{self, Quality, SearchSet};
 
+#[path = "support/measure.rs"]
+mod measure;
+use measure::{percentile, rss};
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The blend's weight as shipped.
 const SHIPPED: f32 = 0.1;
-
-fn rss() -> i64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
-        .map_or(0, |kib| kib * 1024)
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    let index = ((sorted.len() as f64 * q) as usize).min(sorted.len() - 1);
-    sorted[index]
-}
 
 fn rank_of(found: &[String], expected: &str) -> Option<usize> {
     found.iter().position(|n| n == expected)
