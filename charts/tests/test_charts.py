@@ -512,7 +512,8 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
             "jwt": {"existingSecret": "jwks", "issuer": "https://issuer.example", "audience": "toolmesh"},
             "policy": {"existingConfigMap": "policy"},
         },
-        "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"]},
+        "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"], "discovery": "progressive"},
+        "search": {"model": {"volume": {"persistentVolumeClaim": {"claimName": "model"}}}, "threads": 2},
         "versions": {"existingConfigMap": "versions"},
         "pins": {"existingConfigMap": "pins"},
     }
@@ -1246,6 +1247,45 @@ def test_versions_and_pins_go_in_configmaps_the_registry_reads(prepared_charts):
     volume, _ = file_source(pod, pod["containers"][0], "/etc/toolmesh/pins/pins.yaml")
     assert volume["configMap"]["name"] == "team-pins"
     assert volume["configMap"]["items"] == [{"key": "p.yaml", "path": "pins.yaml"}]
+
+
+def test_search_model_comes_from_a_volume_mounted_read_only(prepared_charts):
+    image = {"image": {"reference": "registry.example.com/models/all-minilm-l6-v2:0.1.2", "pullPolicy": "IfNotPresent"}}
+    rendered = render_registry(prepared_charts, {"search": {"model": {"volume": image, "path": "/all-MiniLM-L6-v2/"},
+                                                            "threads": 3}})
+    pod = registry_pod(rendered)
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert env["TOOLMESH_SEARCH_MODEL"] == "/var/lib/toolmesh/search-model/all-MiniLM-L6-v2"
+    assert env["TOOLMESH_SEARCH_THREADS"] == "3"
+    [volume] = [v for v in pod["volumes"] if v["name"] == "search-model"]
+    assert volume == {"name": "search-model", **image}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "search-model"]
+    assert mount == {"name": "search-model", "mountPath": "/var/lib/toolmesh/search-model", "readOnly": True}
+    # The volume's root when no path is given.
+    env = env_of(registry_pod(render_registry(prepared_charts, {"search": {"model": {"volume": image}}}))["containers"][0])
+    assert env["TOOLMESH_SEARCH_MODEL"] == "/var/lib/toolmesh/search-model"
+    # No model by default: BM25 alone, nothing mounted.
+    pod = registry_pod(render_registry(prepared_charts, {}))
+    assert "TOOLMESH_SEARCH_MODEL" not in env_of(pod["containers"][0])
+    assert all(v["name"] != "search-model" for v in pod.get("volumes", []))
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"search": {"model": {"path": "../etc"}}}, "path"),
+        ({"search": {"model": {"path": "models/../../etc"}}}, "path"),
+        ({"search": {"model": {"volume": {"name": "x", "emptyDir": {}}}}}, "volume"),
+        ({"search": {"threads": 0}}, "threads"),
+        ({"mcp": {"discovery": "lazy"}}, "discovery"),
+    ],
+    ids=["path-up", "path-up-inside", "volume-with-a-name", "no-threads", "unknown-discovery"],
+)
+def test_search_values_the_schema_refuses(prepared_charts, values, named):
+    with pytest.raises(helm.HelmValuesError) as refused:
+        render_registry(prepared_charts, values)
+    assert named in str(refused.value), f"the error does not name {named!r}: {refused.value}"
 
 
 def test_approvals_alone_keep_every_tool_callable(prepared_charts):

@@ -96,6 +96,10 @@ Secret, the plain-text credential stays out of the pod. Nothing when none.
         path: {{ $file }}.yaml
 {{- end }}
 {{- end }}
+{{- with .Values.search.model.volume }}
+- name: search-model
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
@@ -122,7 +126,22 @@ Secret, the plain-text credential stays out of the pod. Nothing when none.
   readOnly: true
 {{- end }}
 {{- end }}
+{{- if .Values.search.model.volume }}
+- name: search-model
+  mountPath: {{ include "toolmesh.searchModelMount" . }}
+  readOnly: true
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* Where the search model's volume is mounted, and the model directory in it (`--search-model`). */}}
+{{- define "toolmesh.searchModelMount" -}}
+/var/lib/toolmesh/search-model
+{{- end }}
+
+{{- define "toolmesh.searchModelDir" -}}
+{{- $mount := include "toolmesh.searchModelMount" . }}
+{{- with trimAll "/" .Values.search.model.path }}{{ printf "%s/%s" $mount . }}{{ else }}{{ $mount }}{{ end }}
 {{- end }}
