@@ -30,7 +30,7 @@ pub enum Pooling {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
     /// The encoder's configuration.
-    pub encoder: candle_transformers::models::bert::Config,
+    pub encoder: crate::bert::Config,
     /// Its pooling.
     pub pooling: Pooling,
     /// Whether sentence vectors are scaled to length 1.
@@ -98,8 +98,10 @@ impl Layout {
                 ),
             ));
         }
-        let encoder: candle_transformers::models::bert::Config =
-            read_json(&config)?.ok_or_else(|| missing(&config))?;
+        let encoder: crate::bert::Config = read_json(&config)?.ok_or_else(|| missing(&config))?;
+        if let Some(problem) = encoder.problem() {
+            return Err(LoadError::new(&config, problem));
+        }
         let modules: Vec<Module> = read_json(&dir.join("modules.json"))?.unwrap_or_default();
         let pooling_dir = modules
             .iter()
@@ -260,7 +262,10 @@ mod tests {
     fn each_bad_file_is_named_with_its_problem() {
         // The directory's files, the file named, the problem said.
         type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
-        let cases: [Case<'_>; 6] = [
+        let heads = BERT.replace(r#""num_attention_heads": 2"#, r#""num_attention_heads": 3"#);
+        let activation = BERT.replace(r#""hidden_act": "gelu""#, r#""hidden_act": "swiglu""#);
+        let positions = BERT.replace('}', r#", "position_embedding_type": "relative_key"}"#);
+        let cases: [Case<'_>; 9] = [
             (&[], "config.json", "missing"),
             (
                 &[("config.json", "{not json")],
@@ -304,6 +309,17 @@ mod tests {
                 ],
                 "1_Pooling/config.json",
                 "lasttoken",
+            ),
+            (
+                &[("config.json", &heads)],
+                "config.json",
+                "not a multiple of num_attention_heads 3",
+            ),
+            (&[("config.json", &activation)], "config.json", "Swiglu"),
+            (
+                &[("config.json", &positions)],
+                "config.json",
+                "relative_key",
             ),
         ];
         for (files, file, problem) in cases {

@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::BertModel;
 use sha2::{Digest as _, Sha256};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
+mod bert;
 mod layout;
 
+pub use bert::Config as EncoderConfig;
 pub use layout::{Layout, Pooling};
 
 /// Most bytes of one text read: beyond what any model's token budget
@@ -62,7 +63,7 @@ pub enum Role {
 
 /// A loaded sentence-embedding model.
 pub struct Model {
-    encoder: BertModel,
+    encoder: bert::Bert,
     tokenizer: Tokenizer,
     layout: Layout,
     digest: String,
@@ -108,7 +109,7 @@ impl Model {
         let digest = hex(&digest.finalize());
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| LoadError::new(&weights_file, e.to_string()))?;
-        let encoder = BertModel::load(vb, &layout.encoder).map_err(|e| {
+        let encoder = bert::Bert::load(vb, &layout.encoder).map_err(|e| {
             LoadError::new(&weights_file, format!("not this encoder's weights: {e}"))
         })?;
         Ok(Self {
@@ -167,7 +168,7 @@ impl Model {
         let ids = rows(tokenizers::Encoding::get_ids)?;
         let types = rows(tokenizers::Encoding::get_type_ids)?;
         let mask = rows(tokenizers::Encoding::get_attention_mask)?;
-        let tokens = self.encoder.forward(&ids, &types, Some(&mask))?;
+        let tokens = self.encoder.forward(&ids, &types, &mask)?;
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let pooled = match self.layout.pooling {
             Pooling::Mean => {
