@@ -94,10 +94,14 @@ def is_static_elf(data: bytes) -> bool:
     return 3 not in types  # PT_INTERP
 
 
+# The bounds catch what should never be there (debug info, a libc, a
+# second copy of a binary), with room to grow: the registry carries the
+# embedding model's runtime (candle, gemm, tokenizers) for --search-model,
+# about 7 MB of the toolmesh image's 62 MB.
 @pytest.mark.parametrize(
     ("which", "binaries", "max_mb"),
     [
-        ("toolmesh", {"usr/local/bin/toolmesh-registry", "usr/local/bin/toolmesh-sidecar"}, 60),
+        ("toolmesh", {"usr/local/bin/toolmesh-registry", "usr/local/bin/toolmesh-sidecar"}, 70),
         ("inventory", {"usr/local/bin/inventory-service"}, 15),
     ],
 )
