@@ -9,10 +9,15 @@
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir"
 //! CANDLE_NUM_THREADS=1 cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --sizes 10000 --sets none
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --tune
+//! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --variants --sizes 1000
+//! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --variants --reading 0
 //! ```
 //!
 //! `--tune` sweeps the lexical weight on the fixed set alone: the weight
-//! is chosen there and measured on the held-out set.
+//! is chosen there and measured on the held-out set. `--variants` compares
+//! ways to read a tool as text, and how much of the catalog's mean vector
+//! to take out (`semantic/centred.rs` in the registry),
+//! on the fixed set alone too.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -59,6 +64,8 @@ struct Args {
     sizes: Vec<usize>,
     sets: Vec<SearchSet>,
     tune: bool,
+    variants: bool,
+    reading: Option<usize>,
 }
 
 fn args() -> Args {
@@ -70,6 +77,8 @@ fn args() -> Args {
         sizes: vec![1_000, 10_000],
         sets: vec![search::fixed(), search::held_out()],
         tune: false,
+        variants: false,
+        reading: None,
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -86,6 +95,8 @@ fn args() -> Args {
                 parsed.sets.retain(|s| which.contains(s.name));
             }
             "--tune" => parsed.tune = true,
+            "--variants" => parsed.variants = true,
+            "--reading" => parsed.reading = Some(args.next().unwrap().parse().unwrap()),
             dir => parsed.model = PathBuf::from(dir),
         }
     }
@@ -101,6 +112,9 @@ async fn main() {
     let args = args();
     if args.tune {
         return tune(&args).await;
+    }
+    if args.variants {
+        return variants(&args);
     }
     mcp_list_size();
     for &size in &args.sizes {
@@ -213,4 +227,162 @@ async fn tune(args: &Args) {
             }
         }
     }
+}
+
+/// A way to read a tool as text: its label and the text.
+type Reading = (
+    &'static str,
+    fn(&toolmesh_proto::pb::ToolDescriptor) -> String,
+);
+
+/// Readings of a tool other than the one shipped ([`semantic::text`]).
+fn readings() -> Vec<Reading> {
+    use toolmesh_registry::catalog::search::{semantic, words};
+    vec![
+        ("shipped", semantic::text),
+        ("with arguments", |t| {
+            format!("{}. {}", semantic::text(t), arguments(t))
+        }),
+        ("description", |t| t.description.clone()),
+        ("name words", |t| words(&t.name).join(" ")),
+        ("name and description", |t| {
+            format!("{}. {}", words(&t.name).join(" "), t.description)
+        }),
+    ]
+}
+
+/// A tool's arguments as `name words: description; ...`.
+fn arguments(tool: &toolmesh_proto::pb::ToolDescriptor) -> String {
+    let schema: serde_json::Value = serde_json::from_str(&tool.input_schema_json).unwrap();
+    let Some(properties) = schema["properties"].as_object() else {
+        return String::new();
+    };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let words = toolmesh_registry::catalog::search::words(name).join(" ");
+            format!(
+                "{words}: {}",
+                property["description"].as_str().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `vectors` less `by` times their mean, each back to unit length.
+fn centred(vectors: &[Vec<f32>], mean_of: &[Vec<f32>], by: f32) -> Vec<Vec<f32>> {
+    let n = mean_of.len() as f32;
+    let mean: Vec<f32> = (0..mean_of[0].len())
+        .map(|i| mean_of.iter().map(|v| v[i]).sum::<f32>() / n)
+        .collect();
+    vectors
+        .iter()
+        .map(|v| {
+            let d: Vec<f32> = v.iter().zip(&mean).map(|(x, m)| x - by * m).collect();
+            let length = d.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-9);
+            d.into_iter().map(|x| x / length).collect()
+        })
+        .collect()
+}
+
+/// What each reading of a tool (and the best of several) would rank on
+/// the fixed set alone, with the vectors centred by 0, 0.5 and all of the
+/// catalog's mean, blended with BM25 at weights 0, 0.1 and 0.2: the tools
+/// embedded under each reading with the model directly (`--reading N`
+/// keeps only the Nth).
+fn variants(args: &Args) {
+    use toolmesh_embed::{Model, Role};
+    let model = Model::load(&args.model).unwrap();
+    let fixed = search::fixed();
+    let readings: Vec<Reading> = readings()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| args.reading.is_none_or(|r| r == *i))
+        .map(|(_, r)| r)
+        .collect();
+    let mut combinations: Vec<(String, Vec<usize>)> = readings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.0.to_owned(), vec![i]))
+        .collect();
+    if readings.len() == 5 {
+        combinations.push((
+            "max(shipped, description, name words)".into(),
+            vec![0, 2, 3],
+        ));
+        combinations.push(("max(shipped, with arguments)".into(), vec![0, 1]));
+        combinations.push(("max(all)".into(), vec![0, 1, 2, 3, 4]));
+    }
+    let queries: Vec<&str> = fixed.queries.iter().map(|(q, _)| q.as_str()).collect();
+    let query_vectors = model.embed(&queries, Role::Query).unwrap();
+    for &size in &args.sizes {
+        let tools = search::catalog(size, search::varied_distractors);
+        let index = ToolSearch::default();
+        index.replace_all(&tools);
+        let lexical: Vec<std::collections::HashMap<String, f32>> = queries
+            .iter()
+            .map(|q| {
+                let found = index.search(q, tools.len(), Scope::Everything);
+                let best = found.iter().map(|f| f.score).fold(1e-6f32, f32::max);
+                found
+                    .into_iter()
+                    .map(|f| (f.name, f.score / best))
+                    .collect()
+            })
+            .collect();
+        let started = Instant::now();
+        let embedded: Vec<Vec<Vec<f32>>> = readings
+            .iter()
+            .map(|(_, read)| {
+                let texts: Vec<String> = tools.iter().map(read).collect();
+                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                model.embed(&texts, Role::Document).unwrap()
+            })
+            .collect();
+        println!(
+            "{size} tools, fixed set: {} readings embedded in {:.1?}",
+            readings.len(),
+            started.elapsed()
+        );
+        for centring in [0.0f32, 0.5, 1.0] {
+            println!("  centred by {centring}:");
+            let tool_vectors: Vec<Vec<Vec<f32>>> =
+                embedded.iter().map(|e| centred(e, e, centring)).collect();
+            let query_vectors = centred(&query_vectors, &embedded[0], centring);
+            for (label, which) in &combinations {
+                for weight in [0.0f32, 0.1, 0.2] {
+                    let ranks: Vec<Option<usize>> = fixed
+                        .queries
+                        .iter()
+                        .enumerate()
+                        .map(|(q, (_, expected))| {
+                            let mut scored: Vec<(f32, &str)> = tools
+                                .iter()
+                                .enumerate()
+                                .map(|(t, tool)| {
+                                    let cosine = which
+                                        .iter()
+                                        .map(|&r| dot(&query_vectors[q], &tool_vectors[r][t]))
+                                        .fold(f32::MIN, f32::max);
+                                    let bm25 = lexical[q].get(&tool.name).copied().unwrap_or(0.0);
+                                    (cosine + weight * bm25, tool.name.as_str())
+                                })
+                                .collect();
+                            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+                            scored
+                                .iter()
+                                .position(|(_, n)| n == expected)
+                                .filter(|&p| p < 10)
+                        })
+                        .collect();
+                    println!("    {label:<40} weight {weight:<4} {}", Quality::of(&ranks));
+                }
+            }
+        }
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

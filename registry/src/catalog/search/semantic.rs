@@ -12,6 +12,7 @@
 //!   BM25 rather than take the CPU `Invoke` needs.
 
 mod cache;
+mod centred;
 mod indexer;
 mod vectors;
 mod workers;
@@ -184,7 +185,8 @@ impl Semantic {
         self.queries.embed(query).await.map(normalized)
     }
 
-    /// The cosine similarity of `query` with each tool of `scope`, or
+    /// The similarity of `query` with each tool of `scope`, centred on
+    /// the scope's tools ([`centred`]), or
     /// [`Fallback::Indexing`] if one of them has no vector yet.
     pub(super) fn similarities(
         &self,
@@ -197,9 +199,12 @@ impl Semantic {
         };
         let vectors = self.shared.read();
         let each = vectors.each(visible).ok_or(Fallback::Indexing)?;
+        let tools: Vec<&[f32]> = each.iter().map(|(_, vector)| *vector).collect();
+        let scores = centred::similarities(query, &tools, centred::CENTRING);
         Ok(each
             .into_iter()
-            .map(|(name, vector)| (name.to_owned(), dot(query, vector)))
+            .zip(scores)
+            .map(|((name, _), score)| (name.to_owned(), score))
             .collect())
     }
 
@@ -231,12 +236,4 @@ fn normalized(mut vector: Vec<f32>) -> Vec<f32> {
     }
     vector.iter_mut().for_each(|x| *x /= norm);
     vector
-}
-
-/// The dot product; 0 against a tool that has no vector.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
