@@ -107,6 +107,22 @@ async fn search_is_lexical_until_every_tool_is_embedded_then_hybrid() {
         .await;
     assert!(scoped.found.iter().all(|f| f.name.contains("email")));
     assert!(!scoped.found.is_empty());
+    // What the caller cannot see moves none of its scores: the same as an
+    // index holding its tools alone (BM25's statistics and the centring's
+    // mean are the scope's).
+    let alone = ToolSearch::hybrid(Semantic::load(&dir).unwrap());
+    alone.replace_all(tools.iter().filter(|t| only_mail(&t.name)));
+    while alone.semantic().unwrap().pending() > 0 {
+        assert!(Instant::now() < deadline, "the mail tools not embedded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let by_itself = alone.rank("send a message", Scope::Everything).await;
+    assert_eq!(by_itself.ranking, Ranking::Hybrid);
+    assert_eq!(scoped.found.len(), by_itself.found.len());
+    for (seen, own) in scoped.found.iter().zip(&by_itself.found) {
+        assert_eq!(seen.name, own.name);
+        assert!((seen.score - own.score).abs() < 1e-4, "{seen:?} / {own:?}");
+    }
     // A 1 MB query: clipped for the model (or ranked lexically if its
     // vector is late), never a crash.
     let huge = "translate ".repeat(100_000);
