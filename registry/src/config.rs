@@ -37,6 +37,19 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_MCP_LISTEN", value_parser = values::listen())]
     pub mcp_listen: Option<ListenAddr>,
 
+    /// Address of the console (server-rendered web pages for operators,
+    /// see `docs/console.md`): same forms as `--listen`, an address of its
+    /// own. Served in TLS with the `--tls-*` settings. Viewers sign in with
+    /// an agent's credential (API key or JWT); beyond loopback it needs
+    /// agents authenticated, or `--insecure`. Unset: no console.
+    #[arg(long, env = "TOOLMESH_CONSOLE_LISTEN", value_parser = values::listen())]
+    pub console_listen: Option<ListenAddr>,
+
+    /// How long a console sign-in lasts; the credential behind it is
+    /// checked again on every page, so revoking it ends the session too.
+    #[arg(long, env = "TOOLMESH_CONSOLE_SESSION_TTL", default_value = "8h", value_parser = values::duration())]
+    pub console_session_ttl: Duration,
+
     /// Longest an MCP `tools/call` may take (MCP requests carry no
     /// deadline): a call's deadline is the tool's timeout, capped by this.
     #[arg(long, env = "TOOLMESH_MCP_CALL_TIMEOUT", default_value = "60s", value_parser = values::duration())]

@@ -4,6 +4,7 @@
 
 pub(crate) mod api;
 pub(crate) mod connections;
+pub(crate) mod console;
 pub(crate) mod mcp;
 pub mod probe;
 pub(crate) mod readiness;

@@ -11,6 +11,8 @@ mod attempts;
 #[path = "integration/call_log.rs"]
 mod call_log;
 mod common;
+#[path = "integration/console.rs"]
+mod console;
 #[path = "integration/deadlines.rs"]
 mod deadlines;
 #[path = "integration/definition_approvals.rs"]

@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 24] = [
+const CLEARED_ENV: [&str; 26] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
@@ -30,6 +30,8 @@ const CLEARED_ENV: [&str; 24] = [
     "TOOLMESH_ADMIN_LISTEN",
     "TOOLMESH_METRICS_MAX_TOOLS",
     "TOOLMESH_MCP_LISTEN",
+    "TOOLMESH_CONSOLE_LISTEN",
+    "TOOLMESH_CONSOLE_SESSION_TTL",
     "TOOLMESH_MCP_CALL_TIMEOUT",
     "TOOLMESH_MCP_MAX_SESSIONS",
     "TOOLMESH_MCP_SESSION_IDLE_TIMEOUT",

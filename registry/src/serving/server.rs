@@ -135,6 +135,8 @@ pub struct Registry {
     admin: Option<TcpListener>,
     /// The MCP endpoint's listener, when bound by the embedding program.
     mcp: Option<TcpListener>,
+    /// The console's listener, when bound by the embedding program.
+    console: Option<TcpListener>,
     /// `SearchTools`' index, kept equal to the catalog.
     search: Arc<ToolSearch>,
     /// Re-reads the versions file while the registry lives.
@@ -329,6 +331,14 @@ impl Registry {
         self
     }
 
+    /// Also serves the console on `listener` (else on `--console-listen`,
+    /// if set).
+    #[must_use]
+    pub fn with_console(mut self, listener: TcpListener) -> Self {
+        self.console = Some(listener);
+        self
+    }
+
     /// Also serves the MCP endpoint on `listener` (else on `--mcp-listen`,
     /// bound by [`Self::serve`], if it is set).
     #[must_use]
@@ -462,6 +472,7 @@ impl Registry {
             readiness: Readiness::not_ready("starting"),
             admin: None,
             mcp: None,
+            console: None,
             search,
             versions: None,
             pins: None,

@@ -74,6 +74,9 @@ impl Registry {
             check_exposure(&self.config, own)?;
         }
         let mcp_listener = self.mcp_listener(&listener).await?;
+        let console_listener = self
+            .console_listener(&listener, mcp_listener.as_ref())
+            .await?;
         if let Some(admin) = self.admin.as_ref().and_then(|a| a.local_addr().ok()) {
             tracing::info!(address = %admin, "admin listening");
         }
@@ -108,6 +111,30 @@ impl Registry {
                 self.config.shutdown_grace,
             ))
         }));
+        let console_drain = CancellationToken::new();
+        let _console = console_listener.map(|listener| {
+            let console = crate::serving::console::Console {
+                catalog: self.catalog.clone(),
+                access: self.access.clone(),
+                search: self.search.clone(),
+                sealer: crate::serving::console::session::Sealer::random(),
+                session_ttl: self.config.console_session_ttl,
+                tls: self.config.tls.is_some(),
+            };
+            let task = tokio::spawn(console.serve(
+                listener,
+                self.config.tls.clone(),
+                console_drain.clone(),
+                cut.clone(),
+            ));
+            AbortOnDrop(tokio::spawn(async move {
+                match task.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => tracing::error!(%error, "console failed"),
+                    Err(error) => tracing::error!(%error, "console task failed"),
+                }
+            }))
+        });
         let stop_admin = CancellationToken::new();
         let _stop_admin = stop_admin.clone().drop_guard();
         if let Some(admin) = self.admin.take() {
@@ -225,6 +252,7 @@ impl Registry {
         watchers.cancel();
         stop.cancel();
         mcp_drain.cancel();
+        console_drain.cancel();
         let grace_over = tokio::time::Instant::now() + self.config.shutdown_grace;
         let served = tokio::time::timeout_at(grace_over, &mut server)
             .await
@@ -262,25 +290,16 @@ impl Registry {
             .flatten()
             .filter_map(|l| l.local_addr().ok())
             .collect();
-        let listener = match (self.mcp.take(), &self.config.mcp_listen) {
-            (Some(listener), _) => listener,
-            (None, None) => return Ok(None),
-            (None, Some(listen)) => {
-                let resolved = listen
-                    .resolve()
-                    .map_err(|e| ServeError::Config(format!("--mcp-listen {listen}: {e}")))?;
-                if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
-                    return Err(ServeError::Config(format!(
-                        "--mcp-listen {listen} is the --listen or --admin-listen address: give the MCP endpoint its own, e.g. 127.0.0.1:8080"
-                    )));
-                }
-                TcpListener::bind(resolved.addr).await.map_err(|e| {
-                    ServeError::Config(format!(
-                        "--mcp-listen {listen}: cannot listen on {}: {e}",
-                        resolved.addr
-                    ))
-                })?
-            }
+        let given = self.mcp.take();
+        let Some(listener) = side_listener(
+            given,
+            self.config.mcp_listen.as_ref(),
+            "--mcp-listen",
+            &taken,
+        )
+        .await?
+        else {
+            return Ok(None);
         };
         let local = listener
             .local_addr()
@@ -289,6 +308,74 @@ impl Registry {
         tracing::info!(address = %local, path = crate::serving::mcp::serve::PATH, tls = self.config.tls.is_some(), "MCP endpoint listening");
         Ok(Some(listener))
     }
+}
+
+impl Registry {
+    /// The console's listener: the one given ([`Self::with_console`]), or
+    /// `--console-listen` bound, which must be an address of its own and,
+    /// beyond loopback, needs agents authenticated (or `--insecure`).
+    async fn console_listener(
+        &mut self,
+        grpc: &TcpListener,
+        mcp: Option<&TcpListener>,
+    ) -> Result<Option<TcpListener>, ServeError> {
+        let taken: Vec<std::net::SocketAddr> = [Some(grpc), self.admin.as_ref(), mcp]
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let given = self.console.take();
+        let Some(listener) = side_listener(
+            given,
+            self.config.console_listen.as_ref(),
+            "--console-listen",
+            &taken,
+        )
+        .await?
+        else {
+            return Ok(None);
+        };
+        let local = listener
+            .local_addr()
+            .map_err(|e| ServeError::Config(format!("--console-listen: {e}")))?;
+        check_agents_exposure(&self.config, local, "--console-listen", "the console")?;
+        tracing::info!(address = %local, tls = self.config.tls.is_some(), "console listening");
+        Ok(Some(listener))
+    }
+}
+
+/// A listener of its own for an HTTP side port: `given` if the embedding
+/// program bound one, else `listen` (the value of `flag`) bound, which
+/// must not be one of the `taken` addresses; `None` when neither is set.
+async fn side_listener(
+    given: Option<TcpListener>,
+    listen: Option<&toolmesh_proto::listen::ListenAddr>,
+    flag: &str,
+    taken: &[std::net::SocketAddr],
+) -> Result<Option<TcpListener>, ServeError> {
+    if let Some(listener) = given {
+        return Ok(Some(listener));
+    }
+    let Some(listen) = listen else {
+        return Ok(None);
+    };
+    let resolved = listen
+        .resolve()
+        .map_err(|e| ServeError::Config(format!("{flag} {listen}: {e}")))?;
+    if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
+        return Err(ServeError::Config(format!(
+            "{flag} {listen} is the address of another of the registry's ports: give it its own, e.g. 127.0.0.1:8080"
+        )));
+    }
+    TcpListener::bind(resolved.addr)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            ServeError::Config(format!(
+                "{flag} {listen}: cannot listen on {}: {e}",
+                resolved.addr
+            ))
+        })
 }
 
 /// Serves the registry `config` asks for on `listener` until `shutdown`
@@ -364,15 +451,26 @@ fn check_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), Ser
 /// Refuses an MCP endpoint beyond loopback with agents unauthenticated,
 /// unless `--insecure`; then warns.
 fn check_mcp_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
+    check_agents_exposure(config, addr, "--mcp-listen", "the MCP endpoint")
+}
+
+/// Refuses `what` (bound by `flag`) beyond loopback with agents
+/// unauthenticated, unless `--insecure`; then warns.
+fn check_agents_exposure(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    flag: &str,
+    what: &str,
+) -> Result<(), ServeError> {
     let agents_open = config.api_keys_file.is_none() && config.jwt_keys_file.is_none();
     if addr.ip().is_loopback() || !agents_open {
         return Ok(());
     }
     if config.insecure {
-        tracing::warn!(%addr, "MCP endpoint beyond loopback with agents unauthenticated (--insecure): whoever reaches this port can call every tool");
+        tracing::warn!(%addr, "{what} beyond loopback with agents unauthenticated (--insecure): whoever reaches this port can call every tool");
         return Ok(());
     }
     Err(ServeError::Config(format!(
-        "--mcp-listen {addr} is beyond loopback, and agents are not authenticated (no --api-keys-file or --jwt-keys-file): configure them (docs/auth.md) or pass --insecure"
+        "{flag} {addr} is beyond loopback, and agents are not authenticated (no --api-keys-file or --jwt-keys-file): configure them (docs/auth.md) or pass --insecure"
     )))
 }

@@ -1,0 +1,456 @@
+//! The console (`--console-listen`): web pages where operators see the
+//! catalog, a tool's schema and instances, and the sidecars serving
+//! them. Server-rendered HTML ([`pages`]), one stylesheet compiled into
+//! the binary, no script; every answer carries a strict
+//! Content-Security-Policy.
+//!
+//! A viewer is who an agent with the same credential would be: an
+//! `Authorization: Bearer` header, or a sign-in ([`session`]) with the API
+//! key or JWT, kept sealed in a cookie. A viewer sees exactly the tools
+//! the policy lets it call; a tool it may not see reads as one that does
+//! not exist. With agents unauthenticated (loopback only, unless
+//! `--insecure`), anyone reaching the port is the anonymous caller.
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Form, Router,
+    extract::{DefaultBodyLimit, Path, Query, Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::{Next, from_fn, from_fn_with_state},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use maud::Markup;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolmesh_proto::tls::ServerTls;
+
+use crate::{
+    access::{Access, allows, auth::Caller},
+    catalog::{Catalog, search::Scope, search::ToolSearch, store::model::ToolState},
+    serving::mcp::{peer::PeerAddr, serve::McpListener},
+};
+
+mod pages;
+mod schema_view;
+pub(crate) mod session;
+
+use pages::Viewer;
+use session::{Sealer, Session};
+
+/// Tools on one catalog page.
+const PAGE_SIZE: usize = 50;
+/// Largest form body read.
+const MAX_FORM_BYTES: usize = 64 * 1024;
+/// The stylesheet, compiled in.
+const STYLESHEET: &str = include_str!("console/console.css");
+/// What a page may load: its own stylesheet, nothing inline, no frames.
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// What the console serves from.
+pub(crate) struct Console {
+    /// The tools.
+    pub catalog: Arc<Catalog>,
+    /// Who the viewer is, and what it may see.
+    pub access: Arc<Access>,
+    /// The catalog page's search.
+    pub search: Arc<ToolSearch>,
+    /// Seals sign-ins.
+    pub sealer: Sealer,
+    /// How long a sign-in lasts.
+    pub session_ttl: Duration,
+    /// Whether it is served in TLS (cookies then Secure).
+    pub tls: bool,
+}
+
+type Shared = Arc<Console>;
+
+impl Console {
+    /// The console's routes and layers.
+    pub(crate) fn router(self) -> Router {
+        let shared: Shared = Arc::new(self);
+        let viewed = Router::new()
+            .route("/", get(|| async { Redirect::to("/tools") }))
+            .route("/tools", get(catalog))
+            .route("/tools/{name}", get(tool))
+            .route("/instances", get(instances))
+            .route("/logout", post(logout))
+            .layer(from_fn_with_state(shared.clone(), identify));
+        Router::new()
+            .route("/login", get(login_form).post(login))
+            .route("/assets/console.css", get(stylesheet))
+            .merge(viewed)
+            .fallback(|| async {
+                (
+                    StatusCode::NOT_FOUND,
+                    pages::message("Not found", None, "No such page."),
+                )
+            })
+            .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+            .layer(from_fn(secure_headers))
+            .with_state(shared)
+    }
+
+    /// Serves on `listener` (in TLS if `tls` is set) until `drain` is
+    /// cancelled; connections are closed at once when `cut` is.
+    pub(crate) async fn serve(
+        self,
+        listener: TcpListener,
+        tls: Option<ServerTls>,
+        drain: CancellationToken,
+        cut: CancellationToken,
+    ) -> std::io::Result<()> {
+        let listener = McpListener::new(listener, tls, &cut);
+        axum::serve(
+            listener,
+            self.router()
+                .into_make_service_with_connect_info::<PeerAddr>(),
+        )
+        .with_graceful_shutdown(drain.cancelled_owned())
+        .await
+    }
+}
+
+/// Every answer: the Content-Security-Policy, no sniffing, no framing, no
+/// referrer, no caching of what a viewer saw.
+async fn secure_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Who is asking, put in the request's extensions as [`Caller`] and
+/// [`Viewer`] (and the [`Session`] if signed in); otherwise to the
+/// sign-in form (a page) or 401.
+async fn identify(State(console): State<Shared>, mut request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let identified = if headers.contains_key(header::AUTHORIZATION) {
+        console
+            .access
+            .caller(&metadata(headers.get(header::AUTHORIZATION)))
+            .map(|caller| (caller, None))
+            .map_err(|e| e.to_string())
+    } else if let Some(sealed) = cookie(headers, session::COOKIE) {
+        match console.sealer.open(sealed) {
+            Ok(session) => {
+                let bearer = HeaderValue::from_str(&format!("Bearer {}", session.credential)).ok();
+                console
+                    .access
+                    .caller(&metadata(bearer.as_ref()))
+                    .map(|caller| (caller, Some(session)))
+                    .map_err(|e| {
+                        format!("the credential of this sign-in is no longer accepted: {e}")
+                    })
+            }
+            Err(unsealed) => Err(unsealed.to_string()),
+        }
+    } else {
+        // Agents unauthenticated: anyone is the anonymous caller.
+        console
+            .access
+            .caller(&metadata(None))
+            .map(|caller| (caller, None))
+            .map_err(|_| "sign in to see the console".to_owned())
+    };
+    match identified {
+        Ok((caller, session)) => {
+            let viewer = Viewer {
+                id: caller.id.clone(),
+                csrf: session.as_ref().map(|s| s.csrf.clone()),
+            };
+            request.extensions_mut().insert(caller);
+            request.extensions_mut().insert(viewer);
+            if let Some(session) = session {
+                request.extensions_mut().insert(session);
+            }
+            next.run(request).await
+        }
+        Err(reason) if request.method() == http::Method::GET => {
+            tracing::debug!(%reason, "console: not signed in");
+            Redirect::to("/login").into_response()
+        }
+        Err(reason) => (
+            StatusCode::UNAUTHORIZED,
+            pages::message("Not signed in", None, &reason),
+        )
+            .into_response(),
+    }
+}
+
+fn metadata(authorization: Option<&HeaderValue>) -> tonic::metadata::MetadataMap {
+    let mut headers = HeaderMap::new();
+    if let Some(value) = authorization {
+        headers.insert(header::AUTHORIZATION, value.clone());
+    }
+    tonic::metadata::MetadataMap::from_headers(headers)
+}
+
+fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| session::cookie(v, name))
+}
+
+async fn stylesheet() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
+        STYLESHEET,
+    )
+        .into_response()
+}
+
+/// The sign-in form, with a fresh double-submit token in a cookie and the
+/// form.
+async fn login_form(State(console): State<Shared>) -> Response {
+    login_page(&console, StatusCode::OK, None)
+}
+
+fn login_page(console: &Console, status: StatusCode, problem: Option<&str>) -> Response {
+    let token = session::random_token();
+    let cookie = session::set_cookie(
+        session::LOGIN_COOKIE,
+        &token,
+        Duration::from_secs(3600),
+        console.tls,
+    );
+    (
+        status,
+        [(header::SET_COOKIE, cookie)],
+        pages::login(&token, problem),
+    )
+        .into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    credential: String,
+}
+
+/// Signs in with the credential given, if the registry accepts it and
+/// the form came from its own page.
+async fn login(
+    State(console): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let expected = cookie(&headers, session::LOGIN_COOKIE).unwrap_or_default();
+    if !session::tokens_match(expected, &form.csrf) {
+        return login_page(
+            &console,
+            StatusCode::FORBIDDEN,
+            Some("The form expired or did not come from this console: try again."),
+        );
+    }
+    let credential = form.credential.trim();
+    let bearer = HeaderValue::from_str(&format!("Bearer {credential}")).ok();
+    if credential.is_empty() || bearer.is_none() {
+        return login_page(
+            &console,
+            StatusCode::UNAUTHORIZED,
+            Some("Give an API key or a JWT."),
+        );
+    }
+    match console.access.caller(&metadata(bearer.as_ref())) {
+        Ok(caller) => {
+            tracing::info!(caller = %caller.id, "console: signed in");
+            let sealed = console
+                .sealer
+                .seal(&Session::new(credential.to_owned(), console.session_ttl));
+            let set =
+                session::set_cookie(session::COOKIE, &sealed, console.session_ttl, console.tls);
+            let clear = session::set_cookie(session::LOGIN_COOKIE, "", Duration::ZERO, console.tls);
+            let mut response = Redirect::to("/tools").into_response();
+            for value in [set, clear] {
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.headers_mut().append(header::SET_COOKIE, value);
+                }
+            }
+            response
+        }
+        Err(error) => {
+            tracing::info!(%error, "console: sign-in refused");
+            login_page(
+                &console,
+                StatusCode::UNAUTHORIZED,
+                Some("This credential is not accepted."),
+            )
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Signs out: the session cookie removed.
+async fn logout(
+    State(console): State<Shared>,
+    session: Option<axum::Extension<Session>>,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let Some(axum::Extension(session)) = session else {
+        return Redirect::to("/login").into_response();
+    };
+    if !session::tokens_match(&session.csrf, &form.csrf) {
+        return (
+            StatusCode::FORBIDDEN,
+            pages::message("Refused", None, "The form did not come from this console."),
+        )
+            .into_response();
+    }
+    let clear = session::set_cookie(session::COOKIE, "", Duration::ZERO, console.tls);
+    ([(header::SET_COOKIE, clear)], Redirect::to("/login")).into_response()
+}
+
+/// Whether `caller` may see `tool`.
+fn sees(console: &Console, caller: &Caller, tool: &str) -> bool {
+    allows(console.access.policy().as_deref(), caller, tool)
+}
+
+async fn catalog(
+    State(console): State<Shared>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    Query(query): Query<pages::CatalogQuery>,
+) -> Markup {
+    let policy = console.access.policy();
+    let matches = |tool: &ToolState| {
+        allows(policy.as_deref(), &caller, tool.name())
+            && (query.tag.is_empty() || tool.descriptor.tags.contains(&query.tag))
+            && tool.name().starts_with(query.prefix.as_str())
+    };
+    let page = query.page.unwrap_or(1).max(1);
+    let skip = (page - 1).saturating_mul(PAGE_SIZE);
+    let (tools, total, ranking) = if query.q.trim().is_empty() {
+        let all: Vec<Arc<ToolState>> = console
+            .catalog
+            .list()
+            .into_iter()
+            .filter(|t| matches(t))
+            .collect();
+        let total = all.len();
+        (
+            all.into_iter()
+                .skip(skip)
+                .take(PAGE_SIZE + 1)
+                .collect::<Vec<_>>(),
+            Some(total),
+            None,
+        )
+    } else {
+        let catalog = console.catalog.clone();
+        let scope = move |name: &str| catalog.get(name).is_some_and(|t| matches(&t));
+        let ranked = console.search.rank(&query.q, Scope::Visible(&scope)).await;
+        let label = match ranked.ranking {
+            crate::catalog::search::Ranking::Hybrid => "by meaning and words",
+            crate::catalog::search::Ranking::Lexical => "by words",
+        };
+        let total = ranked.found.len();
+        let tools = ranked
+            .found
+            .iter()
+            .skip(skip)
+            .take(PAGE_SIZE + 1)
+            .filter_map(|f| console.catalog.get(&f.name))
+            .collect();
+        (tools, Some(total), Some(label))
+    };
+    let more = tools.len() > PAGE_SIZE;
+    let shown = &tools[..tools.len().min(PAGE_SIZE)];
+    pages::catalog(
+        Some(&viewer),
+        &pages::CatalogPage {
+            query: &query,
+            tools: shown,
+            page,
+            more,
+            total,
+            ranking,
+        },
+    )
+}
+
+async fn tool(
+    State(console): State<Shared>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+    Path(name): Path<String>,
+) -> Response {
+    let found = console
+        .catalog
+        .get(&name)
+        .filter(|t| sees(&console, &caller, t.name()));
+    let Some(tool) = found else {
+        // The same answer for a tool that does not exist and one the
+        // viewer may not see.
+        return (
+            StatusCode::NOT_FOUND,
+            pages::message(
+                "No such tool",
+                Some(&viewer),
+                &format!("There is no tool {name:?} you may see."),
+            ),
+        )
+            .into_response();
+    };
+    let versions: Vec<String> = console
+        .catalog
+        .list_all()
+        .iter()
+        .filter(|t| t.name() == tool.name() && !t.descriptor.version.is_empty())
+        .map(|t| t.descriptor.version.clone())
+        .collect();
+    pages::tool(Some(&viewer), &tool, &versions).into_response()
+}
+
+async fn instances(
+    State(console): State<Shared>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
+) -> Markup {
+    let mut by_id: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
+    for tool in console.catalog.list_all() {
+        if !sees(&console, &caller, tool.name()) {
+            continue;
+        }
+        for instance in &tool.instances {
+            let entry = by_id
+                .entry(instance.id.clone())
+                .or_insert_with(|| (instance.endpoint.clone(), Vec::new()));
+            if !entry.1.iter().any(|n| n == tool.name()) {
+                entry.1.push(tool.name().to_owned());
+            }
+        }
+    }
+    let rows: Vec<(String, String, Vec<String>)> = by_id
+        .into_iter()
+        .map(|(id, (endpoint, tools))| (id, endpoint, tools))
+        .collect();
+    pages::instances(Some(&viewer), &rows)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,335 @@
+//! The console's pages, rendered on the server with `maud`, which escapes
+//! every value it interpolates: a tool's name, description or schema is
+//! text on the page, never markup or script. No page has inline script or
+//! style (the Content-Security-Policy forbids both).
+
+use maud::{DOCTYPE, Markup, html};
+use toolmesh_proto::pb;
+
+use super::schema_view;
+use crate::catalog::store::model::ToolState;
+
+/// Who is looking, as the pages show it.
+#[derive(Debug, Clone)]
+pub(crate) struct Viewer {
+    /// The caller id.
+    pub id: String,
+    /// The session's CSRF token, when signed in with a session (the
+    /// sign-out form needs it); `None` with a bearer header or anonymous.
+    pub csrf: Option<String>,
+}
+
+/// The page around `body`, titled `title`.
+pub(crate) fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · toolmesh" }
+                link rel="stylesheet" href="/assets/console.css";
+            }
+            body {
+                header {
+                    nav {
+                        a.brand href="/tools" { "toolmesh" }
+                        a href="/tools" { "Catalog" }
+                        a href="/instances" { "Instances" }
+                    }
+                    @if let Some(viewer) = viewer {
+                        div.viewer {
+                            span { (viewer.id) }
+                            @if let Some(csrf) = &viewer.csrf {
+                                form method="post" action="/logout" {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" { "Sign out" }
+                                }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// The sign-in form; `problem` says why the last attempt failed.
+pub(crate) fn login(csrf: &str, problem: Option<&str>) -> Markup {
+    layout(
+        "Sign in",
+        None,
+        html! {
+            h1 { "Sign in" }
+            p { "With the API key or JWT an agent of yours would call with." }
+            @if let Some(problem) = problem {
+                p.error role="alert" { (problem) }
+            }
+            form.login method="post" action="/login" {
+                input type="hidden" name="csrf" value=(csrf);
+                label for="credential" { "API key or JWT" }
+                input #credential type="password" name="credential" autocomplete="off" required;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+/// A page that only says `message`, with its title.
+pub(crate) fn message(title: &str, viewer: Option<&Viewer>, message: &str) -> Markup {
+    layout(title, viewer, html! { h1 { (title) } p { (message) } })
+}
+
+/// What the catalog page was asked for.
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+pub(crate) struct CatalogQuery {
+    /// Words to search for (the `SearchTools` ranking); empty: by name.
+    #[serde(default)]
+    pub q: String,
+    /// Only tools with this tag.
+    #[serde(default)]
+    pub tag: String,
+    /// Only tools whose name starts with this.
+    #[serde(default)]
+    pub prefix: String,
+    /// The page, from 1.
+    #[serde(default)]
+    pub page: Option<usize>,
+}
+
+/// One page of the catalog.
+pub(crate) struct CatalogPage<'a> {
+    pub query: &'a CatalogQuery,
+    pub tools: &'a [std::sync::Arc<ToolState>],
+    pub page: usize,
+    pub more: bool,
+    pub total: Option<usize>,
+    /// How the answer was ranked, when searched.
+    pub ranking: Option<&'static str>,
+}
+
+pub(crate) fn catalog(viewer: Option<&Viewer>, page: &CatalogPage<'_>) -> Markup {
+    let query = page.query;
+    let link = |to: usize| {
+        let mut url = url::form_urlencoded::Serializer::new(String::new());
+        for (key, value) in [
+            ("q", &query.q),
+            ("tag", &query.tag),
+            ("prefix", &query.prefix),
+        ] {
+            if !value.is_empty() {
+                url.append_pair(key, value);
+            }
+        }
+        url.append_pair("page", &to.to_string());
+        format!("/tools?{}", url.finish())
+    };
+    layout(
+        "Catalog",
+        viewer,
+        html! {
+            h1 { "Catalog" }
+            form.filters method="get" action="/tools" {
+                input type="search" name="q" value=(query.q) placeholder="a task in words" aria-label="Search";
+                input type="text" name="tag" value=(query.tag) placeholder="tag" aria-label="Tag";
+                input type="text" name="prefix" value=(query.prefix) placeholder="name prefix" aria-label="Name prefix";
+                button type="submit" { "Search" }
+            }
+            p.summary {
+                @if let Some(total) = page.total { (total) " tools" }
+                @if let Some(ranking) = page.ranking { " · ranked " (ranking) }
+            }
+            table.tools {
+                thead { tr {
+                    th { "Tool" } th { "Description" } th { "Version" } th { "Digest" }
+                    th { "Hints" } th { "Limits" } th { "Instances" }
+                } }
+                tbody {
+                    @for tool in page.tools {
+                        (row(tool))
+                    }
+                }
+            }
+            @if page.tools.is_empty() {
+                p.empty { "No tool matches." }
+            }
+            nav.pages {
+                @if page.page > 1 { a rel="prev" href=(link(page.page - 1)) { "← Previous" } }
+                span { "Page " (page.page) }
+                @if page.more { a rel="next" href=(link(page.page + 1)) { "Next →" } }
+            }
+        },
+    )
+}
+
+fn row(tool: &ToolState) -> Markup {
+    let d = &tool.descriptor;
+    html! {
+        tr {
+            td {
+                a href=(tool_href(&d.name)) { (d.name) }
+                @if !d.title.is_empty() { div.title { (d.title) } }
+            }
+            td.description { (d.description) }
+            td { (if d.version.is_empty() { "-" } else { &d.version }) }
+            td.digest title=(tool.digest) { (short(&tool.digest)) }
+            td { (hints(d)) }
+            td { (limits(d)) }
+            td.count { (tool.instances.len()) }
+        }
+    }
+}
+
+/// The tool's page.
+pub(crate) fn tool(viewer: Option<&Viewer>, tool: &ToolState, versions: &[String]) -> Markup {
+    let d = &tool.descriptor;
+    let title = if d.title.is_empty() {
+        &d.name
+    } else {
+        &d.title
+    };
+    layout(
+        &d.name,
+        viewer,
+        html! {
+            h1 { (title) }
+            p.name { code { (d.name) } }
+            p.description { (d.description) }
+            dl.facts {
+                dt { "Version" } dd { (if d.version.is_empty() { "-" } else { &d.version }) }
+                @if versions.len() > 1 {
+                    dt { "Live versions" } dd { (versions.join(", ")) }
+                }
+                dt { "Digest" } dd { code { (tool.digest) } }
+                dt { "Tags" } dd { (if d.tags.is_empty() { "-".to_owned() } else { d.tags.join(", ") }) }
+                dt { "Hints" } dd { (hints(d)) }
+                dt { "Limits" } dd { (limits(d)) }
+                dt { "Timeout" } dd { (duration(d.timeout.as_ref())) }
+            }
+            h2 { "Arguments" }
+            (schema_view::render(&d.input_schema_json))
+            @if !d.output_schema_json.is_empty() {
+                h2 { "Output" }
+                (schema_view::render(&d.output_schema_json))
+            }
+            h2 { "Instances" }
+            table.instances {
+                thead { tr { th { "Instance" } th { "Endpoint" } th { "Calls signed" } } }
+                tbody {
+                    @for instance in &tool.instances {
+                        tr {
+                            td { code { (instance.id) } }
+                            td { code { (instance.endpoint) } }
+                            td { (if instance.execute_key.is_some() { "yes" } else { "no" }) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The sidecars serving the catalog, from the tools' instances.
+pub(crate) fn instances(viewer: Option<&Viewer>, rows: &[(String, String, Vec<String>)]) -> Markup {
+    layout(
+        "Instances",
+        viewer,
+        html! {
+            h1 { "Instances" }
+            table.instances {
+                thead { tr { th { "Instance" } th { "Endpoint" } th { "Tools" } } }
+                tbody {
+                    @for (id, endpoint, tools) in rows {
+                        tr {
+                            td { code { (id) } }
+                            td { code { (endpoint) } }
+                            td {
+                                @for (i, name) in tools.iter().enumerate() {
+                                    @if i > 0 { ", " }
+                                    a href=(tool_href(name)) { (name) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if rows.is_empty() { p.empty { "No instance is live." } }
+        },
+    )
+}
+
+/// The path of `name`'s page, the name percent-encoded.
+pub(crate) fn tool_href(name: &str) -> String {
+    let encoded: String = url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+    format!("/tools/{}", encoded.replace('+', "%20"))
+}
+
+fn short(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
+}
+
+fn hints(d: &pb::ToolDescriptor) -> String {
+    let mut hints = Vec::new();
+    if d.read_only == Some(true) {
+        hints.push("read-only");
+    }
+    if d.destructive == Some(true) {
+        hints.push("destructive");
+    }
+    if d.open_world == Some(true) {
+        hints.push("open world");
+    }
+    if d.idempotent {
+        hints.push("idempotent");
+    }
+    if hints.is_empty() {
+        "-".to_owned()
+    } else {
+        hints.join(", ")
+    }
+}
+
+fn limits(d: &pb::ToolDescriptor) -> String {
+    let limit = |l: &pb::RateLimit| format!("{}/s, burst {}", l.rate, l.burst);
+    let mut out = Vec::new();
+    if let Some(l) = d.rate_limit.as_ref().filter(|l| l.rate > 0.0) {
+        out.push(limit(l));
+    }
+    if let Some(l) = d.per_caller_rate_limit.as_ref().filter(|l| l.rate > 0.0) {
+        out.push(format!("{} per caller", limit(l)));
+    }
+    if out.is_empty() {
+        "-".to_owned()
+    } else {
+        out.join("; ")
+    }
+}
+
+fn duration(d: Option<&prost_types::Duration>) -> String {
+    match d {
+        Some(d) if d.seconds > 0 || d.nanos > 0 => {
+            let ms = d.seconds.saturating_mul(1000) + i64::from(d.nanos / 1_000_000);
+            if ms % 1000 == 0 {
+                format!("{} s", ms / 1000)
+            } else {
+                format!("{ms} ms")
+            }
+        }
+        _ => "the registry's default".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_name_with_markup_is_text_on_the_page() {
+        let href = tool_href("<script>alert(1)</script>");
+        assert!(!href.contains('<'), "{href}");
+        let page = message("<b>x</b>", None, "<script>alert(1)</script>").into_string();
+        assert!(!page.contains("<script>alert"), "{page}");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}
