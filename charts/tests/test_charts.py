@@ -514,6 +514,7 @@ def test_every_registry_flag_is_reachable_from_values(prepared_charts):
         },
         "mcp": {"enabled": True, "allowedHosts": ["h"], "allowedOrigins": ["https://o:443"], "discovery": "progressive"},
         "search": {"model": {"volume": {"persistentVolumeClaim": {"claimName": "model"}}}, "threads": 2},
+        "console": {"enabled": True},
         "versions": {"existingConfigMap": "versions"},
         "pins": {"existingConfigMap": "pins"},
     }
