@@ -29,7 +29,7 @@ use toolmesh_proto::tls::ServerTls;
 use crate::{
     access::{Access, allows, auth::Caller},
     catalog::{Catalog, search::Scope, search::ToolSearch, store::model::ToolState},
-    serving::mcp::{peer::PeerAddr, serve::McpListener},
+    serving::http_listener::{HttpListener, PeerAddr},
 };
 
 mod pages;
@@ -102,7 +102,7 @@ impl Console {
         drain: CancellationToken,
         cut: CancellationToken,
     ) -> std::io::Result<()> {
-        let listener = McpListener::new(listener, tls, &cut);
+        let listener = HttpListener::new(listener, tls, &cut);
         axum::serve(
             listener,
             self.router()

@@ -33,7 +33,7 @@ pub(crate) mod content;
 pub(crate) mod handler;
 pub(crate) mod listing;
 pub(crate) mod notify;
-pub(crate) mod peer;
+pub(crate) mod own_tool;
 pub(crate) mod results;
 pub(crate) mod search;
 pub(crate) mod serve;

@@ -26,7 +26,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tonic::metadata::MetadataMap;
 use toolmesh_proto::pb::InvokeRequest;
 
-use super::peer::PeerAddr;
+use crate::serving::http_listener::PeerAddr;
 use crate::{access::Access, access::auth::Caller, calls::invoke::Invoker, error::RegistryError};
 
 /// The JSON-RPC error code of a 401's body (implementation-defined range).

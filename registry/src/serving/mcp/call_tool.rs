@@ -14,10 +14,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData};
 use serde_json::Value;
 use toolmesh_proto::pb;
 
-use crate::{
-    catalog::validate::{self, ArgumentValidator},
-    error::RegistryError,
-};
+use super::own_tool::OwnTool;
 
 /// The tool's name.
 pub(crate) const NAME: &str = "toolmesh.call_tool";
@@ -40,20 +37,14 @@ const INPUT_SCHEMA: &str = r#"{
   "additionalProperties": false
 }"#;
 
-/// The call tool: its descriptor and compiled input schema.
-pub(crate) struct CallTool {
-    descriptor: Arc<pb::ToolDescriptor>,
-    validator: ArgumentValidator,
-}
+/// The call tool.
+pub(crate) struct CallTool(OwnTool);
 
 impl CallTool {
     /// The tool; `None` only if its own schema did not compile (it does:
     /// a test says so).
     pub(crate) fn new() -> Option<Self> {
-        let validator = validate::compile(INPUT_SCHEMA)
-            .inspect_err(|error| tracing::error!(%error, "the call tool's schema"))
-            .ok()?;
-        let descriptor = Arc::new(pb::ToolDescriptor {
+        OwnTool::new(pb::ToolDescriptor {
             name: NAME.into(),
             title: "Call a tool".into(),
             description: "Call a tool of this registry by its name, with its arguments. Find \
@@ -62,16 +53,13 @@ impl CallTool {
                 .into(),
             input_schema_json: INPUT_SCHEMA.into(),
             ..Default::default()
-        });
-        Some(Self {
-            descriptor,
-            validator,
         })
+        .map(Self)
     }
 
     /// Its descriptor, as `tools/list` lists it.
     pub(crate) fn descriptor(&self) -> &Arc<pb::ToolDescriptor> {
-        &self.descriptor
+        self.0.descriptor()
     }
 
     /// The call `request` (a call of this tool) stands for, or the
@@ -81,13 +69,7 @@ impl CallTool {
         request: CallToolRequestParams,
     ) -> Result<CallToolRequestParams, Result<CallToolResult, ErrorData>> {
         let mut arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-        if let Err(violations) = self.validator.check(&arguments) {
-            let error = RegistryError::ArgumentsInvalid {
-                tool: NAME.into(),
-                violations,
-            };
-            return Err(super::results::from_error(NAME, &error));
-        }
+        self.0.check(&arguments)?;
         let name = arguments["name"].as_str().unwrap_or_default().to_owned();
         let inner = match arguments["arguments"].take() {
             Value::Object(inner) => inner,

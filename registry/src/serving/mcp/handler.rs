@@ -38,11 +38,11 @@ use tokio_util::{
 use toolmesh_proto::{deadline::Deadline, pb};
 use toolmesh_telemetry::TraceContext;
 
+use crate::serving::http_listener::PeerAddr;
+
 use super::{
     call_tool::{self, CallTool},
-    content, listing, notify,
-    peer::PeerAddr,
-    results,
+    content, listing, notify, results,
     search::{self, SearchTool},
     tasks,
 };

@@ -15,10 +15,10 @@ use rmcp::model::{CallToolResult, ContentBlock, ErrorData};
 use serde_json::{Value, json};
 use toolmesh_proto::pb;
 
+use super::own_tool::OwnTool;
 use crate::{
     catalog::Catalog,
     catalog::search::{self, ToolSearch},
-    catalog::validate::{self, ArgumentValidator},
     error::RegistryError,
 };
 
@@ -66,20 +66,14 @@ const OUTPUT_SCHEMA: &str = r#"{
   "required": ["tools"]
 }"#;
 
-/// The search tool: its descriptor and compiled input schema.
-pub(crate) struct SearchTool {
-    descriptor: Arc<pb::ToolDescriptor>,
-    validator: ArgumentValidator,
-}
+/// The search tool.
+pub(crate) struct SearchTool(OwnTool);
 
 impl SearchTool {
     /// The tool; `None` only if its own schema did not compile (it does:
     /// a test says so).
     pub(crate) fn new() -> Option<Self> {
-        let validator = validate::compile(INPUT_SCHEMA)
-            .inspect_err(|error| tracing::error!(%error, "the search tool's schema"))
-            .ok()?;
-        let descriptor = Arc::new(pb::ToolDescriptor {
+        OwnTool::new(pb::ToolDescriptor {
             name: NAME.into(),
             title: "Search tools".into(),
             description: "Find the tools most relevant to a task described in words, among \
@@ -93,16 +87,13 @@ impl SearchTool {
             idempotent: true,
             open_world: Some(false),
             ..Default::default()
-        });
-        Some(Self {
-            descriptor,
-            validator,
         })
+        .map(Self)
     }
 
     /// Its descriptor, as `tools/list` lists it.
     pub(crate) fn descriptor(&self) -> &Arc<pb::ToolDescriptor> {
-        &self.descriptor
+        self.0.descriptor()
     }
 
     /// Runs a search with `arguments` over `index`, keeping the live tools
@@ -114,12 +105,8 @@ impl SearchTool {
         catalog: &Catalog,
         visible: impl Fn(&str) -> bool + Sync,
     ) -> Result<CallToolResult, ErrorData> {
-        if let Err(violations) = self.validator.check(arguments) {
-            let error = RegistryError::ArgumentsInvalid {
-                tool: NAME.into(),
-                violations,
-            };
-            return super::results::from_error(NAME, &error);
+        if let Err(refused) = self.0.check(arguments) {
+            return refused;
         }
         let query = arguments["query"].as_str().unwrap_or_default().trim();
         if query.is_empty() || query.len() > search::MAX_QUERY_BYTES {
@@ -199,7 +186,7 @@ mod tests {
     fn its_own_schemas_compile_and_its_name_is_a_tool_name() {
         let tool = SearchTool::new().expect("compiles");
         assert!(toolmesh_proto::tool_name::is_valid(NAME));
-        assert!(validate::compile(&tool.descriptor().output_schema_json).is_ok());
+        assert!(crate::catalog::validate::compile(&tool.descriptor().output_schema_json).is_ok());
     }
 
     #[tokio::test]

@@ -10,29 +10,20 @@
 //! streams. Whatever is still open when the registry cuts connections off
 //! (`cut`) ends then.
 
-use std::{net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Router,
-    extract::connect_info::Connected as AxumConnected,
     middleware::{from_fn, from_fn_with_state},
-    serve::{IncomingStream, Listener},
 };
-use futures::{Stream, StreamExt as _};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, server::TlsStream};
-use tokio_util::{either::Either, sync::CancellationToken};
-use tonic::transport::server::Connected as _;
-use toolmesh_proto::tls::{
-    ServerTls,
-    accept::{HANDSHAKE_TIMEOUT, MAX_HANDSHAKES},
-};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolmesh_proto::tls::ServerTls;
 
 use super::{
     auth,
     handler::{Limits, McpHandler, Shared},
-    peer::PeerAddr,
     sessions::{self, BoundedSessions},
 };
 use crate::{
@@ -41,19 +32,12 @@ use crate::{
     catalog::Catalog,
     catalog::search::ToolSearch,
     config::Config,
-    serving::connections::{self, Cuttable},
+    serving::http_listener::{HttpListener, PeerAddr},
     tasks::Tasks,
 };
 
 /// The endpoint's path.
 pub(crate) const PATH: &str = "/mcp";
-
-/// The ALPN protocols offered: what axum serves.
-const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
-
-/// How long the accept loop pauses after a failed accept (too many open
-/// files, say), so that it does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The `Host` names accepted on loopback when `--mcp-allowed-hosts` is
 /// empty.
@@ -217,7 +201,7 @@ impl McpEndpoint {
             sessions.close_all().await;
         });
         let _ending = AbortOnDrop(ending);
-        let listener = McpListener::new(listener, tls, &cut);
+        let listener = HttpListener::new(listener, tls, &cut);
         axum::serve(
             listener,
             router.into_make_service_with_connect_info::<PeerAddr>(),
@@ -233,92 +217,5 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-type Io = Either<Cuttable<TcpStream>, TlsStream<Cuttable<TcpStream>>>;
-
-/// Accepted connections, after their TLS handshake when there is one.
-/// Handshakes run concurrently, as the gRPC listener's do.
-pub(crate) struct McpListener {
-    accepted: Pin<Box<dyn Stream<Item = (Io, PeerAddr)> + Send>>,
-    local: SocketAddr,
-}
-
-impl McpListener {
-    /// The connections `listener` accepts, each cut off when `cut` is
-    /// cancelled.
-    pub(crate) fn new(
-        listener: TcpListener,
-        tls: Option<ServerTls>,
-        cut: &CancellationToken,
-    ) -> Self {
-        let local = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let accepted = connections::incoming(listener, cut)
-            .filter_map(|accepted| async move {
-                match accepted {
-                    Ok(io) => Some(io),
-                    Err(error) => {
-                        tracing::debug!(%error, "MCP accept failed");
-                        tokio::time::sleep(ACCEPT_BACKOFF).await;
-                        None
-                    }
-                }
-            })
-            .map(move |io| handshake(io, tls.clone()))
-            .buffer_unordered(MAX_HANDSHAKES)
-            .filter_map(std::future::ready);
-        Self {
-            accepted: Box::pin(accepted),
-            local,
-        }
-    }
-}
-
-/// `io` in TLS with `tls`'s current certificate (and HTTP's ALPN), or as
-/// it is; `None` when the handshake fails or times out.
-async fn handshake(io: Cuttable<TcpStream>, tls: Option<ServerTls>) -> Option<(Io, PeerAddr)> {
-    let peer = PeerAddr(io.connect_info().remote_addr());
-    let Some(tls) = tls else {
-        return Some((Either::Left(io), peer));
-    };
-    let mut config = (*tls.config()).clone();
-    config.alpn_protocols = ALPN.iter().map(|p| p.to_vec()).collect();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
-        Ok(Ok(stream)) => Some((Either::Right(stream), peer)),
-        Ok(Err(error)) => {
-            tracing::debug!(remote = ?peer.0, %error, "MCP TLS handshake failed");
-            None
-        }
-        Err(_) => {
-            tracing::debug!(remote = ?peer.0, "MCP TLS handshake timed out");
-            None
-        }
-    }
-}
-
-impl Listener for McpListener {
-    type Io = Io;
-    type Addr = PeerAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.next().await {
-            Some(accepted) => accepted,
-            // The accept stream never ends while its listener lives.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(PeerAddr(Some(self.local)))
-    }
-}
-
-impl AxumConnected<IncomingStream<'_, McpListener>> for PeerAddr {
-    fn connect_info(stream: IncomingStream<'_, McpListener>) -> Self {
-        *stream.remote_addr()
     }
 }

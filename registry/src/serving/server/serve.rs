@@ -279,103 +279,102 @@ impl Registry {
     }
 
     /// The MCP endpoint's listener: the one given ([`Self::with_mcp`]), or
-    /// `--mcp-listen` bound, which must not be the gRPC or admin address
-    /// and, beyond loopback, needs agents authenticated (or `--insecure`).
+    /// `--mcp-listen` bound ([`side_listener`]).
     async fn mcp_listener(
         &mut self,
         grpc: &TcpListener,
     ) -> Result<Option<TcpListener>, ServeError> {
-        let taken: Vec<std::net::SocketAddr> = [Some(grpc), self.admin.as_ref()]
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l.local_addr().ok())
-            .collect();
+        let taken = bound(&[Some(grpc), self.admin.as_ref()]);
         let given = self.mcp.take();
-        let Some(listener) = side_listener(
+        let listen = self.config.mcp_listen.as_ref();
+        let side = side_listener(
+            &self.config,
             given,
-            self.config.mcp_listen.as_ref(),
+            listen,
             "--mcp-listen",
+            "the MCP endpoint",
             &taken,
-        )
-        .await?
-        else {
+        );
+        let Some((listener, local)) = side.await? else {
             return Ok(None);
         };
-        let local = listener
-            .local_addr()
-            .map_err(|e| ServeError::Config(format!("--mcp-listen: {e}")))?;
-        check_mcp_exposure(&self.config, local)?;
         tracing::info!(address = %local, path = crate::serving::mcp::serve::PATH, tls = self.config.tls.is_some(), "MCP endpoint listening");
         Ok(Some(listener))
     }
-}
 
-impl Registry {
     /// The console's listener: the one given ([`Self::with_console`]), or
-    /// `--console-listen` bound, which must be an address of its own and,
-    /// beyond loopback, needs agents authenticated (or `--insecure`).
+    /// `--console-listen` bound ([`side_listener`]).
     async fn console_listener(
         &mut self,
         grpc: &TcpListener,
         mcp: Option<&TcpListener>,
     ) -> Result<Option<TcpListener>, ServeError> {
-        let taken: Vec<std::net::SocketAddr> = [Some(grpc), self.admin.as_ref(), mcp]
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l.local_addr().ok())
-            .collect();
+        let taken = bound(&[Some(grpc), self.admin.as_ref(), mcp]);
         let given = self.console.take();
-        let Some(listener) = side_listener(
+        let listen = self.config.console_listen.as_ref();
+        let side = side_listener(
+            &self.config,
             given,
-            self.config.console_listen.as_ref(),
+            listen,
             "--console-listen",
+            "the console",
             &taken,
-        )
-        .await?
-        else {
+        );
+        let Some((listener, local)) = side.await? else {
             return Ok(None);
         };
-        let local = listener
-            .local_addr()
-            .map_err(|e| ServeError::Config(format!("--console-listen: {e}")))?;
-        check_agents_exposure(&self.config, local, "--console-listen", "the console")?;
         tracing::info!(address = %local, tls = self.config.tls.is_some(), "console listening");
         Ok(Some(listener))
     }
 }
 
-/// A listener of its own for an HTTP side port: `given` if the embedding
-/// program bound one, else `listen` (the value of `flag`) bound, which
-/// must not be one of the `taken` addresses; `None` when neither is set.
+/// The addresses `listeners` are bound to.
+fn bound(listeners: &[Option<&TcpListener>]) -> Vec<std::net::SocketAddr> {
+    listeners
+        .iter()
+        .flatten()
+        .filter_map(|l| l.local_addr().ok())
+        .collect()
+}
+
+/// The listener and address of an HTTP side port (`what`, bound by
+/// `flag`): `given` if the embedding program bound one, else `listen`
+/// bound, which must not be one of the `taken` addresses; `None` when
+/// neither is set. Beyond loopback it needs agents authenticated (or
+/// `--insecure`).
 async fn side_listener(
+    config: &Config,
     given: Option<TcpListener>,
     listen: Option<&toolmesh_proto::listen::ListenAddr>,
     flag: &str,
+    what: &str,
     taken: &[std::net::SocketAddr],
-) -> Result<Option<TcpListener>, ServeError> {
-    if let Some(listener) = given {
-        return Ok(Some(listener));
-    }
-    let Some(listen) = listen else {
-        return Ok(None);
+) -> Result<Option<(TcpListener, std::net::SocketAddr)>, ServeError> {
+    let listener = match (given, listen) {
+        (Some(listener), _) => listener,
+        (None, None) => return Ok(None),
+        (None, Some(listen)) => {
+            let resolved = listen
+                .resolve()
+                .map_err(|e| ServeError::Config(format!("{flag} {listen}: {e}")))?;
+            if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
+                return Err(ServeError::Config(format!(
+                    "{flag} {listen} is the address of another of the registry's ports: give it its own, e.g. 127.0.0.1:8080"
+                )));
+            }
+            TcpListener::bind(resolved.addr).await.map_err(|e| {
+                ServeError::Config(format!(
+                    "{flag} {listen}: cannot listen on {}: {e}",
+                    resolved.addr
+                ))
+            })?
+        }
     };
-    let resolved = listen
-        .resolve()
-        .map_err(|e| ServeError::Config(format!("{flag} {listen}: {e}")))?;
-    if resolved.addr.port() != 0 && taken.contains(&resolved.addr) {
-        return Err(ServeError::Config(format!(
-            "{flag} {listen} is the address of another of the registry's ports: give it its own, e.g. 127.0.0.1:8080"
-        )));
-    }
-    TcpListener::bind(resolved.addr)
-        .await
-        .map(Some)
-        .map_err(|e| {
-            ServeError::Config(format!(
-                "{flag} {listen}: cannot listen on {}: {e}",
-                resolved.addr
-            ))
-        })
+    let local = listener
+        .local_addr()
+        .map_err(|e| ServeError::Config(format!("{flag}: {e}")))?;
+    check_agents_exposure(config, local, flag, what)?;
+    Ok(Some((listener, local)))
 }
 
 /// Serves the registry `config` asks for on `listener` until `shutdown`
@@ -446,12 +445,6 @@ fn check_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), Ser
     Err(ServeError::Config(format!(
         "--listen {addr} is beyond loopback, and {open} would be open to whoever reaches it; configure them (docs/security.md) or pass --insecure"
     )))
-}
-
-/// Refuses an MCP endpoint beyond loopback with agents unauthenticated,
-/// unless `--insecure`; then warns.
-fn check_mcp_exposure(config: &Config, addr: std::net::SocketAddr) -> Result<(), ServeError> {
-    check_agents_exposure(config, addr, "--mcp-listen", "the MCP endpoint")
 }
 
 /// Refuses `what` (bound by `flag`) beyond loopback with agents
