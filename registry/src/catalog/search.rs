@@ -10,10 +10,11 @@
 //! findable once it is listed and gone once it is not.
 //!
 //! With a model (`--search-model`, [`semantic`]) a search is hybrid
-//! ([`fusion`]): the model's cosine similarity and BM25, blended. It is
-//! lexical when no model is loaded, when a tool in the caller's scope is
-//! not embedded yet, or when the query's vector is not had in time (the
-//! query threads busy or slow): [`Ranked::ranking`] says which.
+//! ([`fusion`]): the model's similarity (centred on the scope) and BM25,
+//! blended. It is lexical when no model is loaded, when a tool in the
+//! caller's scope is not embedded yet, or when the query's vector is not
+//! had in time (the query threads busy or slow): [`Ranked::ranking`] says
+//! which.
 //!
 //! A search's [`Scope`] is the caller's policy, never the request's tag
 //! or name filters: a tool the caller may not see moves no score (BM25's

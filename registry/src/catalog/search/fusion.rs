@@ -1,6 +1,7 @@
-//! Hybrid ranking: each tool's cosine similarity to the query, plus its
-//! BM25 score over the best one's, weighted by [`LEXICAL_WEIGHT`]. The
-//! model ranks; the words break its near-ties and lift an exact name.
+//! Hybrid ranking: each tool's similarity to the query (a centred cosine,
+//! `semantic/centred.rs`), plus its BM25 score over the best one's,
+//! weighted by [`LEXICAL_WEIGHT`]. The model ranks; the words break its
+//! near-ties and lift an exact name.
 //!
 //! A linear blend, not reciprocal rank fusion: RRF gives BM25's ranking as
 //! much say as the model's, and BM25's ranking of a paraphrase is noise
@@ -14,7 +15,7 @@ use super::Found;
 /// Weight of the lexical score, over the answer's best, in the blend.
 pub(super) const LEXICAL_WEIGHT: f32 = 0.1;
 
-/// Every tool of `similarities`, scored `cosine + weight × bm25 / best`,
+/// Every tool of `similarities`, scored `similarity + weight × bm25 / best`,
 /// most relevant first (equal scores in name order).
 pub(super) fn blend(
     similarities: Vec<(String, f32)>,
