@@ -11,3 +11,4 @@ pub(crate) mod invoke;
 pub mod proxy;
 pub mod ratelimit;
 pub(crate) mod retry;
+pub(crate) mod tail;

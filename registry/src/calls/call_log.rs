@@ -26,6 +26,7 @@ use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 
 use crate::{
     access::audit::{AuditLog, InvokeRecord, Outcome, Redactor},
+    calls::tail::{CallRecord, CallTail},
     error::RegistryError,
     metrics::Metrics,
 };
@@ -53,6 +54,8 @@ pub(crate) struct CallLog {
     definition: Option<(String, Arc<str>)>,
     audit: Option<Audited>,
     metrics: Option<Arc<Metrics>>,
+    /// The console's tail, and the caller it shows.
+    tail: Option<(Arc<CallTail>, Arc<str>)>,
 }
 
 /// What the audit record adds to the line.
@@ -86,6 +89,7 @@ impl CallLog {
             definition: None,
             audit: None,
             metrics: None,
+            tail: None,
         }
     }
 
@@ -103,6 +107,13 @@ impl CallLog {
     #[must_use]
     pub(crate) fn metered(mut self, metrics: &Arc<Metrics>) -> Self {
         self.metrics = Some(metrics.clone());
+        self
+    }
+
+    /// Also shows the call in `tail`, as `caller`'s.
+    #[must_use]
+    pub(crate) fn tailed(mut self, tail: Option<&Arc<CallTail>>, caller: &str) -> Self {
+        self.tail = tail.map(|tail| (tail.clone(), caller.into()));
         self
     }
 
@@ -212,6 +223,18 @@ impl Drop for CallLog {
             if self.replayed {
                 metrics.replayed(&self.tool);
             }
+        }
+        if let Some((tail, caller)) = self.tail.take() {
+            let record = CallRecord {
+                at: std::time::SystemTime::now(),
+                tool: self.tool.as_str().into(),
+                caller,
+                outcome: self.outcome,
+                latency: self.started.elapsed(),
+                instance: self.instance.clone().filter(|i| !i.is_empty()),
+                task: self.task.clone(),
+            };
+            tail.record(record, self.definition.is_some(), std::time::Instant::now());
         }
         if let Some(audit) = self.audit.take() {
             let mut record = InvokeRecord {

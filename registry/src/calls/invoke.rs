@@ -26,6 +26,7 @@ use crate::{
     calls::proxy::Proxy,
     calls::ratelimit::RateLimiter,
     calls::retry::Attempts,
+    calls::tail::CallTail,
     catalog::{Catalog, Entry, ToolState},
     error::RegistryError,
     metrics::Metrics,
@@ -70,6 +71,7 @@ pub(crate) struct Call<'a> {
 pub(crate) struct Invoker {
     attempts: Attempts,
     audit: std::sync::OnceLock<AuditLog>,
+    tail: std::sync::OnceLock<Arc<CallTail>>,
     idempotency: Arc<dyn IdempotencyStore>,
     catalog: Arc<Catalog>,
     limiter: Arc<dyn RateLimiter>,
@@ -91,6 +93,7 @@ impl Invoker {
         Self {
             attempts: Attempts::new(balancer, proxy, metrics.clone()),
             audit: std::sync::OnceLock::new(),
+            tail: std::sync::OnceLock::new(),
             idempotency,
             catalog,
             limiter,
@@ -103,6 +106,12 @@ impl Invoker {
     /// first log given is kept.
     pub(crate) fn audit_to(&self, audit: AuditLog) {
         let _ = self.audit.set(audit);
+    }
+
+    /// Shows every call in `tail` from now on (the console's); only the
+    /// first tail given is kept.
+    pub(crate) fn tail_to(&self, tail: Arc<CallTail>) {
+        let _ = self.tail.set(tail);
     }
 
     pub(crate) fn audit(&self) -> &AuditLog {
@@ -137,6 +146,7 @@ impl Invoker {
             .traced(None)
             .metered(&self.metrics)
             .audited(self.audit(), caller, peer, request.arguments_json.len())
+            .tailed(self.tail.get(), caller)
             .refused(error);
     }
 
@@ -151,6 +161,7 @@ impl Invoker {
                 call.peer,
                 request.arguments_json.len(),
             )
+            .tailed(self.tail.get(), call.caller)
     }
 
     /// The output schema's verdict on a task's result, as [`Invoker::invoke`]

@@ -1,15 +1,18 @@
 //! The console (`--console-listen`): web pages where operators see the
-//! catalog, a tool's schema and instances, and the sidecars serving
-//! them. Server-rendered HTML ([`pages`]), one stylesheet compiled into
-//! the binary, no script; every answer carries a strict
-//! Content-Security-Policy.
+//! catalog, a tool's schema, exports, instances and recent traffic, try a
+//! tool in the playground, follow calls and tasks, and decide approvals.
+//! Server-rendered HTML ([`pages`]), one stylesheet and one small script
+//! (the copy buttons) compiled into the binary; every answer carries a
+//! strict Content-Security-Policy.
 //!
-//! A viewer is who an agent with the same credential would be: an
-//! `Authorization: Bearer` header, or a sign-in ([`session`]) with the API
-//! key or JWT, kept sealed in a cookie. A viewer sees exactly the tools
-//! the policy lets it call; a tool it may not see reads as one that does
-//! not exist. With agents unauthenticated (loopback only, unless
-//! `--insecure`), anyone reaching the port is the anonymous caller.
+//! A viewer is who an agent with the same credential would be
+//! ([`identify`]): an `Authorization: Bearer` header, or a sign-in
+//! ([`session`]) with the API key or JWT, kept sealed in a cookie. A
+//! viewer sees exactly the tools the policy lets it call; a tool it may
+//! not see reads as one that does not exist. The policy's `console`
+//! section says who may view, invoke and approve. With agents
+//! unauthenticated (loopback only, unless `--insecure`), anyone reaching
+//! the port is the anonymous caller.
 
 use std::{sync::Arc, time::Duration};
 
@@ -24,18 +27,29 @@ use axum::{
 use maud::Markup;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use toolmesh_proto::pb;
 use toolmesh_proto::tls::ServerTls;
 
 use crate::{
     access::{Access, allows, auth::Caller},
+    calls::tail::CallTail,
     catalog::{Catalog, search::Scope, search::ToolSearch, store::model::ToolState},
+    serving::api::ToolRegistryApi,
     serving::http_listener::{HttpListener, PeerAddr},
+    tasks::Tasks,
 };
 
+mod approvals;
+mod calls;
+mod form;
+mod identify;
 mod pages;
+mod playground;
+mod plots;
 mod schema_view;
 pub(crate) mod session;
 
+use identify::{cookie, identify, metadata};
 use pages::Viewer;
 use session::{Sealer, Session};
 
@@ -45,6 +59,8 @@ const PAGE_SIZE: usize = 50;
 const MAX_FORM_BYTES: usize = 64 * 1024;
 /// The stylesheet, compiled in.
 const STYLESHEET: &str = include_str!("console/console.css");
+/// The one script: the copy buttons.
+const SCRIPT: &str = include_str!("console/console.js");
 /// What a page may load: its own stylesheet, nothing inline, no frames.
 const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; \
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -63,6 +79,12 @@ pub(crate) struct Console {
     pub session_ttl: Duration,
     /// Whether it is served in TLS (cookies then Secure).
     pub tls: bool,
+    /// `Invoke` and `ExportTools`, as agents call them.
+    pub agents: Arc<ToolRegistryApi>,
+    /// Tasks and approvals.
+    pub tasks: Arc<Tasks>,
+    /// The calls this replica answered lately.
+    pub tail: Arc<CallTail>,
 }
 
 type Shared = Arc<Console>;
@@ -75,12 +97,20 @@ impl Console {
             .route("/", get(|| async { Redirect::to("/tools") }))
             .route("/tools", get(catalog))
             .route("/tools/{name}", get(tool))
+            .route(
+                "/tools/{name}/try",
+                get(playground::form_page).post(playground::try_it),
+            )
             .route("/instances", get(instances))
+            .route("/calls", get(calls::page))
+            .route("/approvals", get(approvals::list))
+            .route("/approvals/decide", post(approvals::decide))
             .route("/logout", post(logout))
             .layer(from_fn_with_state(shared.clone(), identify));
         Router::new()
             .route("/login", get(login_form).post(login))
             .route("/assets/console.css", get(stylesheet))
+            .route("/assets/console.js", get(script))
             .merge(viewed)
             .fallback(|| async {
                 (
@@ -132,87 +162,21 @@ async fn secure_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// Who is asking, put in the request's extensions as [`Caller`] and
-/// [`Viewer`] (and the [`Session`] if signed in); otherwise to the
-/// sign-in form (a page) or 401.
-async fn identify(State(console): State<Shared>, mut request: Request, next: Next) -> Response {
-    let headers = request.headers();
-    let identified = if headers.contains_key(header::AUTHORIZATION) {
-        console
-            .access
-            .caller(&metadata(headers.get(header::AUTHORIZATION)))
-            .map(|caller| (caller, None))
-            .map_err(|e| e.to_string())
-    } else if let Some(sealed) = cookie(headers, session::COOKIE) {
-        match console.sealer.open(sealed) {
-            Ok(session) => {
-                let bearer = HeaderValue::from_str(&format!("Bearer {}", session.credential)).ok();
-                console
-                    .access
-                    .caller(&metadata(bearer.as_ref()))
-                    .map(|caller| (caller, Some(session)))
-                    .map_err(|e| {
-                        format!("the credential of this sign-in is no longer accepted: {e}")
-                    })
-            }
-            Err(unsealed) => Err(unsealed.to_string()),
-        }
-    } else {
-        // Agents unauthenticated: anyone is the anonymous caller.
-        console
-            .access
-            .caller(&metadata(None))
-            .map(|caller| (caller, None))
-            .map_err(|_| "sign in to see the console".to_owned())
-    };
-    match identified {
-        Ok((caller, session)) => {
-            let viewer = Viewer {
-                id: caller.id.clone(),
-                csrf: session.as_ref().map(|s| s.csrf.clone()),
-            };
-            request.extensions_mut().insert(caller);
-            request.extensions_mut().insert(viewer);
-            if let Some(session) = session {
-                request.extensions_mut().insert(session);
-            }
-            next.run(request).await
-        }
-        Err(reason) if request.method() == http::Method::GET => {
-            tracing::debug!(%reason, "console: not signed in");
-            Redirect::to("/login").into_response()
-        }
-        Err(reason) => (
-            StatusCode::UNAUTHORIZED,
-            pages::message("Not signed in", None, &reason),
-        )
-            .into_response(),
-    }
-}
-
-fn metadata(authorization: Option<&HeaderValue>) -> tonic::metadata::MetadataMap {
-    let mut headers = HeaderMap::new();
-    if let Some(value) = authorization {
-        headers.insert(header::AUTHORIZATION, value.clone());
-    }
-    tonic::metadata::MetadataMap::from_headers(headers)
-}
-
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find_map(|v| session::cookie(v, name))
-}
-
 async fn stylesheet() -> Response {
+    asset("text/css; charset=utf-8", STYLESHEET)
+}
+
+async fn script() -> Response {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "public, max-age=3600"),
         ],
-        STYLESHEET,
+        body,
     )
         .into_response()
 }
@@ -308,13 +272,13 @@ struct CsrfForm {
 /// Signs out: the session cookie removed.
 async fn logout(
     State(console): State<Shared>,
-    session: Option<axum::Extension<Session>>,
+    axum::Extension(viewer): axum::Extension<Viewer>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let Some(axum::Extension(session)) = session else {
+    if !viewer.signed_in {
         return Redirect::to("/login").into_response();
-    };
-    if !session::tokens_match(&session.csrf, &form.csrf) {
+    }
+    if !viewer.posted(&form.csrf) {
         return (
             StatusCode::FORBIDDEN,
             pages::message("Refused", None, "The form did not come from this console."),
@@ -328,6 +292,20 @@ async fn logout(
 /// Whether `caller` may see `tool`.
 fn sees(console: &Console, caller: &Caller, tool: &str) -> bool {
     allows(console.access.policy().as_deref(), caller, tool)
+}
+
+/// The answer for a tool that does not exist and for one the viewer may
+/// not see alike.
+fn no_such_tool(viewer: &Viewer, name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        pages::message(
+            "No such tool",
+            Some(viewer),
+            &format!("There is no tool {name:?} you may see."),
+        ),
+    )
+        .into_response()
 }
 
 async fn catalog(
@@ -404,17 +382,7 @@ async fn tool(
         .get(&name)
         .filter(|t| sees(&console, &caller, t.name()));
     let Some(tool) = found else {
-        // The same answer for a tool that does not exist and one the
-        // viewer may not see.
-        return (
-            StatusCode::NOT_FOUND,
-            pages::message(
-                "No such tool",
-                Some(&viewer),
-                &format!("There is no tool {name:?} you may see."),
-            ),
-        )
-            .into_response();
+        return no_such_tool(&viewer, &name);
     };
     let versions: Vec<String> = console
         .catalog
@@ -423,7 +391,57 @@ async fn tool(
         .filter(|t| t.name() == tool.name() && !t.descriptor.version.is_empty())
         .map(|t| t.descriptor.version.clone())
         .collect();
-    pages::tool(Some(&viewer), &tool, &versions).into_response()
+    let exports = exports(&tool);
+    let series = console.tail.series(tool.name(), std::time::Instant::now());
+    pages::tool(
+        Some(&viewer),
+        &pages::ToolPage {
+            tool: &tool,
+            versions: &versions,
+            exports: &exports,
+            series: series.as_deref(),
+        },
+    )
+    .into_response()
+}
+
+/// The formats a tool is exported in, with its export in each.
+const EXPORT_FORMATS: [(pb::ExportFormat, &str, &str); 5] = [
+    (
+        pb::ExportFormat::OpenaiChat,
+        "openai-chat",
+        "OpenAI Chat Completions",
+    ),
+    (
+        pb::ExportFormat::OpenaiResponses,
+        "openai-responses",
+        "OpenAI Responses",
+    ),
+    (
+        pb::ExportFormat::Anthropic,
+        "anthropic",
+        "Anthropic Messages",
+    ),
+    (pb::ExportFormat::Gemini, "gemini", "Gemini"),
+    (pb::ExportFormat::Mcp, "mcp", "MCP"),
+];
+
+/// `tool` in each LLM format (id, label, pretty JSON or why not).
+fn exports(tool: &Arc<ToolState>) -> Vec<(&'static str, &'static str, Result<String, String>)> {
+    EXPORT_FORMATS
+        .iter()
+        .map(|(format, id, label)| {
+            let export = crate::catalog::export::export(*format, [tool], usize::MAX);
+            let shown = match export.tools.first() {
+                Some(value) => Ok(serde_json::to_string_pretty(value).unwrap_or_default()),
+                None => Err(export
+                    .issues
+                    .first()
+                    .map_or_else(|| "not exported".to_owned(), |i| i.message.clone())),
+            };
+            (*id, *label, shown)
+        })
+        .collect()
 }
 
 async fn instances(

@@ -339,6 +339,41 @@ impl Registry {
         self
     }
 
+    /// The console over this registry's parts, sealing sign-ins with
+    /// `sealer`; every call shows in its tail from now on.
+    pub(crate) fn console(
+        &self,
+        sealer: crate::serving::console::session::Sealer,
+    ) -> crate::serving::console::Console {
+        let tail = Arc::new(crate::calls::tail::CallTail::default());
+        self.invoker.tail_to(tail.clone());
+        // The agents' service itself, so that the playground's calls take
+        // the path agents' do; its watch streams are never opened.
+        let agents = crate::serving::api::ToolRegistryApi::new(
+            self.catalog.clone(),
+            self.access.clone(),
+            self.invoker.clone(),
+            Arc::new(crate::serving::watch::Watchers::new(
+                crate::serving::watch::WatchLimits::default(),
+            )),
+            CancellationToken::new(),
+        )
+        .max_message_bytes(self.config.max_message_bytes)
+        .with_search(self.search.clone())
+        .holding_with(self.tasks.clone());
+        crate::serving::console::Console {
+            catalog: self.catalog.clone(),
+            access: self.access.clone(),
+            search: self.search.clone(),
+            sealer,
+            session_ttl: self.config.console_session_ttl,
+            tls: self.config.tls.is_some(),
+            agents: Arc::new(agents),
+            tasks: self.tasks.clone(),
+            tail,
+        }
+    }
+
     /// Also serves the MCP endpoint on `listener` (else on `--mcp-listen`,
     /// bound by [`Self::serve`], if it is set).
     #[must_use]

@@ -20,6 +20,7 @@
 pub mod api_keys;
 pub mod approval_rules;
 pub(crate) mod authenticator;
+pub mod console_roles;
 pub(crate) mod error;
 pub mod jwt;
 pub mod jwt_keys;
@@ -31,6 +32,7 @@ pub(crate) mod reload;
 mod test_keys;
 
 pub use authenticator::{AuthSettings, Authenticator};
+pub use console_roles::ConsoleRights;
 pub use error::{AuthError, AuthFileError, FormatError};
 pub use pattern::Pattern;
 pub use policy::Policy;

@@ -19,7 +19,9 @@
 //! ([`Pattern`]) matching the tool's name, and refused otherwise. A caller
 //! sees and cancels its own tasks; another caller's task of a tool when a
 //! rule that applies to it gives it the tool and names that caller (or
-//! `*`) in `tasks_of`. The `approvals` are [`ApprovalRules`].
+//! `*`) in `tasks_of`. The `approvals` are [`ApprovalRules`]; the
+//! `console` section, what viewers may do on the console
+//! ([`ConsoleRoles`]).
 
 use std::collections::HashSet;
 
@@ -27,6 +29,7 @@ use serde::Deserialize;
 
 use super::Caller;
 use super::approval_rules::{self, ApprovalRules};
+use super::console_roles::{self, ConsoleRights, ConsoleRoles};
 use super::error::FormatError;
 use super::pattern::Pattern;
 use super::reload::AuthFile;
@@ -36,6 +39,8 @@ use super::reload::AuthFile;
 pub struct Policy {
     rules: Vec<Rule>,
     approvals: ApprovalRules,
+    /// The `console` section; `None` when the file has none.
+    console: Option<ConsoleRoles>,
 }
 
 #[derive(Debug)]
@@ -54,6 +59,7 @@ struct PolicyFile {
     rules: Vec<RuleEntry>,
     #[serde(default)]
     approvals: Vec<approval_rules::RuleEntry>,
+    console: Option<Vec<console_roles::RoleEntry>>,
 }
 
 #[derive(Deserialize)]
@@ -80,7 +86,20 @@ impl Policy {
             .map(|(index, entry)| Rule::new(entry, &format!("rules[{index}]")))
             .collect::<Result<_, _>>()?;
         let approvals = ApprovalRules::parse(file.approvals)?;
-        Ok(Self { rules, approvals })
+        let console = file.console.map(ConsoleRoles::parse).transpose()?;
+        Ok(Self {
+            rules,
+            approvals,
+            console,
+        })
+    }
+
+    /// What `caller` may do on the console: every right when the file has
+    /// no `console` section ([`ConsoleRoles`]).
+    pub fn console_rights(&self, caller: &Caller) -> ConsoleRights {
+        self.console
+            .as_ref()
+            .map_or(ConsoleRights::ALL, |roles| roles.rights(caller))
     }
 
     /// Which calls wait for a person, and who decides them.

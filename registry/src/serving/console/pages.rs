@@ -6,17 +6,34 @@
 use maud::{DOCTYPE, Markup, html};
 use toolmesh_proto::pb;
 
-use super::schema_view;
-use crate::catalog::store::model::ToolState;
+use super::{plots, schema_view};
+use crate::{access::auth::ConsoleRights, calls::tail::Bucket, catalog::store::model::ToolState};
 
-/// Who is looking, as the pages show it.
+/// Who is looking, as the pages show it and the forms check it.
 #[derive(Debug, Clone)]
 pub(crate) struct Viewer {
     /// The caller id.
     pub id: String,
-    /// The session's CSRF token, when signed in with a session (the
-    /// sign-out form needs it); `None` with a bearer header or anonymous.
-    pub csrf: Option<String>,
+    /// The token every form carries: the session's, or (anonymous) the
+    /// double-submit cookie's.
+    pub csrf: String,
+    /// Signed in with a session: the page offers to sign out.
+    pub signed_in: bool,
+    /// Named by an `Authorization` header, which no other site's form can
+    /// send: its posts need no token.
+    pub by_header: bool,
+    /// What the policy's `console` section lets it do.
+    pub rights: ConsoleRights,
+    /// The credential the playground's calls carry (marked sensitive:
+    /// never in a debug print).
+    pub authorization: Option<http::HeaderValue>,
+}
+
+impl Viewer {
+    /// Whether a form posted with `token` came from this console's page.
+    pub(crate) fn posted(&self, token: &str) -> bool {
+        self.by_header || super::session::tokens_match(&self.csrf, token)
+    }
 }
 
 /// The page around `body`, titled `title`.
@@ -29,6 +46,7 @@ pub(crate) fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Mark
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · toolmesh" }
                 link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
             }
             body {
                 header {
@@ -36,13 +54,17 @@ pub(crate) fn layout(title: &str, viewer: Option<&Viewer>, body: Markup) -> Mark
                         a.brand href="/tools" { "toolmesh" }
                         a href="/tools" { "Catalog" }
                         a href="/instances" { "Instances" }
+                        a href="/calls" { "Calls" }
+                        @if viewer.is_some_and(|v| v.rights.approve) {
+                            a href="/approvals" { "Approvals" }
+                        }
                     }
                     @if let Some(viewer) = viewer {
                         div.viewer {
-                            span { (viewer.id) }
-                            @if let Some(csrf) = &viewer.csrf {
+                            span { (if viewer.id.is_empty() { "anonymous" } else { &viewer.id }) }
+                            @if viewer.signed_in {
                                 form method="post" action="/logout" {
-                                    input type="hidden" name="csrf" value=(csrf);
+                                    input type="hidden" name="csrf" value=(viewer.csrf);
                                     button type="submit" { "Sign out" }
                                 }
                             }
@@ -181,8 +203,20 @@ fn row(tool: &ToolState) -> Markup {
     }
 }
 
+/// What the tool's page shows.
+pub(crate) struct ToolPage<'a> {
+    pub tool: &'a ToolState,
+    /// Every live version of its name.
+    pub versions: &'a [String],
+    /// Its export in each format: id, label, the JSON or why not.
+    pub exports: &'a [(&'static str, &'static str, Result<String, String>)],
+    /// Its last minutes on this replica, if it was called in them.
+    pub series: Option<&'a [Bucket]>,
+}
+
 /// The tool's page.
-pub(crate) fn tool(viewer: Option<&Viewer>, tool: &ToolState, versions: &[String]) -> Markup {
+pub(crate) fn tool(viewer: Option<&Viewer>, page: &ToolPage<'_>) -> Markup {
+    let tool = page.tool;
     let d = &tool.descriptor;
     let title = if d.title.is_empty() {
         &d.name
@@ -194,24 +228,30 @@ pub(crate) fn tool(viewer: Option<&Viewer>, tool: &ToolState, versions: &[String
         viewer,
         html! {
             h1 { (title) }
-            p.name { code { (d.name) } }
+            p.name { code { (d.name) } " " a #try .button href=(format!("{}/try", tool_href(&d.name))) { "Try it" } }
             p.description { (d.description) }
             dl.facts {
                 dt { "Version" } dd { (if d.version.is_empty() { "-" } else { &d.version }) }
-                @if versions.len() > 1 {
-                    dt { "Live versions" } dd { (versions.join(", ")) }
+                @if page.versions.len() > 1 {
+                    dt { "Live versions" } dd { (page.versions.join(", ")) }
                 }
                 dt { "Digest" } dd { code { (tool.digest) } }
                 dt { "Tags" } dd { (if d.tags.is_empty() { "-".to_owned() } else { d.tags.join(", ") }) }
                 dt { "Hints" } dd { (hints(d)) }
-                dt { "Limits" } dd { (limits(d)) }
                 dt { "Timeout" } dd { (duration(d.timeout.as_ref())) }
             }
+            h2 { "Rate limit" }
+            (rate_limit(d, page.series))
             h2 { "Arguments" }
             (schema_view::render(&d.input_schema_json))
             @if !d.output_schema_json.is_empty() {
                 h2 { "Output" }
                 (schema_view::render(&d.output_schema_json))
+            }
+            h2 { "Last ten minutes" }
+            @match page.series {
+                Some(buckets) => (plots::charts(buckets)),
+                None => p.empty { "No call in the last ten minutes on this replica." },
             }
             h2 { "Instances" }
             table.instances {
@@ -226,8 +266,61 @@ pub(crate) fn tool(viewer: Option<&Viewer>, tool: &ToolState, versions: &[String
                     }
                 }
             }
+            h2 { "Export" }
+            p.note { "The tool as each LLM API takes it (what ExportTools answers)." }
+            @for (id, label, shown) in page.exports {
+                details.export {
+                    summary { (label) }
+                    @match shown {
+                        Ok(json) => {
+                            button.copy type="button" data-copy=(format!("export-{id}")) { "Copy" }
+                            pre id=(format!("export-{id}")) { (json) }
+                        }
+                        Err(why) => p.note { (why) },
+                    }
+                }
+            }
         },
     )
+}
+
+/// The tool's limits, and what they did in the last minutes.
+fn rate_limit(d: &pb::ToolDescriptor, series: Option<&[Bucket]>) -> Markup {
+    let (admitted, limited) = series.map_or((0, 0), |buckets| {
+        buckets.iter().fold((0u64, 0u64), |(a, l), b| {
+            (
+                a + u64::from(b.calls() - b.limited),
+                l + u64::from(b.limited),
+            )
+        })
+    });
+    let last_limited = series.and_then(|buckets| {
+        buckets
+            .iter()
+            .rev()
+            .position(|b| b.limited > 0)
+            .map(|ago| ago as u64 * crate::calls::tail::BUCKET.as_secs())
+    });
+    html! {
+        dl.facts.rate-limit {
+            dt { "Limits" } dd { (limits(d)) }
+            dt { "Last ten minutes" } dd {
+                (admitted) " calls went past the limits, " (limited) " were refused by them"
+                @if let Some(ago) = last_limited {
+                    @if ago == 0 { " (the last in the current 10 s)" } @else { " (the last about " (ago) " s ago)" }
+                }
+            }
+        }
+    }
+}
+
+/// `at` as an RFC 3339 time, to the second.
+pub(crate) fn timestamp(at: &prost_types::Timestamp) -> String {
+    let seconds = u64::try_from(at.seconds).unwrap_or(0);
+    humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds),
+    )
+    .to_string()
 }
 
 /// The sidecars serving the catalog, from the tools' instances.

@@ -8,19 +8,26 @@ use toolmesh_proto::pb;
 use tower::ServiceExt as _;
 
 use super::*;
-use crate::catalog::store::memory::{Limits, MemoryStore};
 
 const KEY: &str = "k-console-123";
 const OTHER_KEY: &str = "k-console-456";
 
 struct Fixture {
     router: Router,
+    _registry: crate::serving::server::Registry,
     _dir: tempfile::TempDir,
 }
 
 /// A console over a catalog of `tools`, agents holding [`KEY`] (ops,
 /// who sees everything) and [`OTHER_KEY`] (billing, who sees `billing.*`).
 async fn fixture(tools: &[(&str, &str)]) -> Fixture {
+    fixture_with(tools, POLICY).await
+}
+
+const POLICY: &str = "rules:\n  - callers: [ops]\n    tools: [\"*\"]\n  - callers: [billing]\n    tools: [\"billing.*\"]\n";
+
+/// [`fixture`] under the policy file `policy_yaml`.
+async fn fixture_with(tools: &[(&str, &str)], policy_yaml: &str) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.yaml");
     std::fs::write(
@@ -33,22 +40,17 @@ async fn fixture(tools: &[(&str, &str)]) -> Fixture {
     )
     .unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "rules:\n  - callers: [ops]\n    tools: [\"*\"]\n  - callers: [billing]\n    tools: [\"billing.*\"]\n",
-    )
-    .unwrap();
+    std::fs::write(&policy, policy_yaml).unwrap();
     let config = crate::Config {
         api_keys_file: Some(keys),
         policy_file: Some(policy),
         ..crate::Config::default()
     };
     let access = Arc::new(crate::serving::server::access(&config).unwrap());
-    let catalog = Arc::new(Catalog::new(MemoryStore::new(
-        Duration::from_secs(30),
-        Limits::default(),
-    )));
-    catalog
+    let registry = crate::serving::server::Registry::embedded(config)
+        .with_access(access, crate::access::audit::AuditLog::disabled());
+    registry
+        .catalog()
         .announce(pb::AnnounceRequest {
             instance_id: "sidecar-1".into(),
             endpoint: "http://127.0.0.1:9".into(),
@@ -65,18 +67,13 @@ async fn fixture(tools: &[(&str, &str)]) -> Fixture {
         })
         .await
         .unwrap();
-    let search = Arc::new(ToolSearch::default());
-    search.replace_all(catalog.list().iter().map(|t| &*t.descriptor));
-    let console = Console {
-        catalog,
-        access,
-        search,
-        sealer: Sealer::random(),
-        session_ttl: Duration::from_secs(3600),
-        tls: false,
-    };
+    let console = registry.console(Sealer::random());
+    console
+        .search
+        .replace_all(console.catalog.list().iter().map(|t| &*t.descriptor));
     Fixture {
         router: console.router(),
+        _registry: registry,
         _dir: dir,
     }
 }
@@ -303,4 +300,158 @@ async fn sign_in_refuses_a_wrong_key_and_a_forged_form() {
     )
     .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
+}
+
+/// The `csrf` value of the first form of `page`.
+fn form_token(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn post_as(path: &str, bearer: &str, form: &str) -> Request<Body> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::AUTHORIZATION, bearer)
+        .body(Body::from(form.to_owned()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_playground_shows_a_violation_at_its_field_and_the_call_in_the_tail() {
+    let f = fixture(&[("billing.refund", "Refund a payment")]).await;
+    let session = sign_in(&f.router, KEY).await;
+    let (status, _, form) = send(
+        &f.router,
+        get("/tools/billing.refund/try", &[("cookie", &session)]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(form.contains(r#"name="arg:/amount""#), "{form}");
+    let csrf = form_token(&form);
+    // Without the form's token: refused, and nothing is called.
+    let (status, _, _) = send(
+        &f.router,
+        post("/tools/billing.refund/try", &session, "arg%3A%2Famount=1"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, answer) = send(
+        &f.router,
+        post(
+            "/tools/billing.refund/try",
+            &session,
+            &format!("csrf={csrf}&arg%3A%2Famount=lots"),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        answer.contains(r#"data-outcome="invalid_argument""#),
+        "{answer}"
+    );
+    let field = answer.split_once(r#"data-pointer="/amount""#).unwrap().1;
+    let field = &field[..field.find("</div>").expect(answer.as_str())];
+    assert!(
+        field.contains("class=\"violation\""),
+        "at its field: {field}"
+    );
+    assert!(
+        answer.contains(r#"value="lots""#),
+        "the form keeps the value"
+    );
+    let (_, _, calls) = send(&f.router, get("/calls", &[("cookie", &session)])).await;
+    assert!(
+        calls.contains("billing.refund") && calls.contains("invalid_argument"),
+        "{calls}"
+    );
+}
+
+#[tokio::test]
+async fn console_roles_bound_what_a_viewer_may_do() {
+    let policy = format!(
+        "{POLICY}console:\n  - callers: [ops]\n    can: [view, invoke, approve]\n  - callers: [billing]\n    can: [view]\n"
+    );
+    let f = fixture_with(&[("billing.refund", "Refund a payment")], &policy).await;
+    let viewer = format!("Bearer {OTHER_KEY}");
+    let (status, _, page) = send(&f.router, get("/tools", &[("authorization", &viewer)])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(!page.contains("/approvals"), "no approvals link: {page}");
+    let (status, _, _) = send(
+        &f.router,
+        post_as("/tools/billing.refund/try", &viewer, "arg%3A%2Famount=1"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "view only: no calls");
+    let (status, _, _) = send(&f.router, get("/approvals", &[("authorization", &viewer)])).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let ops = format!("Bearer {KEY}");
+    let (status, _, page) = send(&f.router, get("/approvals", &[("authorization", &ops)])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("Nothing waits for you"), "{page}");
+    // Named by no entry: no console at all.
+    let nobody = "rules:\n  - callers: [\"*\"]\n    tools: [\"*\"]\nconsole:\n  - callers: [ops]\n    can: [view]\n";
+    let f = fixture_with(&[("billing.refund", "Refund a payment")], nobody).await;
+    let (status, _, _) = send(&f.router, get("/tools", &[("authorization", &viewer)])).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_post_from_another_origin_is_refused() {
+    let f = fixture(&[("billing.refund", "Refund a payment")]).await;
+    let mut request = post_as(
+        "/tools/billing.refund/try",
+        &format!("Bearer {KEY}"),
+        "arg%3A%2Famount=1",
+    );
+    request
+        .headers_mut()
+        .insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+    request
+        .headers_mut()
+        .insert(header::HOST, "127.0.0.1:8090".parse().unwrap());
+    let (status, _, _) = send(&f.router, request).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_tool_page_offers_the_playground_and_every_export() {
+    let f = fixture(&[("refund_payment", "Refund a payment")]).await;
+    let (_, _, page) = send(
+        &f.router,
+        get(
+            "/tools/refund_payment",
+            &[("authorization", &format!("Bearer {KEY}"))],
+        ),
+    )
+    .await;
+    assert!(page.contains(r#"id="try""#), "{page}");
+    for id in [
+        "openai-chat",
+        "openai-responses",
+        "anthropic",
+        "gemini",
+        "mcp",
+    ] {
+        assert!(
+            page.contains(&format!("id=\"export-{id}\"")),
+            "{id}: {page}"
+        );
+    }
+    assert!(page.contains(r#"src="/assets/console.js""#));
+    let (status, headers, script) = send(&f.router, get("/assets/console.js", &[])).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    assert!(script.contains("clipboard"));
 }

@@ -113,14 +113,7 @@ impl Registry {
         }));
         let console_drain = CancellationToken::new();
         let _console = console_listener.map(|listener| {
-            let console = crate::serving::console::Console {
-                catalog: self.catalog.clone(),
-                access: self.access.clone(),
-                search: self.search.clone(),
-                sealer: crate::serving::console::session::Sealer::random(),
-                session_ttl: self.config.console_session_ttl,
-                tls: self.config.tls.is_some(),
-            };
+            let console = self.console(crate::serving::console::session::Sealer::random());
             let task = tokio::spawn(console.serve(
                 listener,
                 self.config.tls.clone(),
