@@ -9,7 +9,9 @@
 # and the Python MCP SDK (PyPI, scripts/requirements.txt), the search
 # tests' embedding model (PyPI, scripts/search-model.sh), the MCP
 # interop peers (npm, scripts/mcp), the agents' and chart tests' Python and
-# npm packages, cargo-deny and cargo-fuzz (crates.io).
+# npm packages, chromium and chromium-driver (Debian) with Playwright and
+# the console's browser tests' Python packages (PyPI, scripts/browser.sh),
+# cargo-deny and cargo-fuzz (crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,6 +104,9 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 
 step "Python and TypeScript agents"
 bash examples/agents/test.sh 2>&1 | tee -a "$log" || status=1
+
+step "console in a real browser (scripts/browser.sh)"
+bash scripts/browser.sh 2>&1 | tee -a "$log" || status=1
 
 # The image (a static release build into target/static, then podman build,
 # by scripts/image.sh) and the charts: lint, render, Kubernetes' schemas,

@@ -87,6 +87,8 @@ pub enum RedisOp {
     EmbeddingRead,
     /// Claiming texts to embed, or storing their vectors (SET).
     EmbeddingWrite,
+    /// The console's shared session key (SET NX, GET).
+    ConsoleKey,
 }
 
 impl RedisOp {
@@ -114,6 +116,7 @@ impl RedisOp {
             Self::PinWrite => "pin_write",
             Self::EmbeddingRead => "embedding_read",
             Self::EmbeddingWrite => "embedding_write",
+            Self::ConsoleKey => "console_key",
         }
     }
 }

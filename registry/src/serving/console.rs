@@ -48,6 +48,7 @@ mod playground;
 mod plots;
 mod schema_view;
 pub(crate) mod session;
+pub(crate) mod shared_key;
 
 use identify::{cookie, identify, metadata};
 use pages::Viewer;
@@ -144,7 +145,8 @@ impl Console {
 }
 
 /// Every answer: the Content-Security-Policy, no sniffing, no framing, no
-/// referrer, no caching of what a viewer saw.
+/// referrer to other sites (the same origin's keeps forms' `Origin`), no
+/// caching of what a viewer saw.
 async fn secure_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -152,7 +154,7 @@ async fn secure_headers(request: Request, next: Next) -> Response {
         (header::CONTENT_SECURITY_POLICY, CSP),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
     }

@@ -141,6 +141,8 @@ pub struct Registry {
     search: Arc<ToolSearch>,
     /// Re-reads the versions file while the registry lives.
     versions: Option<crate::access::auth::reload::ReloadTask>,
+    /// The Redis pool and key prefix, in Redis mode.
+    redis: Option<(Arc<RedisPool>, String)>,
     /// Keeps the pins current while the registry lives.
     pins: Option<crate::catalog::pins::follow::PinsTask>,
     _janitor: DropGuard,
@@ -270,10 +272,11 @@ impl Registry {
             model,
         });
         let tasks = crate::tasks::store::open(
-            Some((pool, config.redis_prefix.as_str())),
+            Some((pool.clone(), config.redis_prefix.as_str())),
             Default::default(),
         );
-        Self::assemble(
+        let redis = Some((pool, config.redis_prefix.clone()));
+        let mut registry = Self::assemble(
             store,
             Arc::new(limiter),
             idempotency,
@@ -281,10 +284,12 @@ impl Registry {
             config,
             metrics,
             model,
-        )
-        .with_access(access, audit)
-        .with_versions_file()?
-        .with_pins_file(pins)
+        );
+        registry.redis = redis;
+        registry
+            .with_access(access, audit)
+            .with_versions_file()?
+            .with_pins_file(pins)
     }
 
     /// Puts `--pins-file` in force, if set, over `store`.
@@ -337,6 +342,11 @@ impl Registry {
     pub fn with_console(mut self, listener: TcpListener) -> Self {
         self.console = Some(listener);
         self
+    }
+
+    /// The Redis pool and key prefix, in Redis mode.
+    pub(crate) fn redis_pool(&self) -> Option<(Arc<RedisPool>, String)> {
+        self.redis.clone()
     }
 
     /// The console over this registry's parts, sealing sign-ins with
@@ -510,6 +520,7 @@ impl Registry {
             console: None,
             search,
             versions: None,
+            redis: None,
             pins: None,
             _janitor: stop_janitor.drop_guard(),
         }

@@ -1,11 +1,15 @@
 //! The console of the real registry binary (`--console-listen`): pages
 //! answered with their security headers, a live tool on the catalog page,
-//! and no console beyond loopback with agents unauthenticated.
+//! the playground calling it through the real sidecar, sign-ins good on
+//! every replica in Redis mode, and no console beyond loopback with agents
+//! unauthenticated.
 
 use std::time::Duration;
 
 use toolmesh_test_support::{
+    keys::api_keys_file,
     process,
+    redis::RedisServer,
     registry_process::{RegistryProcess, run_to_exit},
 };
 
@@ -25,7 +29,12 @@ async fn the_binary_serves_the_console_with_a_live_tool() {
     )
     .await;
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let _sidecar = start_sidecar(&format!("http://{addr}"), "s1", vec![add_tool(calls)]).await;
+    let _sidecar = start_sidecar(
+        &format!("http://{addr}"),
+        "s1",
+        vec![add_tool(calls.clone())],
+    )
+    .await;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
@@ -77,6 +86,183 @@ async fn the_binary_serves_the_console_with_a_live_tool() {
         "{}",
         registry.log()
     );
+    try_add(&client, &base, &calls).await;
+}
+
+/// The playground on `add`, as the anonymous viewer: a value of the wrong
+/// type is shown at its field and never reaches the tool; fixed, the
+/// sidecar's answer is shown; both calls are in the tail.
+async fn try_add(client: &reqwest::Client, base: &str, calls: &std::sync::atomic::AtomicUsize) {
+    let form = client
+        .get(format!("{base}/tools/add/try"))
+        .send()
+        .await
+        .unwrap();
+    let cookie = form.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = form.text().await.unwrap();
+    assert!(page.contains(r#"name="arg:/a""#), "{page}");
+    let token = page
+        .split_once(r#"name="csrf" value=""#)
+        .unwrap()
+        .1
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let post = |pairs: Vec<(&'static str, String)>| {
+        client
+            .post(format!("{base}/tools/add/try"))
+            .header("cookie", &cookie)
+            .form(&pairs)
+            .send()
+    };
+    let forged = post(vec![("csrf", "forged".into()), ("arg:/a", "1".into())])
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    let bad = post(vec![
+        ("csrf", token.clone()),
+        ("arg:/a", "1".into()),
+        ("arg:/b", "two".into()),
+    ])
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(bad.contains(r#"data-outcome="invalid_argument""#), "{bad}");
+    assert!(
+        bad.contains(r#"<p class="violation" data-pointer="/b">"#),
+        "{bad}"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let good = post(vec![
+        ("csrf", token),
+        ("arg:/a", "1".into()),
+        ("arg:/b", "2".into()),
+    ])
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(good.contains(r#"data-outcome="ok""#), "{good}");
+    assert!(good.contains("&quot;sum&quot;: 3"), "{good}");
+    let tail = client
+        .get(format!("{base}/calls?live=0"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        tail.matches(r#"<td class="tool"><a href="/tools/add">"#)
+            .count()
+            >= 2,
+        "{tail}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let Some(binary) = process::binary("toolmesh-registry") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let keys = api_keys_file(dir.path(), &[("ops", "k-console-ops", &[])]);
+    let keys = keys.to_str().unwrap();
+    let url = redis.url();
+    let mut consoles = Vec::new();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let console = format!("127.0.0.1:{}", reserved_port());
+        let (replica, _) = RegistryProcess::start(
+            &binary,
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--redis",
+                &url,
+                "--redis-prefix",
+                "console-key",
+                "--api-keys-file",
+                keys,
+                "--console-listen",
+                &console,
+            ],
+            &[],
+        )
+        .await;
+        replicas.push(replica);
+        consoles.push(format!("http://{console}"));
+    }
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let login = client
+        .get(format!("{}/login", consoles[0]))
+        .send()
+        .await
+        .unwrap();
+    let login_cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let token = login_cookie.split_once('=').unwrap().1.to_owned();
+    let signed = client
+        .post(format!("{}/login", consoles[0]))
+        .header("cookie", &login_cookie)
+        .form(&[("csrf", token.as_str()), ("credential", "k-console-ops")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let session = signed
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .find(|c| c.starts_with("toolmesh_console=") && c.len() > "toolmesh_console=".len())
+        .unwrap();
+    for console in &consoles {
+        let page = client
+            .get(format!("{console}/tools"))
+            .header("cookie", &session)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200, "{console}");
+        assert!(page.text().await.unwrap().contains("ops"));
+    }
+    // The key is the one in Redis, set once.
+    let stored = redis_cli(&url, &["GET", "{console-key:console}:key"]);
+    assert_eq!(stored.trim().len(), 44, "32 bytes in base64: {stored:?}");
+}
+
+fn redis_cli(url: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-u")
+        .arg(url)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]

@@ -143,11 +143,18 @@ fn sensitive(mut value: HeaderValue) -> HeaderValue {
 }
 
 /// Whether a post comes from the console's own pages: its `Origin` (when
-/// the browser sends one) names the host it was sent to.
+/// the browser sends one) names the host it was sent to. An opaque
+/// `Origin: null` passes only when the browser itself vouches, by
+/// `Sec-Fetch-Site: same-origin`, that the page was the console's.
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
         return true;
     };
+    if origin == "null" {
+        return headers
+            .get("sec-fetch-site")
+            .is_some_and(|site| site.as_bytes() == b"same-origin");
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())

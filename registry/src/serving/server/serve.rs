@@ -113,13 +113,17 @@ impl Registry {
         }));
         let console_drain = CancellationToken::new();
         let _console = console_listener.map(|listener| {
-            let console = self.console(crate::serving::console::session::Sealer::random());
-            let task = tokio::spawn(console.serve(
-                listener,
-                self.config.tls.clone(),
-                console_drain.clone(),
-                cut.clone(),
-            ));
+            let mut console = self.console(crate::serving::console::session::Sealer::random());
+            let redis = self.redis_pool();
+            let (tls, drain, cut) = (self.config.tls.clone(), console_drain.clone(), cut.clone());
+            let task = tokio::spawn(async move {
+                // Connections wait in the listener's backlog meanwhile.
+                if let Some((pool, prefix)) = redis {
+                    console.sealer =
+                        crate::serving::console::shared_key::sealer(&pool, &prefix).await;
+                }
+                console.serve(listener, tls, drain, cut).await
+            });
             AbortOnDrop(tokio::spawn(async move {
                 match task.await {
                     Ok(Ok(())) => {}
