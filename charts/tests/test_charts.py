@@ -695,11 +695,13 @@ def test_network_policies(prepared_charts):
     policy = render_registry(prepared_charts, values).one("NetworkPolicy")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    ingress, admin = spec["ingress"]
+    ingress, console, admin = spec["ingress"]
     assert ingress["ports"] == [{"port": 50051, "protocol": "TCP"}]
     assert {"podSelector": {"matchLabels": {
         "app.kubernetes.io/name": "toolmesh", "app.kubernetes.io/instance": "toolmesh",
         "app.kubernetes.io/component": "test"}}} in ingress["from"], "the helm test pod is let in"
+    # The ingress controller, from where consoleFrom says, on the console port only.
+    assert console == {"ports": [{"port": 8090, "protocol": "TCP"}], "from": values["networkPolicy"]["consoleFrom"]}
     # Prometheus, from where adminFrom says, on the admin port only.
     assert admin == {"ports": [{"port": 9090, "protocol": "TCP"}], "from": values["networkPolicy"]["adminFrom"]}
     egress_ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
@@ -715,6 +717,43 @@ def test_network_policies(prepared_charts):
     redis_policy = internal.one("NetworkPolicy", "toolmesh-redis")["spec"]
     assert redis_policy["egress"] == [] and redis_policy["policyTypes"] == ["Ingress", "Egress"]
     assert redis_policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "registry"
+
+
+def test_network_policy_console_rule(prepared_charts):
+    """The console port gets its own ingress rule with `console.enabled`:
+    from `consoleFrom`, else from `ingressFrom` (without the test pod),
+    else from anyone; none without the console."""
+
+    def rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        values = merged({"networkPolicy": {"enabled": True}}, values)
+        return render_registry(prepared_charts, values).one("NetworkPolicy")["spec"]["ingress"]
+
+    def console_rules(values: dict[str, Any], port: int = 8090) -> list[dict[str, Any]]:
+        return [r for r in rules(values) if {"port": port, "protocol": "TCP"} in r["ports"]]
+
+    agents = [{"namespaceSelector": {"matchLabels": {"toolmesh.io/agents": "true"}}}]
+    ingress_controller = [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ingress-nginx"}},
+    }]
+    on = {"console": {"enabled": True}}
+
+    given = console_rules(merged(on, {"networkPolicy": {"ingressFrom": agents, "consoleFrom": ingress_controller}}))
+    assert given == [{"ports": [{"port": 8090, "protocol": "TCP"}], "from": ingress_controller}]
+    # consoleFrom empty: the peers of ingressFrom.
+    fallback = console_rules(merged(on, {"networkPolicy": {"ingressFrom": agents}}))
+    assert fallback == [{"ports": [{"port": 8090, "protocol": "TCP"}], "from": agents}]
+    # Both empty: anyone, on the console port only.
+    assert console_rules(on) == [{"ports": [{"port": 8090, "protocol": "TCP"}]}]
+    # The rule follows console.port.
+    moved = console_rules(merged(on, {"console": {"port": 8443}}), port=8443)
+    assert moved == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+
+    # No console: no rule on its port, whatever consoleFrom says.
+    off = {"networkPolicy": {"ingressFrom": agents, "consoleFrom": ingress_controller}}
+    assert console_rules(off) == []
+    assert all(r.get("from") != ingress_controller for r in rules(off))
+    assert [r["ports"][0]["port"] for r in rules(off)] == [50051, 9090]
 
 
 def test_helm_test_hook_checks_health_through_the_service(prepared_charts):
