@@ -287,6 +287,27 @@ impl Catalog {
         self.store.list_all()
     }
 
+    /// Up to `limit` tools' defaults that `keep` takes, in name order from
+    /// `from`, until it says stop; and whether names were left.
+    pub fn walk(
+        &self,
+        from: store::view::Walk<'_>,
+        limit: usize,
+        keep: &mut dyn FnMut(&ToolState) -> store::view::Step,
+    ) -> (Vec<Arc<ToolState>>, bool) {
+        self.store.walk(from, limit, keep)
+    }
+
+    /// Every live instance with its registrant, tools and lease.
+    pub async fn instances(&self) -> Result<Vec<store::model::InstanceLease>, RegistryError> {
+        self.store.instances().await
+    }
+
+    /// How many tools (names) are live.
+    pub fn tool_count(&self) -> usize {
+        self.store.tool_count()
+    }
+
     /// The current tools (each default, or `all_versions` every version)
     /// and a receiver of every later change, with no gap and no overlap
     /// between the two.

@@ -18,13 +18,12 @@ use std::{sync::Arc, time::Duration};
 
 use axum::{
     Form, Router,
-    extract::{DefaultBodyLimit, Path, Query, Request, State},
+    extract::{DefaultBodyLimit, Path, Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::{Next, from_fn, from_fn_with_state},
     response::{IntoResponse, Redirect, Response},
     routing::{get, post},
 };
-use maud::Markup;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolmesh_proto::pb;
@@ -33,7 +32,7 @@ use toolmesh_proto::tls::ServerTls;
 use crate::{
     access::{Access, allows, auth::Caller},
     calls::tail::CallTail,
-    catalog::{Catalog, search::Scope, search::ToolSearch, store::model::ToolState},
+    catalog::{Catalog, search::ToolSearch, store::model::ToolState},
     serving::api::ToolRegistryApi,
     serving::http_listener::{HttpListener, PeerAddr},
     tasks::Tasks,
@@ -41,8 +40,10 @@ use crate::{
 
 mod approvals;
 mod calls;
+mod catalog_page;
 mod form;
 mod identify;
+mod instances;
 mod pages;
 mod playground;
 mod plots;
@@ -54,8 +55,6 @@ use identify::{cookie, identify, metadata};
 use pages::Viewer;
 use session::{Sealer, Session};
 
-/// Tools on one catalog page.
-const PAGE_SIZE: usize = 50;
 /// Largest form body read.
 const MAX_FORM_BYTES: usize = 64 * 1024;
 /// The stylesheet, compiled in.
@@ -86,6 +85,8 @@ pub(crate) struct Console {
     pub tasks: Arc<Tasks>,
     /// The calls this replica answered lately.
     pub tail: Arc<CallTail>,
+    /// How long a lease lasts without a heartbeat.
+    pub lease_ttl: Duration,
 }
 
 type Shared = Arc<Console>;
@@ -96,13 +97,13 @@ impl Console {
         let shared: Shared = Arc::new(self);
         let viewed = Router::new()
             .route("/", get(|| async { Redirect::to("/tools") }))
-            .route("/tools", get(catalog))
+            .route("/tools", get(catalog_page::catalog))
             .route("/tools/{name}", get(tool))
             .route(
                 "/tools/{name}/try",
                 get(playground::form_page).post(playground::try_it),
             )
-            .route("/instances", get(instances))
+            .route("/instances", get(instances::page))
             .route("/calls", get(calls::page))
             .route("/approvals", get(approvals::list))
             .route("/approvals/decide", post(approvals::decide))
@@ -310,69 +311,6 @@ fn no_such_tool(viewer: &Viewer, name: &str) -> Response {
         .into_response()
 }
 
-async fn catalog(
-    State(console): State<Shared>,
-    axum::Extension(caller): axum::Extension<Caller>,
-    axum::Extension(viewer): axum::Extension<Viewer>,
-    Query(query): Query<pages::CatalogQuery>,
-) -> Markup {
-    let policy = console.access.policy();
-    let matches = |tool: &ToolState| {
-        allows(policy.as_deref(), &caller, tool.name())
-            && (query.tag.is_empty() || tool.descriptor.tags.contains(&query.tag))
-            && tool.name().starts_with(query.prefix.as_str())
-    };
-    let page = query.page.unwrap_or(1).max(1);
-    let skip = (page - 1).saturating_mul(PAGE_SIZE);
-    let (tools, total, ranking) = if query.q.trim().is_empty() {
-        let all: Vec<Arc<ToolState>> = console
-            .catalog
-            .list()
-            .into_iter()
-            .filter(|t| matches(t))
-            .collect();
-        let total = all.len();
-        (
-            all.into_iter()
-                .skip(skip)
-                .take(PAGE_SIZE + 1)
-                .collect::<Vec<_>>(),
-            Some(total),
-            None,
-        )
-    } else {
-        let catalog = console.catalog.clone();
-        let scope = move |name: &str| catalog.get(name).is_some_and(|t| matches(&t));
-        let ranked = console.search.rank(&query.q, Scope::Visible(&scope)).await;
-        let label = match ranked.ranking {
-            crate::catalog::search::Ranking::Hybrid => "by meaning and words",
-            crate::catalog::search::Ranking::Lexical => "by words",
-        };
-        let total = ranked.found.len();
-        let tools = ranked
-            .found
-            .iter()
-            .skip(skip)
-            .take(PAGE_SIZE + 1)
-            .filter_map(|f| console.catalog.get(&f.name))
-            .collect();
-        (tools, Some(total), Some(label))
-    };
-    let more = tools.len() > PAGE_SIZE;
-    let shown = &tools[..tools.len().min(PAGE_SIZE)];
-    pages::catalog(
-        Some(&viewer),
-        &pages::CatalogPage {
-            query: &query,
-            tools: shown,
-            page,
-            more,
-            total,
-            ranking,
-        },
-    )
-}
-
 async fn tool(
     State(console): State<Shared>,
     axum::Extension(caller): axum::Extension<Caller>,
@@ -388,11 +326,16 @@ async fn tool(
     };
     let versions: Vec<String> = console
         .catalog
-        .list_all()
-        .iter()
-        .filter(|t| t.name() == tool.name() && !t.descriptor.version.is_empty())
-        .map(|t| t.descriptor.version.clone())
-        .collect();
+        .family(tool.name())
+        .map(|family| {
+            family
+                .versions()
+                .iter()
+                .map(|t| t.descriptor.version.clone())
+                .filter(|v| !v.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
     let exports = exports(&tool);
     let series = console.tail.series(tool.name(), std::time::Instant::now());
     pages::tool(
@@ -444,32 +387,6 @@ fn exports(tool: &Arc<ToolState>) -> Vec<(&'static str, &'static str, Result<Str
             (*id, *label, shown)
         })
         .collect()
-}
-
-async fn instances(
-    State(console): State<Shared>,
-    axum::Extension(caller): axum::Extension<Caller>,
-    axum::Extension(viewer): axum::Extension<Viewer>,
-) -> Markup {
-    let mut by_id: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
-    for tool in console.catalog.list_all() {
-        if !sees(&console, &caller, tool.name()) {
-            continue;
-        }
-        for instance in &tool.instances {
-            let entry = by_id
-                .entry(instance.id.clone())
-                .or_insert_with(|| (instance.endpoint.clone(), Vec::new()));
-            if !entry.1.iter().any(|n| n == tool.name()) {
-                entry.1.push(tool.name().to_owned());
-            }
-        }
-    }
-    let rows: Vec<(String, String, Vec<String>)> = by_id
-        .into_iter()
-        .map(|(id, (endpoint, tools))| (id, endpoint, tools))
-        .collect();
-    pages::instances(Some(&viewer), &rows)
 }
 
 #[cfg(test)]

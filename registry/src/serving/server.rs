@@ -381,6 +381,7 @@ impl Registry {
             agents: Arc::new(agents),
             tasks: self.tasks.clone(),
             tail,
+            lease_ttl: self.config.lease_ttl,
         }
     }
 

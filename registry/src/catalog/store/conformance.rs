@@ -278,3 +278,46 @@ pub(super) async fn versions_serve_side_by_side_under_one_registrant(store: &dyn
     assert_eq!(family.default().descriptor.version, "1.4.2");
     assert!(store.get("w@2.0.0").is_none());
 }
+
+/// The console's instance listing: each live instance with its registrant,
+/// tools and lease, gone once withdrawn.
+pub(super) async fn instances_show_registrant_tools_and_lease(store: &dyn CatalogStore) {
+    let lease = store
+        .announce(owned(
+            "a",
+            vec![tool("t", "1"), tool("u", "1")],
+            "team-a",
+            None,
+        ))
+        .await
+        .unwrap();
+    store
+        .announce(owned("b", vec![tool("v", "1")], "team-b", None))
+        .await
+        .unwrap();
+    let mut instances = store.instances().await.unwrap();
+    instances.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    let a = &instances[0];
+    assert_eq!((a.id.as_str(), a.owner.as_str()), ("a", "team-a"));
+    assert_eq!(a.endpoint, "http://127.0.0.1/a");
+    let mut tools = a.tools.clone();
+    tools.sort();
+    assert_eq!(tools, ["t", "u"]);
+    let left = a.expires_in.expect("an expiry");
+    assert!(left > std::time::Duration::ZERO && left <= std::time::Duration::from_secs(3600));
+    let announced = a.announced_ms.expect("an announce time");
+    assert!(
+        super::model::epoch_ms().abs_diff(announced) < 60_000,
+        "{announced}"
+    );
+    store.withdraw(&lease.id, "team-a").await.unwrap();
+    let left: Vec<String> = store
+        .instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(left, ["b"]);
+}

@@ -45,6 +45,8 @@ struct LeaseRecord {
     tools: Vec<String>,
     expires: Instant,
     owner: String,
+    /// When it was announced, in ms since the epoch.
+    announced_ms: u64,
 }
 
 struct ToolRecord {
@@ -339,6 +341,7 @@ impl CatalogStore for MemoryStore {
                 tools: names,
                 expires,
                 owner: a.owner.name,
+                announced_ms: super::model::epoch_ms(),
             },
         );
         self.publish(&state, touched);
@@ -385,6 +388,23 @@ impl CatalogStore for MemoryStore {
 
     fn lease_count(&self) -> usize {
         self.lock().leases.len()
+    }
+
+    async fn instances(&self) -> Result<Vec<super::model::InstanceLease>, RegistryError> {
+        let now = Instant::now();
+        Ok(self
+            .lock()
+            .leases
+            .values()
+            .map(|lease| super::model::InstanceLease {
+                id: lease.instance.id.clone(),
+                endpoint: lease.instance.endpoint.clone(),
+                owner: lease.owner.clone(),
+                tools: lease.tools.clone(),
+                expires_in: Some(lease.expires.saturating_duration_since(now)),
+                announced_ms: Some(lease.announced_ms),
+            })
+            .collect())
     }
 
     async fn loaded(&self) {}

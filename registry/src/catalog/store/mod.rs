@@ -70,6 +70,20 @@ pub trait CatalogStore: Send + Sync + 'static {
     fn list_all(&self) -> Vec<Arc<ToolState>> {
         self.resident().view.list_all()
     }
+    /// A page of tools' defaults, walked in name order
+    /// ([`view::CatalogView::walk`]).
+    fn walk(
+        &self,
+        from: view::Walk<'_>,
+        limit: usize,
+        keep: &mut dyn FnMut(&ToolState) -> view::Step,
+    ) -> (Vec<Arc<ToolState>>, bool) {
+        self.resident().view.walk(from, limit, keep)
+    }
+    /// How many tools (names) are live.
+    fn tool_count(&self) -> usize {
+        self.resident().view.len()
+    }
     /// The current tools (each default, or every version) and a receiver
     /// of every later change, taken atomically.
     fn watch(
@@ -95,6 +109,10 @@ pub trait CatalogStore: Send + Sync + 'static {
     /// Live leases as this engine knows them (in Redis mode, as of the
     /// last resync plus the changes seen since).
     fn lease_count(&self) -> usize;
+    /// Every live instance with its registrant, tools and lease (in Redis
+    /// mode, the leases this replica knows, with their expiries read from
+    /// Redis).
+    async fn instances(&self) -> Result<Vec<model::InstanceLease>, RegistryError>;
     /// Completes once the catalog has been loaded from its engine: at once
     /// in memory; in Redis mode after the first full resync.
     async fn loaded(&self);

@@ -153,6 +153,31 @@ pub struct Lease {
     pub held: Vec<String>,
 }
 
+/// A live instance as the console lists it: who registered it, what it
+/// serves, and how its lease stands. Never its lease id (a bearer token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceLease {
+    /// The instance id.
+    pub id: String,
+    /// Its `ToolRuntime` URL.
+    pub endpoint: String,
+    /// The registrant that announced it (`""`: registration unauthenticated).
+    pub owner: String,
+    /// The keys of the tools it serves.
+    pub tools: Vec<String>,
+    /// Time left before the lease expires without a heartbeat, if known.
+    pub expires_in: Option<std::time::Duration>,
+    /// When it was announced, in milliseconds since the Unix epoch, if known.
+    pub announced_ms: Option<u64>,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// How logs name a lease ([`toolmesh_telemetry::shown::secret_tag`]): a
 /// lease id is a bearer token, never logged whole.
 pub fn lease_tag(lease_id: &str) -> String {

@@ -344,6 +344,7 @@ impl CatalogStore for RedisStore {
                             address: stored_address(&a.endpoint, a.execute_key.as_ref()),
                             tools: a.tools.iter().map(versions::key).collect(),
                             owner: a.owner.name.clone(),
+                            announced_ms: Some(super::model::epoch_ms()),
                         },
                     );
                     for name in touched {
@@ -452,6 +453,48 @@ impl CatalogStore for RedisStore {
 
     fn lease_count(&self) -> usize {
         self.local().leases.len()
+    }
+
+    async fn instances(&self) -> Result<Vec<super::model::InstanceLease>, RegistryError> {
+        let expiry = self.key("expiry");
+        // Redis's clock and every lease's expiry on it, in one round trip.
+        let ((seconds, micros), expiries): ((u64, u64), Vec<(String, f64)>) = self
+            .pool
+            .run(RedisOp::ReadLease, async |conn| {
+                redis::pipe()
+                    .cmd("TIME")
+                    .cmd("ZRANGE")
+                    .arg(&expiry)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query_async(conn)
+                    .await
+            })
+            .await
+            .map_err(unavailable)?;
+        let now_ms = seconds * 1000 + micros / 1000;
+        let expiries: HashMap<String, f64> = expiries.into_iter().collect();
+        Ok(self
+            .local()
+            .leases
+            .iter()
+            .map(|(lease, record)| super::model::InstanceLease {
+                id: record.instance.clone(),
+                endpoint: record
+                    .address
+                    .split_once(' ')
+                    .map_or(record.address.as_str(), |(endpoint, _)| endpoint)
+                    .to_owned(),
+                owner: record.owner.clone(),
+                tools: record.tools.clone(),
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                expires_in: expiries
+                    .get(lease)
+                    .map(|at| Duration::from_millis((*at as u64).saturating_sub(now_ms))),
+                announced_ms: record.announced_ms,
+            })
+            .collect())
     }
 
     async fn loaded(&self) {

@@ -10,8 +10,10 @@
 //! [`CatalogView::watch`] hands out a snapshot and a receiver with no gap
 //! and no overlap.
 
+use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use arc_swap::ArcSwap;
 use dashmap::DashMap;
@@ -43,6 +45,9 @@ pub struct CatalogView {
     held: DashMap<String, Arc<ToolState>>,
     gate: std::sync::OnceLock<Arc<dyn Gate>>,
     families: DashMap<String, Arc<Family>>,
+    /// The names of `families`, in order: pages are walked from here, at
+    /// the cost of the page rather than of the catalog.
+    ordered: RwLock<BTreeSet<Arc<str>>>,
     /// The operator's defaults.
     policy: ArcSwap<VersionPolicy>,
     /// Every definition served, by digest.
@@ -60,6 +65,7 @@ impl Default for CatalogView {
             held: DashMap::new(),
             gate: std::sync::OnceLock::new(),
             families: DashMap::new(),
+            ordered: RwLock::default(),
             policy: ArcSwap::default(),
             seen: Seen::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
@@ -67,6 +73,28 @@ impl Default for CatalogView {
             publish: Mutex::new(()),
         }
     }
+}
+
+/// Where a [`CatalogView::walk`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Walk<'a> {
+    /// At this name (or the first after it).
+    From(&'a str),
+    /// Just after this name.
+    After(&'a str),
+    /// Just before this name, backwards.
+    Before(&'a str),
+}
+
+/// What a [`CatalogView::walk`] does with the tool it reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Puts it on the page.
+    Take,
+    /// Passes it by.
+    Skip,
+    /// Ends the walk: nothing further can match.
+    Stop,
 }
 
 /// A change to one state: what happened and the state after it (for
@@ -177,9 +205,27 @@ impl CatalogView {
             after.as_ref().map(|f| f.default().clone()),
         );
         match &after {
-            Some(family) => self.families.insert(name.to_owned(), family.clone()),
-            None => self.families.remove(name).map(|(_, f)| f),
-        };
+            Some(family) => {
+                if self
+                    .families
+                    .insert(name.to_owned(), family.clone())
+                    .is_none()
+                {
+                    self.ordered
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(name.into());
+                }
+            }
+            None => {
+                if self.families.remove(name).is_some() {
+                    self.ordered
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(name);
+                }
+            }
+        }
         match (old, new) {
             (None, None) => None,
             (None, Some(new)) => Some((ChangeKind::Added, new)),
@@ -269,6 +315,48 @@ impl CatalogView {
             .collect();
         tools.sort_by(|a, b| a.name().cmp(b.name()));
         tools
+    }
+
+    /// Up to `limit` tools' defaults that `keep` takes, in name order from
+    /// `from` on (or, backwards, before it), until `keep` says stop: what
+    /// a page costs is what it walks, not what the catalog holds. Also
+    /// says whether names were left when it ended.
+    pub(crate) fn walk(
+        &self,
+        from: Walk<'_>,
+        limit: usize,
+        keep: &mut dyn FnMut(&ToolState) -> Step,
+    ) -> (Vec<Arc<ToolState>>, bool) {
+        let ordered = self.ordered.read().unwrap_or_else(PoisonError::into_inner);
+        let range =
+            |after: Bound<&str>, before: Bound<&str>| ordered.range::<str, _>((after, before));
+        let names: Box<dyn Iterator<Item = &Arc<str>>> = match from {
+            Walk::From(start) => Box::new(range(Bound::Included(start), Bound::Unbounded)),
+            Walk::After(name) => Box::new(range(Bound::Excluded(name), Bound::Unbounded)),
+            Walk::Before(name) => Box::new(range(Bound::Unbounded, Bound::Excluded(name)).rev()),
+        };
+        let mut found = Vec::new();
+        let mut names = names.peekable();
+        for name in names.by_ref() {
+            let Some(family) = self.families.get(&**name) else {
+                continue;
+            };
+            match keep(family.default()) {
+                Step::Take => found.push(family.default().clone()),
+                Step::Skip => continue,
+                Step::Stop => return (found, false),
+            }
+            if found.len() == limit {
+                break;
+            }
+        }
+        let more = names.peek().is_some();
+        (found, more)
+    }
+
+    /// How many tools (names) the view holds.
+    pub(crate) fn len(&self) -> usize {
+        self.families.len()
     }
 
     /// Every version, sorted by key.

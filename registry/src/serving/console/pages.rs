@@ -115,38 +115,52 @@ pub(crate) struct CatalogQuery {
     /// Only tools whose name starts with this.
     #[serde(default)]
     pub prefix: String,
-    /// The page, from 1.
+    /// By name: the page starts after this name.
+    #[serde(default)]
+    pub after: String,
+    /// By name: the page ends before this name.
+    #[serde(default)]
+    pub before: String,
+    /// The page's number, from 1 (searched: which page of the ranking).
     #[serde(default)]
     pub page: Option<usize>,
 }
 
-/// One page of the catalog.
-pub(crate) struct CatalogPage<'a> {
-    pub query: &'a CatalogQuery,
-    pub tools: &'a [std::sync::Arc<ToolState>],
-    pub page: usize,
-    pub more: bool,
-    pub total: Option<usize>,
-    /// How the answer was ranked, when searched.
-    pub ranking: Option<&'static str>,
-}
-
-pub(crate) fn catalog(viewer: Option<&Viewer>, page: &CatalogPage<'_>) -> Markup {
-    let query = page.query;
-    let link = |to: usize| {
+impl CatalogQuery {
+    /// The catalog page `to` with these filters, and `extra` parameters.
+    pub(crate) fn href(&self, extra: &[(&str, &str)], to: usize) -> String {
         let mut url = url::form_urlencoded::Serializer::new(String::new());
-        for (key, value) in [
-            ("q", &query.q),
-            ("tag", &query.tag),
-            ("prefix", &query.prefix),
-        ] {
+        for (key, value) in [("q", &self.q), ("tag", &self.tag), ("prefix", &self.prefix)] {
             if !value.is_empty() {
                 url.append_pair(key, value);
             }
         }
+        for (key, value) in extra {
+            url.append_pair(key, value);
+        }
         url.append_pair("page", &to.to_string());
         format!("/tools?{}", url.finish())
-    };
+    }
+}
+
+/// One page of the catalog.
+pub(crate) struct Listing {
+    pub tools: Vec<std::sync::Arc<ToolState>>,
+    /// How many tools match, when known without a walk of them all.
+    pub total: Option<usize>,
+    /// The pages before and after, if any.
+    pub prev: Option<String>,
+    pub next: Option<String>,
+    /// How the answer was ranked, when searched.
+    pub ranking: Option<&'static str>,
+}
+
+pub(crate) fn catalog(
+    viewer: Option<&Viewer>,
+    query: &CatalogQuery,
+    page: usize,
+    listing: &Listing,
+) -> Markup {
     layout(
         "Catalog",
         viewer,
@@ -159,8 +173,8 @@ pub(crate) fn catalog(viewer: Option<&Viewer>, page: &CatalogPage<'_>) -> Markup
                 button type="submit" { "Search" }
             }
             p.summary {
-                @if let Some(total) = page.total { (total) " tools" }
-                @if let Some(ranking) = page.ranking { " · ranked " (ranking) }
+                @if let Some(total) = listing.total { (total) " tools" }
+                @if let Some(ranking) = listing.ranking { " · ranked " (ranking) }
             }
             table.tools {
                 thead { tr {
@@ -168,18 +182,18 @@ pub(crate) fn catalog(viewer: Option<&Viewer>, page: &CatalogPage<'_>) -> Markup
                     th { "Hints" } th { "Limits" } th { "Instances" }
                 } }
                 tbody {
-                    @for tool in page.tools {
+                    @for tool in &listing.tools {
                         (row(tool))
                     }
                 }
             }
-            @if page.tools.is_empty() {
+            @if listing.tools.is_empty() {
                 p.empty { "No tool matches." }
             }
             nav.pages {
-                @if page.page > 1 { a rel="prev" href=(link(page.page - 1)) { "← Previous" } }
-                span { "Page " (page.page) }
-                @if page.more { a rel="next" href=(link(page.page + 1)) { "Next →" } }
+                @if let Some(prev) = &listing.prev { a rel="prev" href=(prev) { "← Previous" } }
+                span { "Page " (page) }
+                @if let Some(next) = &listing.next { a rel="next" href=(next) { "Next →" } }
             }
         },
     )
@@ -321,35 +335,6 @@ pub(crate) fn timestamp(at: &prost_types::Timestamp) -> String {
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(seconds),
     )
     .to_string()
-}
-
-/// The sidecars serving the catalog, from the tools' instances.
-pub(crate) fn instances(viewer: Option<&Viewer>, rows: &[(String, String, Vec<String>)]) -> Markup {
-    layout(
-        "Instances",
-        viewer,
-        html! {
-            h1 { "Instances" }
-            table.instances {
-                thead { tr { th { "Instance" } th { "Endpoint" } th { "Tools" } } }
-                tbody {
-                    @for (id, endpoint, tools) in rows {
-                        tr {
-                            td { code { (id) } }
-                            td { code { (endpoint) } }
-                            td {
-                                @for (i, name) in tools.iter().enumerate() {
-                                    @if i > 0 { ", " }
-                                    a href=(tool_href(name)) { (name) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            @if rows.is_empty() { p.empty { "No instance is live." } }
-        },
-    )
 }
 
 /// The path of `name`'s page, the name percent-encoded.

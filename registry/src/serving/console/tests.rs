@@ -455,3 +455,53 @@ async fn a_tool_page_offers_the_playground_and_every_export() {
     );
     assert!(script.contains("clipboard"));
 }
+
+#[tokio::test]
+async fn catalog_pages_walk_on_by_name_and_back() {
+    let names: Vec<String> = (0..120).map(|i| format!("t{i:03}")).collect();
+    let tools: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "A tool")).collect();
+    let f = fixture(&tools).await;
+    let bearer = format!("Bearer {KEY}");
+    let page = |path: String| {
+        let router = f.router.clone();
+        let bearer = bearer.clone();
+        async move {
+            send(&router, get(&path, &[("authorization", &bearer)]))
+                .await
+                .2
+        }
+    };
+    let first = page("/tools".into()).await;
+    assert!(first.contains("120 tools"), "{first}");
+    assert!(first.contains(">t000<") && first.contains(">t049<") && !first.contains(">t050<"));
+    assert!(!first.contains(r#"rel="prev""#));
+    let next = first
+        .split_once(r#"rel="next" href=""#)
+        .unwrap()
+        .1
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    assert!(next.contains("after=t049"), "{next}");
+    let second = page(next).await;
+    assert!(second.contains(">t050<") && second.contains(">t099<") && !second.contains(">t049<"));
+    let prev = second
+        .split_once(r#"rel="prev" href=""#)
+        .unwrap()
+        .1
+        .split('"')
+        .next()
+        .unwrap()
+        .replace("&amp;", "&");
+    let back = page(prev).await;
+    assert!(back.contains(">t000<") && back.contains(">t049<") && !back.contains(">t050<"));
+    // A prefix walks only its names, and stops past them.
+    let prefixed = page("/tools?prefix=t11".into()).await;
+    assert_eq!(
+        prefixed.matches("<tr><td><a href=").count(),
+        10,
+        "{prefixed}"
+    );
+    assert!(!prefixed.contains(r#"rel="next""#));
+}

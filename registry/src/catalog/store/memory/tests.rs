@@ -234,6 +234,11 @@ async fn sole_instance_may_change_its_descriptor() {
 }
 
 #[tokio::test]
+async fn instances_show_registrant_tools_and_lease() {
+    conformance::instances_show_registrant_tools_and_lease(&*store()).await;
+}
+
+#[tokio::test]
 async fn reannounce_replaces_the_old_lease() {
     conformance::reannounce_replaces_the_old_lease(&*store()).await;
 }

@@ -93,7 +93,7 @@ local function add_lease(lease, inst, endpoint, ttl, entries, touched, owner)
     touched[#touched + 1] = name
   end
   redis.call('HSET', p .. ':lease:' .. lease, 'instance', inst, 'endpoint', endpoint,
-    'tools', table.concat(names, '\n'), 'owner', owner)
+    'tools', table.concat(names, '\n'), 'owner', owner, 'since', now_ms())
   redis.call('SADD', p .. ':held:' .. owner, lease)
   redis.call('SET', p .. ':inst:' .. inst, lease)
   redis.call('ZADD', p .. ':expiry', now_ms() + ttl, lease)

@@ -17,6 +17,9 @@ pub(super) struct LeaseRecord {
     pub(super) address: String,
     pub(super) tools: Vec<String>,
     pub(super) owner: String,
+    /// When it was announced (ms since the epoch, Redis's clock), when the
+    /// lease says.
+    pub(super) announced_ms: Option<u64>,
 }
 
 impl LeaseRecord {
@@ -30,6 +33,7 @@ impl LeaseRecord {
                 .map(|t| t.lines().map(str::to_owned).collect())
                 .unwrap_or_default(),
             owner: fields.get("owner").cloned().unwrap_or_default(),
+            announced_ms: fields.get("since").and_then(|s| s.parse().ok()),
         })
     }
 }

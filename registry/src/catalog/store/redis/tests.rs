@@ -61,6 +61,7 @@ async fn the_redis_engine_does_what_every_engine_does() {
     conformance::sole_instance_may_change_its_descriptor(&*fresh("c2").await).await;
     conformance::reannounce_replaces_the_old_lease(&*fresh("c3").await).await;
     conformance::withdraw_removes_only_that_instance(&*fresh("c4").await).await;
+    conformance::instances_show_registrant_tools_and_lease(&*fresh("c4i").await).await;
     conformance::a_tool_and_its_leases_belong_to_the_registrant_that_holds_them(
         &*fresh("c5").await,
     )
