@@ -9,7 +9,10 @@
 //!   line of figures;
 //! - `toolmesh-bench frame`: the request `load` sends, for `h2load -d`;
 //! - `toolmesh-bench scale`: a large catalog announced over gRPC, timing
-//!   announce, heartbeat and `ListTools` (`scripts/scale.sh` drives it).
+//!   announce, heartbeat and `ListTools` (`scripts/scale.sh` drives it);
+//! - `toolmesh-bench console`: the console's pages timed over HTTP/1.1 at
+//!   a catalog announced as `scale` does (`scripts/bench_console.sh`
+//!   drives it).
 
 // The allocator the binaries use.
 #[global_allocator]
@@ -17,6 +20,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::Parser as _;
 
+mod console;
 mod echo;
 mod load;
 mod scale;
@@ -32,6 +36,8 @@ enum Command {
     Frame(load::Request),
     /// Announces a large catalog and times announce, heartbeat, ListTools.
     Scale(scale::Args),
+    /// Announces a large catalog and times the console's pages.
+    Console(console::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +56,9 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(scale::run(args)),
+        Command::Console(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(console::run(args)),
     }
 }

@@ -42,7 +42,7 @@ pub(crate) struct Args {
 }
 
 /// `pid`'s resident memory in KiB (Linux), if it can be read.
-fn rss_kib(pid: Option<u32>) -> Option<u64> {
+pub(crate) fn rss_kib(pid: Option<u32>) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
@@ -50,7 +50,7 @@ fn rss_kib(pid: Option<u32>) -> Option<u64> {
 
 /// One generated tool, shaped like a real one: a description, two tags,
 /// and an input schema with two described properties.
-fn descriptor(index: usize) -> pb::ToolDescriptor {
+pub(crate) fn descriptor(index: usize) -> pb::ToolDescriptor {
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -69,7 +69,8 @@ fn descriptor(index: usize) -> pb::ToolDescriptor {
     }
 }
 
-fn announces(tools: usize, instances: usize) -> Vec<pb::AnnounceRequest> {
+/// `tools` tools spread over `instances` announces (one per instance).
+pub(crate) fn announces(tools: usize, instances: usize) -> Vec<pb::AnnounceRequest> {
     let instances = instances.clamp(1, tools.max(1));
     let mut requests: Vec<pb::AnnounceRequest> = (0..instances)
         .map(|i| pb::AnnounceRequest {
