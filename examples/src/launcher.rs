@@ -45,6 +45,9 @@ pub struct Options {
     pub wait_for_tools: Duration,
     /// Keep the log dir after a passing run.
     pub keep_logs: bool,
+    /// Serve the registry's console here, and keep everything running
+    /// after the agent's run until interrupted.
+    pub console: Option<SocketAddr>,
 }
 
 impl Options {
@@ -188,18 +191,18 @@ async fn start_and_run(
     println!("{}", heading("Starting"));
 
     let lease_ttl = format!("{}ms", options.lease_ttl.as_millis());
-    let pid = supervisor.spawn(
-        "registry",
-        &binaries.registry,
-        [
-            "--listen",
-            &registry_addr.to_string(),
-            "--lease-ttl",
-            &lease_ttl,
-            "--shutdown-grace",
-            "2s",
-        ],
-    )?;
+    let mut registry_args = vec![
+        "--listen".to_owned(),
+        registry_addr.to_string(),
+        "--lease-ttl".to_owned(),
+        lease_ttl,
+        "--shutdown-grace".to_owned(),
+        "2s".to_owned(),
+    ];
+    if let Some(console) = options.console {
+        registry_args.extend(["--console-listen".to_owned(), console.to_string()]);
+    }
+    let pid = supervisor.spawn("registry", &binaries.registry, &registry_args)?;
     println!(
         "  {:<18} pid={pid:<8} {registry_url} (lease TTL {:?})",
         "registry", options.lease_ttl
@@ -258,11 +261,22 @@ async fn start_and_run(
         registry: registry_url,
         wait_for_tools: options.wait_for_tools,
     };
-    tokio::select! {
+    let report = tokio::select! {
         report = agent::run(&agent_options) => report,
         error = supervisor.first_exit() => Err(error),
         () = toolmesh_sidecar::shutdown::signal_received() => bail!("interrupted"),
+    }?;
+    if let Some(console) = options.console {
+        println!("{}", heading("Console"));
+        println!(
+            "  open http://{console}/ (the agent's calls are on /calls); Ctrl-C stops the demo"
+        );
+        tokio::select! {
+            error = supervisor.first_exit() => return Err(error),
+            () = toolmesh_sidecar::shutdown::signal_received() => {}
+        }
     }
+    Ok(report)
 }
 
 /// Distinct free loopback addresses: each bound to port 0 and released

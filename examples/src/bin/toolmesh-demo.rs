@@ -30,6 +30,10 @@ struct Cli {
     /// Keep the child processes' logs even when the demo passes.
     #[arg(long)]
     keep_logs: bool,
+    /// Serve the registry's console on this address (e.g. 127.0.0.1:8095),
+    /// and after the agent's run keep everything up until Ctrl-C.
+    #[arg(long, value_name = "ADDR")]
+    console: Option<std::net::SocketAddr>,
 }
 
 #[tokio::main]
@@ -41,6 +45,7 @@ async fn main() -> ExitCode {
         lease_ttl: cli.lease_ttl,
         wait_for_tools: cli.wait_for_tools,
         keep_logs: cli.keep_logs,
+        console: cli.console,
     };
     match launcher::run(&options).await {
         Ok(true) => ExitCode::SUCCESS,

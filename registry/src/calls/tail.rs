@@ -4,9 +4,14 @@
 //! plots). Fed by each call's [`crate::calls::call_log::CallLog`] when it
 //! ends; kept only when the console is on.
 //!
+//! In Redis mode the calls are also shared ([`shared`]), so that every
+//! replica's console shows every replica's calls.
+//!
 //! Bounded whatever the network sends: the tail is a ring, and series are
 //! kept for at most [`MAX_SERIES`] tools, only for calls that reached a
 //! tool of the catalog (a name nobody serves makes no series).
+
+pub(crate) mod shared;
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -88,6 +93,9 @@ pub(crate) struct CallTail {
 #[derive(Debug, Default)]
 struct Inner {
     tail: VecDeque<CallRecord>,
+    /// Calls not yet shared with the other replicas ([`shared`]); `None`
+    /// when nothing shares them.
+    outbox: Option<Vec<CallRecord>>,
     series: HashMap<Arc<str>, Box<[Bucket; BUCKETS]>>,
     /// The epoch of the last sweep of idle series (at most one a bucket).
     swept: Option<u64>,
@@ -148,10 +156,30 @@ impl CallTail {
                 count(series, epoch, call.outcome, call.latency);
             }
         }
+        if let Some(outbox) = &mut inner.outbox
+            && outbox.len() < TAIL_LEN
+        {
+            outbox.push(call.clone());
+        }
         if inner.tail.len() == TAIL_LEN {
             inner.tail.pop_front();
         }
         inner.tail.push_back(call);
+    }
+
+    /// Keeps the calls recorded from now on for [`Self::take_outbox`]
+    /// too (at most [`TAIL_LEN`] between two takes).
+    pub(crate) fn share(&self) {
+        self.lock().outbox.get_or_insert_with(Vec::new);
+    }
+
+    /// The calls recorded since the last take.
+    pub(crate) fn take_outbox(&self) -> Vec<CallRecord> {
+        self.lock()
+            .outbox
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The last calls that `keep` keeps, newest first, at most `limit`.
@@ -187,6 +215,22 @@ impl CallTail {
             .collect();
         buckets.iter().any(|b| b.calls() > 0).then_some(buckets)
     }
+}
+
+/// `outcome` as the `'static` spelling calls are recorded with, or
+/// `unknown`.
+pub(crate) fn outcome_named(outcome: &str) -> &'static str {
+    const OTHERS: [&str; 4] = [
+        "ok",
+        toolmesh_proto::code::TOOL_ERROR,
+        crate::calls::call_log::APPROVAL_REQUIRED,
+        crate::calls::call_log::TASK_STARTED,
+    ];
+    OTHERS
+        .into_iter()
+        .chain((0..=16).map(|n| toolmesh_proto::code::outcome(tonic::Code::from_i32(n))))
+        .find(|known| *known == outcome)
+        .unwrap_or("unknown")
 }
 
 fn slot(epoch: u64) -> usize {

@@ -89,6 +89,8 @@ pub enum RedisOp {
     EmbeddingWrite,
     /// The console's shared session key (SET NX, GET).
     ConsoleKey,
+    /// The console's shared call tail (XADD, XREVRANGE).
+    ConsoleCalls,
 }
 
 impl RedisOp {
@@ -117,6 +119,7 @@ impl RedisOp {
             Self::EmbeddingRead => "embedding_read",
             Self::EmbeddingWrite => "embedding_write",
             Self::ConsoleKey => "console_key",
+            Self::ConsoleCalls => "console_calls",
         }
     }
 }

@@ -87,6 +87,8 @@ pub(crate) struct Console {
     pub tail: Arc<CallTail>,
     /// How long a lease lasts without a heartbeat.
     pub lease_ttl: Duration,
+    /// In Redis mode, the tail every replica adds its calls to.
+    pub shared_tail: Option<crate::calls::tail::shared::SharedTail>,
 }
 
 type Shared = Arc<Console>;

@@ -371,7 +371,11 @@ impl Registry {
         .max_message_bytes(self.config.max_message_bytes)
         .with_search(self.search.clone())
         .holding_with(self.tasks.clone());
+        let shared_tail = self.redis.as_ref().map(|(pool, prefix)| {
+            crate::calls::tail::shared::SharedTail::new(pool.clone(), prefix, hostname())
+        });
         crate::serving::console::Console {
+            shared_tail,
             catalog: self.catalog.clone(),
             access: self.access.clone(),
             search: self.search.clone(),

@@ -185,9 +185,10 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
     let url = redis.url();
     let mut consoles = Vec::new();
     let mut replicas = Vec::new();
+    let mut agents = Vec::new();
     for _ in 0..2 {
         let console = format!("127.0.0.1:{}", reserved_port());
-        let (replica, _) = RegistryProcess::start(
+        let (replica, addr) = RegistryProcess::start(
             &binary,
             &[
                 "--listen",
@@ -205,6 +206,7 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
         )
         .await;
         replicas.push(replica);
+        agents.push(addr);
         consoles.push(format!("http://{console}"));
     }
     let client = reqwest::Client::builder()
@@ -250,6 +252,44 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
         assert_eq!(page.status(), 200, "{console}");
         assert!(page.text().await.unwrap().contains("ops"));
     }
+    // A call answered by the first replica shows in the second's tail.
+    let mut agent = toolmesh_proto::pb::tool_registry_client::ToolRegistryClient::connect(format!(
+        "http://{}",
+        agents[0]
+    ))
+    .await
+    .unwrap();
+    let refused = agent
+        .invoke(toolmesh_test_support::keys::bearer(
+            toolmesh_proto::pb::InvokeRequest {
+                tool: "no_such_tool_anywhere".into(),
+                arguments_json: "{}".into(),
+                ..Default::default()
+            },
+            "k-console-ops",
+        ))
+        .await;
+    assert_eq!(refused.unwrap_err().code(), tonic::Code::NotFound);
+    eventually(
+        Duration::from_secs(20),
+        "the first replica's call on the second's calls page",
+        || {
+            let (client, url, session) = (
+                client.clone(),
+                format!("{}/calls?live=0", consoles[1]),
+                session.clone(),
+            );
+            async move {
+                let Ok(page) = client.get(url).header("cookie", session).send().await else {
+                    return false;
+                };
+                page.text().await.is_ok_and(|text| {
+                    text.contains("no_such_tool_anywhere") && text.contains("every replica")
+                })
+            }
+        },
+    )
+    .await;
     // The key is the one in Redis, set once.
     let stored = redis_cli(&url, &["GET", "{console-key:console}:key"]);
     assert_eq!(stored.trim().len(), 44, "32 bytes in base64: {stored:?}");

@@ -69,9 +69,25 @@ pub(crate) async fn page(
     Query(filter): Query<Filter>,
 ) -> Response {
     let policy = console.access.policy();
-    let calls = console.tail.recent(SHOWN, |call| {
-        filter.keeps(call) && allows(policy.as_deref(), &caller, &call.tool)
-    });
+    let keep =
+        |call: &CallRecord| filter.keeps(call) && allows(policy.as_deref(), &caller, &call.tool);
+    // Every replica's calls in Redis mode; this replica's if Redis does
+    // not answer (and always without Redis).
+    let shared = match &console.shared_tail {
+        Some(shared) => match shared.recent().await {
+            Ok(calls) => Some(calls),
+            Err(error) => {
+                tracing::debug!(%error, "console: the shared tail is unavailable");
+                None
+            }
+        },
+        None => None,
+    };
+    let every_replica = shared.is_some();
+    let calls: Vec<CallRecord> = match shared {
+        Some(calls) => calls.into_iter().filter(|c| keep(c)).take(SHOWN).collect(),
+        None => console.tail.recent(SHOWN, keep),
+    };
     let tasks = tasks(&console, &caller, &calls).await;
     let live = filter.live != Some(0);
     let body = pages::layout(
@@ -91,7 +107,9 @@ pub(crate) async fn page(
                 button type="submit" { "Filter" }
             }
             p.summary {
-                "The last " (SHOWN) " calls this replica answered, newest first"
+                "The last " (SHOWN) " calls "
+                (if every_replica { "every replica answered" } else { "this replica answered" })
+                ", newest first"
                 @if live { ", reloaded every " (REFRESH_SECONDS) " s" }
                 "."
             }

@@ -32,8 +32,14 @@ pub(crate) async fn catalog(
             && (query.tag.is_empty() || tool.descriptor.tags.contains(&query.tag))
             && tool.name().starts_with(query.prefix.as_str())
     };
-    let page = query.page.unwrap_or(1).max(1);
-    let listing = if query.q.trim().is_empty() {
+    // By name, a page is where its cursor says; its number only labels it.
+    let by_name = query.q.trim().is_empty();
+    let page = if by_name && query.after.is_empty() && query.before.is_empty() {
+        1
+    } else {
+        query.page.unwrap_or(1).max(1)
+    };
+    let listing = if by_name {
         let backwards = !query.before.is_empty();
         let from = if backwards {
             Walk::Before(&query.before)

@@ -116,6 +116,9 @@ impl Registry {
             let mut console = self.console(crate::serving::console::session::Sealer::random());
             let redis = self.redis_pool();
             let (tls, drain, cut) = (self.config.tls.clone(), console_drain.clone(), cut.clone());
+            if let Some(shared) = console.shared_tail.clone() {
+                tokio::spawn(shared.publish(console.tail.clone(), drain.clone()));
+            }
             let task = tokio::spawn(async move {
                 // Connections wait in the listener's backlog meanwhile.
                 if let Some((pool, prefix)) = redis {
