@@ -15,11 +15,9 @@
 //! of the policy grants: a viewer sees and tries only the tools its rules
 //! give it, and decides only the approvals whose rule names it.
 
-use std::collections::HashSet;
-
 use serde::Deserialize;
 
-use super::{Caller, error::FormatError};
+use super::{Caller, error::FormatError, policy::Named};
 
 /// What a viewer may do on the console.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,9 +75,7 @@ pub struct ConsoleRoles {
 
 #[derive(Debug)]
 struct Role {
-    every_caller: bool,
-    callers: HashSet<String>,
-    groups: HashSet<String>,
+    names: Named,
     rights: ConsoleRights,
 }
 
@@ -108,26 +104,6 @@ impl ConsoleRoles {
 
 impl Role {
     fn new(entry: RoleEntry, name: &str) -> Result<Self, FormatError> {
-        if entry.callers.is_empty() && entry.groups.is_empty() {
-            return Err(FormatError::entry(
-                name,
-                "names no `callers` and no `groups`, so applies to nobody",
-            ));
-        }
-        if entry
-            .callers
-            .iter()
-            .chain(&entry.groups)
-            .any(String::is_empty)
-        {
-            return Err(FormatError::entry(name, "has an empty caller or group"));
-        }
-        if entry.groups.iter().any(|group| group == "*") {
-            return Err(FormatError::entry(
-                name,
-                "`groups` holds `*`: write `callers: [\"*\"]` for every viewer",
-            ));
-        }
         if entry.can.is_empty() {
             return Err(FormatError::entry(
                 name,
@@ -143,17 +119,13 @@ impl Role {
             approve: has(Right::Approve),
         };
         Ok(Self {
-            every_caller: entry.callers.iter().any(|c| c == "*"),
-            callers: entry.callers.into_iter().collect(),
-            groups: entry.groups.into_iter().collect(),
+            names: Named::new(entry.callers, entry.groups, name)?,
             rights,
         })
     }
 
     fn applies_to(&self, caller: &Caller) -> bool {
-        self.every_caller
-            || self.callers.contains(&caller.id)
-            || caller.groups.iter().any(|g| self.groups.contains(g))
+        self.names.include(caller)
     }
 }
 

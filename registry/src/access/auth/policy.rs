@@ -45,9 +45,7 @@ pub struct Policy {
 
 #[derive(Debug)]
 struct Rule {
-    every_caller: bool,
-    callers: HashSet<String>,
-    groups: HashSet<String>,
+    names: Named,
     tools: Vec<Pattern>,
     /// Whose tasks (of the rule's tools) the rule's callers see.
     tasks_of: HashSet<String>,
@@ -140,22 +138,11 @@ impl Policy {
 
 impl Rule {
     fn new(entry: RuleEntry, name: &str) -> Result<Self, FormatError> {
-        if entry.callers.is_empty() && entry.groups.is_empty() {
-            return Err(FormatError::entry(
-                name,
-                "names no `callers` and no `groups`, so applies to nobody",
-            ));
-        }
+        let names = Named::new(entry.callers, entry.groups, name)?;
         if entry.tools.is_empty() {
             return Err(FormatError::entry(name, "`tools` is empty"));
         }
-        let lists = [
-            ("callers", &entry.callers),
-            ("groups", &entry.groups),
-            ("tools", &entry.tools),
-            ("tasks_of", &entry.tasks_of),
-        ];
-        for (list, items) in lists {
+        for (list, items) in [("tools", &entry.tools), ("tasks_of", &entry.tasks_of)] {
             if items.iter().any(String::is_empty) {
                 return Err(FormatError::entry(
                     name,
@@ -163,22 +150,64 @@ impl Rule {
                 ));
             }
         }
-        if entry.groups.iter().any(|group| group == "*") {
+        Ok(Self {
+            tools: entry.tools.iter().map(|tool| Pattern::new(tool)).collect(),
+            names,
+            tasks_of: entry.tasks_of.into_iter().collect(),
+        })
+    }
+
+    fn applies_to(&self, caller: &Caller) -> bool {
+        self.names.include(caller)
+    }
+}
+
+/// Whom an entry of the file names: caller ids (`"*"`: every caller) and
+/// groups.
+#[derive(Debug)]
+pub(super) struct Named {
+    every_caller: bool,
+    callers: HashSet<String>,
+    groups: HashSet<String>,
+}
+
+impl Named {
+    /// The callers and groups of entry `name`, checked: at least one, none
+    /// empty, no `*` among the groups.
+    pub(super) fn new(
+        callers: Vec<String>,
+        groups: Vec<String>,
+        name: &str,
+    ) -> Result<Self, FormatError> {
+        if callers.is_empty() && groups.is_empty() {
+            return Err(FormatError::entry(
+                name,
+                "names no `callers` and no `groups`, so applies to nobody",
+            ));
+        }
+        for (list, items) in [("callers", &callers), ("groups", &groups)] {
+            if items.iter().any(String::is_empty) {
+                return Err(FormatError::entry(
+                    name,
+                    format!("`{list}` has an empty entry"),
+                ));
+            }
+        }
+        if groups.iter().any(|group| group == "*") {
             return Err(FormatError::entry(
                 name,
                 "`groups` holds `*`: write `callers: [\"*\"]` for every caller",
             ));
         }
         Ok(Self {
-            every_caller: entry.callers.iter().any(|caller| caller == "*"),
-            tools: entry.tools.iter().map(|tool| Pattern::new(tool)).collect(),
-            callers: entry.callers.into_iter().collect(),
-            groups: entry.groups.into_iter().collect(),
-            tasks_of: entry.tasks_of.into_iter().collect(),
+            every_caller: callers.iter().any(|caller| caller == "*"),
+            callers: callers.into_iter().collect(),
+            groups: groups.into_iter().collect(),
         })
     }
 
-    fn applies_to(&self, caller: &Caller) -> bool {
+    /// Whether `caller` is one of them.
+    pub(super) fn include(&self, caller: &Caller) -> bool {
         self.every_caller
             || self.callers.contains(&caller.id)
             || caller
