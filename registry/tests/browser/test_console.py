@@ -222,6 +222,16 @@ def test_playground_shows_violations_in_place_then_the_result(page: Page) -> Non
     result.scroll_into_view_if_needed()
     shot(page, "playground-result")
 
+    # The tool page now draws its last minutes: one call refused, one ok.
+    visit(page, "/tools/book_room")
+    charts = page.locator("div.charts")
+    expect(charts.locator("svg")).to_have_count(3)
+    expect(charts).to_contain_text("ok 1")
+    expect(charts).to_contain_text("refused 1")
+    expect(page.locator("dl.rate-limit")).to_be_visible()
+    page.locator("h2", has_text="Last ten minutes").scroll_into_view_if_needed()
+    shot(page, "tool-charts")
+
 
 def test_playground_tool_error_and_rate_limit(page: Page) -> None:
     sign_in(page, OPS_KEY)
