@@ -25,7 +25,7 @@ use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
 
-use crate::scale::{announces, descriptor, rss_kib};
+use crate::scale::{announce_all, announces, descriptor, rss_kib};
 
 /// Tools on one catalog page (the console's page size).
 const CATALOG_PAGE: usize = 50;
@@ -285,17 +285,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let requests = announces(args.tools, args.instances.unwrap_or(args.tools / 10));
     let instances = requests.len();
     let started = Instant::now();
-    let leases: Vec<String> = stream::iter(requests)
-        .map(|request| {
-            let mut client = registration.clone();
-            async move { client.announce(request).await }
-        })
-        .buffer_unordered(args.concurrency.max(1))
-        .map(|answer| answer.map(|a| a.into_inner().lease_id))
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_, _>>()?;
+    let leases = announce_all(&registration, requests, args.concurrency).await?;
     let announce_took = started.elapsed();
     let rss_announced = rss_kib(args.pid);
     if let Some(every) = args.heartbeat {

@@ -92,6 +92,26 @@ fn rate(calls: usize, took: Duration) -> f64 {
     calls as f64 / took.as_secs_f64().max(f64::EPSILON)
 }
 
+/// Sends every announce in `requests`, `concurrency` at a time; their
+/// lease ids.
+pub(crate) async fn announce_all(
+    registration: &RegistrationClient<Channel>,
+    requests: Vec<pb::AnnounceRequest>,
+    concurrency: usize,
+) -> Result<Vec<String>, tonic::Status> {
+    stream::iter(requests)
+        .map(|request| {
+            let mut client = registration.clone();
+            async move { client.announce(request).await }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .map(|answer| answer.map(|a| a.into_inner().lease_id))
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let channel: Channel = Endpoint::from_shared(args.target.clone())?
         .connect_timeout(Duration::from_secs(5))
@@ -127,17 +147,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let requests = announces(args.tools, args.instances);
     let instances = requests.len();
     let started = Instant::now();
-    let leases: Vec<String> = stream::iter(requests)
-        .map(|request| {
-            let mut client = registration.clone();
-            async move { client.announce(request).await }
-        })
-        .buffer_unordered(args.concurrency.max(1))
-        .map(|answer| answer.map(|a| a.into_inner().lease_id))
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_, _>>()?;
+    let leases = announce_all(&registration, requests, args.concurrency).await?;
     let announce_took = started.elapsed();
     let rss_announced = rss_kib(args.pid);
 

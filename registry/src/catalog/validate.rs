@@ -399,7 +399,7 @@ fn unexpected<'a>(
 }
 
 /// Escapes one reference token per RFC 6901 (`~` → `~0`, `/` → `~1`).
-fn escape_pointer_token(token: &str) -> String {
+pub(crate) fn escape_pointer_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 

@@ -98,13 +98,7 @@ async fn try_add(client: &reqwest::Client, base: &str, calls: &std::sync::atomic
         .send()
         .await
         .unwrap();
-    let cookie = form.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = set_cookie(&form, "toolmesh_console_form");
     let page = form.text().await.unwrap();
     assert!(page.contains(r#"name="arg:/a""#), "{page}");
     let token = page
@@ -219,13 +213,7 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
         .send()
         .await
         .unwrap();
-    let login_cookie = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let login_cookie = set_cookie(&login, "toolmesh_console_login");
     let token = login_cookie.split_once('=').unwrap().1.to_owned();
     let signed = client
         .post(format!("{}/login", consoles[0]))
@@ -235,13 +223,7 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
         .await
         .unwrap();
     assert_eq!(signed.status(), 303);
-    let session = signed
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
-        .find(|c| c.starts_with("toolmesh_console=") && c.len() > "toolmesh_console=".len())
-        .unwrap();
+    let session = set_cookie(&signed, "toolmesh_console");
     for console in &consoles {
         let page = client
             .get(format!("{console}/tools"))
@@ -293,6 +275,20 @@ async fn in_redis_mode_a_sign_in_on_one_replica_is_good_on_another() {
     // The key is the one in Redis, set once.
     let stored = redis_cli(&url, &["GET", "{console-key:console}:key"]);
     assert_eq!(stored.trim().len(), 44, "32 bytes in base64: {stored:?}");
+}
+
+/// The `name=value` of the non-empty cookie `name` that `response` sets.
+fn set_cookie(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .find(|c| {
+            c.split_once('=')
+                .is_some_and(|(n, value)| n == name && !value.is_empty())
+        })
+        .unwrap_or_else(|| panic!("no cookie {name} set"))
 }
 
 fn redis_cli(url: &str, args: &[&str]) -> String {

@@ -19,13 +19,11 @@ use toolmesh_telemetry::TraceContext;
 use super::{Shared, identify, pages, pages::Viewer};
 use crate::{
     access::auth::Caller,
-    tasks::{Decide, Viewer as TaskViewer},
+    tasks::{Decide, Viewer as TaskViewer, approval::MAX_COMMENT},
 };
 
 /// Approvals on one page.
 const PAGE_SIZE: u32 = 50;
-/// Longest comment kept, in bytes.
-const MAX_COMMENT: usize = 2048;
 
 #[derive(Debug, Default, serde::Deserialize)]
 pub(crate) struct ListQuery {
@@ -53,13 +51,7 @@ pub(crate) async fn list(
     };
     let page = match console.tasks.inbox_page(&caller, &request).await {
         Ok(page) => page,
-        Err(error) => {
-            return (
-                StatusCode::BAD_GATEWAY,
-                pages::message("Approvals unavailable", Some(&viewer), &error.to_string()),
-            )
-                .into_response();
-        }
+        Err(error) => return pages::unavailable("Approvals", &viewer, &error),
     };
     let notice = match query.done.as_str() {
         "approved" => Some("Approved: the call runs now."),
@@ -182,7 +174,6 @@ pub(crate) async fn decide(
                 .into_response();
         }
     };
-    let comment = clip(form.comment.trim(), MAX_COMMENT);
     let deciding = TaskViewer {
         caller,
         policy: console.access.policy(),
@@ -193,7 +184,8 @@ pub(crate) async fn decide(
             &form.task_id,
             &deciding,
             decide,
-            (comment, &form.digest),
+            // The approval keeps at most MAX_COMMENT bytes of it.
+            (form.comment.trim(), &form.digest),
             &TraceContext::default(),
         )
         .await;
@@ -223,14 +215,6 @@ fn not_an_approver(viewer: &Viewer) -> Response {
         ),
     )
         .into_response()
-}
-
-fn clip(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 fn encode(text: &str) -> String {

@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Number, Value};
 
+use crate::catalog::validate::escape_pointer_token;
+
 /// Most fields drawn.
 const MAX_FIELDS: usize = 200;
 /// Deepest nesting of objects drawn as fields.
@@ -78,7 +80,7 @@ fn object_fields(schema: &Value, at: &str, depth: usize, budget: &mut usize) -> 
     let mut fields = Vec::with_capacity(properties.len());
     for (name, property) in properties {
         *budget = budget.checked_sub(1)?;
-        let pointer = format!("{at}/{}", name.replace('~', "~0").replace('/', "~1"));
+        let pointer = format!("{at}/{}", escape_pointer_token(name));
         let kind = kind(property, &pointer, depth, budget);
         fields.push(Field {
             required: required.contains(&name.as_str()),

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use axum::{
     extract::{Query, State},
-    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use maud::html;
@@ -39,13 +38,7 @@ pub(crate) async fn page(
 ) -> Response {
     let instances = match console.catalog.instances().await {
         Ok(instances) => instances,
-        Err(error) => {
-            return (
-                StatusCode::BAD_GATEWAY,
-                pages::message("Instances unavailable", Some(&viewer), &error.to_string()),
-            )
-                .into_response();
-        }
+        Err(error) => return pages::unavailable("Instances", &viewer, &error),
     };
     let policy = console.access.policy();
     let mut shown: Vec<InstanceLease> = instances

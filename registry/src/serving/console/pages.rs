@@ -103,6 +103,25 @@ pub(crate) fn message(title: &str, viewer: Option<&Viewer>, message: &str) -> Ma
     layout(title, viewer, html! { h1 { (title) } p { (message) } })
 }
 
+/// The answer when what `what` shows cannot be read now (the engine
+/// behind it failed): 502, with the reason.
+pub(crate) fn unavailable(
+    what: &str,
+    viewer: &Viewer,
+    error: &crate::error::RegistryError,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        http::StatusCode::BAD_GATEWAY,
+        message(
+            &format!("{what} unavailable"),
+            Some(viewer),
+            &error.to_string(),
+        ),
+    )
+        .into_response()
+}
+
 /// What the catalog page was asked for.
 #[derive(Debug, Default, Clone, serde::Deserialize)]
 pub(crate) struct CatalogQuery {

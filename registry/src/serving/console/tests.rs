@@ -237,14 +237,7 @@ async fn sign_in_then_out_with_the_session_token() {
     let (status, _, page) = send(&f.router, get("/tools", &[("cookie", &session)])).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("ops") && page.contains("Sign out"));
-    let csrf = page
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let csrf = form_token(&page);
     // A forged or missing token is refused; the session stays.
     for forged in ["csrf=forged", ""] {
         let (status, _, _) = send(&f.router, post("/logout", &session, forged)).await;
