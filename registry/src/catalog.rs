@@ -298,6 +298,21 @@ impl Catalog {
         self.store.walk(from, limit, keep)
     }
 
+    /// Each tool's family (every live version), in name order from
+    /// `from`, until `visit` breaks.
+    pub fn each_family(
+        &self,
+        from: store::view::Walk<'_>,
+        visit: &mut dyn FnMut(&Arc<versions::Family>) -> std::ops::ControlFlow<()>,
+    ) {
+        self.store.each_family(from, visit);
+    }
+
+    /// How many tool versions are live.
+    pub fn version_count(&self) -> usize {
+        self.store.version_count()
+    }
+
     /// Every live instance with its registrant, tools and lease.
     pub async fn instances(&self) -> Result<Vec<store::model::InstanceLease>, RegistryError> {
         self.store.instances().await

@@ -6,12 +6,30 @@
 //! small JSON object. Resuming after a name, rather than at an offset,
 //! keeps paging exact while tools come and go: no tool is listed twice, and
 //! none that stayed in the catalog is skipped.
+//!
+//! A page is read from the catalog's ordered index of names, resumed after
+//! the token's name: it costs the names it walks (the page, and what the
+//! filters pass by), not the catalog. `total_size` is counted when the first
+//! page is read, and carried in the token to the later ones; with no filter
+//! and no policy it is the catalog's own count, exact on every page.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use base64::{Engine as _, engine::general_purpose::URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
 use toolmesh_proto::pb;
 
+use crate::catalog::{
+    Catalog,
+    store::{model::ToolState, view::Walk},
+    versions,
+};
 use crate::error::RegistryError;
+
+/// How many entries a page reads from the catalog at a time, when its
+/// size is bounded by bytes rather than by `page_size`.
+const BATCH: usize = 256;
 
 /// Longest page token accepted, in bytes: a name is at most 64 characters,
 /// so anything much longer was not made here.
@@ -23,6 +41,8 @@ pub(crate) struct Query {
     filters: Filters,
     page_size: usize,
     after: Option<String>,
+    /// The first page's `total_size`, carried by the token.
+    total: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -39,8 +59,15 @@ struct Filters {
 #[derive(Debug, Serialize, Deserialize)]
 struct Token {
     after: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    total: u32,
     #[serde(flatten)]
     filters: Filters,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Query {
@@ -55,14 +82,18 @@ impl Query {
             prefix: request.name_prefix.clone(),
             all_versions: request.all_versions,
         };
-        let after = match request.page_token.as_str() {
-            "" => None,
-            token => Some(decode(token, &filters)?),
+        let (after, total) = match request.page_token.as_str() {
+            "" => (None, 0),
+            token => {
+                let token = decode(token, &filters)?;
+                (Some(token.after), token.total)
+            }
         };
         Ok(Self {
             filters,
             page_size: usize::try_from(request.page_size).unwrap_or(usize::MAX),
             after,
+            total,
         })
     }
 
@@ -82,69 +113,215 @@ impl Query {
             && self.filters.tags.iter().all(|tag| tags.contains(tag))
     }
 
-    /// The page of `tools` (sorted by name, filtered with
-    /// [`matches`](Self::matches)) this query asks for: at most `page_size`
-    /// tools (0: no limit) whose encoded size fits in `limit_bytes`, from
-    /// after the token's name. `to_proto` makes the answer's entry of a
-    /// tool (only for tools on the page); `name` reads a tool's name.
-    pub(crate) fn page<T>(
+    /// The page this query asks for, read from `catalog`: the tools
+    /// `visible` lets the caller see (a policy; `restricted` when it may
+    /// hide any) that pass the filters, each made an answer's entry by
+    /// `describe`, at most `limit_bytes` of them.
+    pub(crate) fn list(
         &self,
-        tools: &[T],
-        name: impl Fn(&T) -> &str,
+        catalog: &Catalog,
+        visible: impl Fn(&ToolState) -> bool,
+        restricted: bool,
+        describe: impl Fn(&ToolState) -> pb::Tool,
+        limit_bytes: usize,
+    ) -> pb::ListToolsResponse {
+        let keep = |tool: &ToolState| {
+            self.filters
+                .tags
+                .iter()
+                .all(|tag| tool.descriptor.tags.contains(tag))
+                && visible(tool)
+        };
+        let unfiltered =
+            !restricted && self.filters.tags.is_empty() && self.filters.prefix.is_empty();
+        let total = if unfiltered {
+            if self.filters.all_versions {
+                catalog.version_count()
+            } else {
+                catalog.tool_count()
+            }
+        } else if self.after.is_none() {
+            let mut counted = 0;
+            self.walk(catalog, None, &mut |tool| {
+                if keep(tool) {
+                    counted += 1;
+                }
+                ControlFlow::Continue(())
+            });
+            counted
+        } else {
+            self.total as usize
+        };
+        let mut answer = self.page(
+            |after, wanted| {
+                let mut found = Vec::new();
+                self.walk(catalog, after, &mut |tool| {
+                    if keep(tool) {
+                        found.push((entry_key(tool, self.filters.all_versions), tool.clone()));
+                    }
+                    if found.len() == wanted {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                });
+                found
+            },
+            |tool: &Arc<ToolState>| describe(tool),
+            limit_bytes,
+        );
+        answer.total_size = u32::try_from(total).unwrap_or(u32::MAX);
+        if !answer.next_page_token.is_empty() {
+            answer.next_page_token = self.token(&answer.next_page_token, answer.total_size);
+        }
+        answer
+    }
+
+    /// Visits the tools (defaults, or every version) whose name starts
+    /// with the prefix, in the listing's order, from just after the entry
+    /// keyed `after`, until `visit` breaks.
+    fn walk(
+        &self,
+        catalog: &Catalog,
+        after: Option<&str>,
+        visit: &mut dyn FnMut(&Arc<ToolState>) -> ControlFlow<()>,
+    ) {
+        let prefix = self.filters.prefix.as_str();
+        let (after_name, after_version) = match after {
+            Some(key) => (
+                Some(versions::name_of(key)),
+                key.split_once('@').map_or("", |(_, version)| version),
+            ),
+            None => (None, ""),
+        };
+        let from = match after_name {
+            Some(name) if self.filters.all_versions && name >= prefix => Walk::From(name),
+            Some(name) if name >= prefix => Walk::After(name),
+            _ => Walk::From(prefix),
+        };
+        catalog.each_family(from, &mut |family| {
+            let name = family.default().name();
+            if !name.starts_with(prefix) {
+                return ControlFlow::Break(());
+            }
+            if !self.filters.all_versions {
+                return visit(family.default());
+            }
+            // Every version of the name, by version text.
+            let mut versions: Vec<&Arc<ToolState>> = family.versions().iter().collect();
+            versions.sort_by(|a, b| a.descriptor.version.cmp(&b.descriptor.version));
+            for tool in versions {
+                if after_name == Some(name) && tool.descriptor.version.as_str() <= after_version {
+                    continue;
+                }
+                visit(tool)?;
+            }
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// The page of the entries `next` reads (each with the key its page
+    /// token resumes after): `next(after, n)` gives up to `n` entries that
+    /// pass the filters, in order, from just after the entry keyed `after`.
+    /// At most `page_size` entries (0: no limit) whose encoded size fits in
+    /// `limit_bytes`; `to_proto` makes an entry of the answer. The token it
+    /// sets is the bare key: [`token`](Self::token) seals it.
+    fn page<T>(
+        &self,
+        mut next: impl FnMut(Option<&str>, usize) -> Vec<(String, T)>,
         to_proto: impl Fn(&T) -> pb::Tool,
         limit_bytes: usize,
     ) -> pb::ListToolsResponse {
-        let start = self
-            .after
-            .as_deref()
-            .map_or(0, |after| tools.partition_point(|t| name(t) <= after));
-        let mut answer = pb::ListToolsResponse {
-            total_size: u32::try_from(tools.len()).unwrap_or(u32::MAX),
-            ..Default::default()
-        };
+        let mut answer = pb::ListToolsResponse::default();
         let wanted = if self.page_size == 0 {
             usize::MAX
         } else {
             self.page_size
         };
         let mut size = 0;
-        let mut last = None;
-        for tool in tools.iter().skip(start) {
+        let mut last: Option<String> = None;
+        let mut after = self.after.clone();
+        loop {
+            let batch = (wanted - answer.tools.len()).min(BATCH);
+            // One entry past the batch tells whether another page follows.
+            let entries = next(after.as_deref(), batch.saturating_add(1));
+            let exhausted = entries.len() <= batch;
+            for (key, tool) in entries.into_iter().take(batch) {
+                let entry = to_proto(&tool);
+                let len = prost::Message::encoded_len(&entry);
+                // A repeated field costs its message, a tag and a length prefix.
+                let cost = len + 1 + prost::length_delimiter_len(len);
+                if size + cost > limit_bytes {
+                    answer.truncated = true;
+                    answer.next_page_token = last.unwrap_or_default();
+                    return answer;
+                }
+                size += cost;
+                answer.tools.push(entry);
+                last = Some(key);
+            }
+            if exhausted {
+                return answer;
+            }
             if answer.tools.len() == wanted {
-                break;
+                answer.next_page_token = last.unwrap_or_default();
+                return answer;
             }
-            let entry = to_proto(tool);
-            let len = prost::Message::encoded_len(&entry);
-            // A repeated field costs its message, a tag and a length prefix.
-            let cost = len + 1 + prost::length_delimiter_len(len);
-            if size + cost > limit_bytes {
-                answer.truncated = true;
-                break;
-            }
-            size += cost;
-            last = Some(name(tool));
-            answer.tools.push(entry);
+            after.clone_from(&last);
         }
-        let listed_to = start + answer.tools.len();
-        if listed_to < tools.len()
-            && let Some(last) = last
-        {
-            answer.next_page_token = encode(last, &self.filters);
+    }
+
+    /// The page this query asks for of `items`, sorted by `name` (each
+    /// name once), for lists that are not the catalog's.
+    pub(crate) fn page_sorted<T>(
+        &self,
+        items: &[T],
+        name: impl Fn(&T) -> &str,
+        to_proto: impl Fn(&T) -> pb::Tool,
+        limit_bytes: usize,
+    ) -> pb::ListToolsResponse {
+        let mut answer = self.page(
+            |after, n| {
+                let start = after.map_or(0, |after| items.partition_point(|t| name(t) <= after));
+                items[start..]
+                    .iter()
+                    .take(n)
+                    .map(|t| (name(t).to_owned(), t))
+                    .collect()
+            },
+            |t| to_proto(t),
+            limit_bytes,
+        );
+        answer.total_size = u32::try_from(items.len()).unwrap_or(u32::MAX);
+        if !answer.next_page_token.is_empty() {
+            answer.next_page_token = self.token(&answer.next_page_token, answer.total_size);
         }
         answer
     }
+
+    /// The page token that resumes after the entry keyed `after`.
+    fn token(&self, after: &str, total: u32) -> String {
+        let token = Token {
+            after: after.to_owned(),
+            total,
+            filters: self.filters.clone(),
+        };
+        // Serializing strings and vectors of strings cannot fail.
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).unwrap_or_default())
+    }
 }
 
-fn encode(after: &str, filters: &Filters) -> String {
-    let token = Token {
-        after: after.to_owned(),
-        filters: filters.clone(),
-    };
-    // Serializing strings and vectors of strings cannot fail.
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&token).unwrap_or_default())
+/// The key a page token resumes after: the name, or (every version) the
+/// version's key.
+fn entry_key(tool: &ToolState, all_versions: bool) -> String {
+    if all_versions {
+        tool.key().into_owned()
+    } else {
+        tool.name().to_owned()
+    }
 }
 
-fn decode(token: &str, filters: &Filters) -> Result<String, RegistryError> {
+fn decode(token: &str, filters: &Filters) -> Result<Token, RegistryError> {
     let invalid = |reason: &str| RegistryError::InvalidRequest {
         field: "page_token".into(),
         reason: reason.into(),
@@ -162,7 +339,7 @@ fn decode(token: &str, filters: &Filters) -> Result<String, RegistryError> {
             "made for other filters: ask with the same tags, name_prefix and all_versions as the first page",
         ));
     }
-    Ok(token.after)
+    Ok(token)
 }
 
 #[cfg(test)]
@@ -201,7 +378,7 @@ mod tests {
     }
 
     fn page_of(query: &Query, tools: &[String], limit: usize) -> pb::ListToolsResponse {
-        query.page(tools, |n| n, |n| tool(n), limit)
+        query.page_sorted(tools, |n| n, |n| tool(n), limit)
     }
 
     #[test]
@@ -272,6 +449,100 @@ mod tests {
         assert!(query.matches("search.web", &tags(&["read", "web", "x"])));
         assert!(!query.matches("search.web", &tags(&["web"])));
         assert!(!query.matches("fetch", &tags(&["read", "web"])));
+    }
+
+    /// A catalog of `tools` (`name` or `name@version`, and tags).
+    async fn catalog_of(tools: &[(&str, &[&str])]) -> Catalog {
+        use std::time::Duration;
+
+        use crate::catalog::store::memory::{Limits, MemoryStore};
+        let catalog = Catalog::new(MemoryStore::new(Duration::from_secs(10), Limits::default()));
+        // One instance per version: an announce names each tool once.
+        for (i, (key, tags)) in tools.iter().enumerate() {
+            let (name, version) = key.split_once('@').unwrap_or((key, ""));
+            catalog
+                .announce(pb::AnnounceRequest {
+                    instance_id: format!("i{i}"),
+                    endpoint: "http://127.0.0.1:1".into(),
+                    tools: vec![pb::ToolDescriptor {
+                        name: name.into(),
+                        version: version.into(),
+                        tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+                        ..Default::default()
+                    }],
+                    execute_key: Vec::new(),
+                })
+                .await
+                .unwrap();
+        }
+        catalog
+    }
+
+    /// Every page of `request` from `catalog`, and each page's total.
+    fn read_all(
+        catalog: &Catalog,
+        request: pb::ListToolsRequest,
+        restricted: bool,
+    ) -> (Vec<String>, Vec<u32>) {
+        let (mut listed, mut totals) = (Vec::new(), Vec::new());
+        let mut token = String::new();
+        loop {
+            let query = Query::new(&pb::ListToolsRequest {
+                page_token: token.clone(),
+                ..request.clone()
+            })
+            .unwrap();
+            let answer = query.list(
+                catalog,
+                |t| !restricted || t.name() != "hidden",
+                restricted,
+                |t| tool(&t.key()),
+                usize::MAX,
+            );
+            listed.extend(names(&answer));
+            totals.push(answer.total_size);
+            token = answer.next_page_token;
+            if token.is_empty() {
+                return (listed, totals);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_page_is_walked_from_the_index_with_its_filters() {
+        let catalog = catalog_of(&[
+            ("b.x@2.0.0", &[]),
+            ("b.x@1.0.0", &["t"]),
+            ("b", &["t"]),
+            ("b.y", &["t"]),
+            ("a", &["t"]),
+            ("c", &["t"]),
+            ("hidden", &["t"]),
+        ])
+        .await;
+        let request = |prefix: &str, tags: &[&str], all_versions| pb::ListToolsRequest {
+            page_size: 2,
+            name_prefix: prefix.into(),
+            tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            all_versions,
+            ..Default::default()
+        };
+        // Defaults only, every name; the policy hides one.
+        let (listed, totals) = read_all(&catalog, request("", &[], false), true);
+        assert_eq!(listed, ["a", "b", "b.x@2.0.0", "b.y", "c"]);
+        assert_eq!(totals, [5, 5, 5]);
+        // No filter and no policy: the catalog's own count.
+        let (listed, totals) = read_all(&catalog, request("", &[], false), false);
+        assert_eq!(listed.len(), 6);
+        assert_eq!(totals, [6, 6, 6]);
+        // The prefix ends the walk; a tag passes some by.
+        let (listed, totals) = read_all(&catalog, request("b.", &["t"], true), true);
+        assert_eq!(listed, ["b.x@1.0.0", "b.y"]);
+        assert_eq!(totals, [2]);
+        // Every version, by name then version text, resumed inside a name.
+        let (listed, totals) = read_all(&catalog, request("b", &[], true), true);
+        assert_eq!(listed, ["b", "b.x@1.0.0", "b.x@2.0.0", "b.y"]);
+        assert_eq!(totals, [4, 4]);
     }
 
     proptest! {

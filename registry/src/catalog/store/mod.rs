@@ -80,6 +80,19 @@ pub trait CatalogStore: Send + Sync + 'static {
     ) -> (Vec<Arc<ToolState>>, bool) {
         self.resident().view.walk(from, limit, keep)
     }
+    /// Each tool's family, in name order from `from`, until `visit` breaks
+    /// ([`view::CatalogView::each_family`]).
+    fn each_family(
+        &self,
+        from: view::Walk<'_>,
+        visit: &mut dyn FnMut(&Arc<crate::catalog::versions::Family>) -> std::ops::ControlFlow<()>,
+    ) {
+        self.resident().view.each_family(from, visit);
+    }
+    /// How many tool versions are live.
+    fn version_count(&self) -> usize {
+        self.resident().view.version_count()
+    }
     /// How many tools (names) are live.
     fn tool_count(&self) -> usize {
         self.resident().view.len()

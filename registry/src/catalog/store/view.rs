@@ -11,7 +11,7 @@
 //! and no overlap.
 
 use std::collections::BTreeSet;
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -327,6 +327,31 @@ impl CatalogView {
         limit: usize,
         keep: &mut dyn FnMut(&ToolState) -> Step,
     ) -> (Vec<Arc<ToolState>>, bool) {
+        let mut found = Vec::new();
+        let mut more = false;
+        self.each_family(from, &mut |family| {
+            if found.len() == limit {
+                more = true;
+                return ControlFlow::Break(());
+            }
+            match keep(family.default()) {
+                Step::Take => found.push(family.default().clone()),
+                Step::Skip => {}
+                Step::Stop => return ControlFlow::Break(()),
+            }
+            ControlFlow::Continue(())
+        });
+        (found, more)
+    }
+
+    /// Passes each tool's family to `visit`, in name order from `from`
+    /// (or, backwards, before it), until `visit` breaks: the cost is the
+    /// names visited, not the catalog.
+    pub(crate) fn each_family(
+        &self,
+        from: Walk<'_>,
+        visit: &mut dyn FnMut(&Arc<Family>) -> ControlFlow<()>,
+    ) {
         let ordered = self.ordered.read().unwrap_or_else(PoisonError::into_inner);
         let range =
             |after: Bound<&str>, before: Bound<&str>| ordered.range::<str, _>((after, before));
@@ -335,23 +360,20 @@ impl CatalogView {
             Walk::After(name) => Box::new(range(Bound::Excluded(name), Bound::Unbounded)),
             Walk::Before(name) => Box::new(range(Bound::Unbounded, Bound::Excluded(name)).rev()),
         };
-        let mut found = Vec::new();
-        let mut names = names.peekable();
-        for name in names.by_ref() {
-            let Some(family) = self.families.get(&**name) else {
+        for name in names {
+            // The map's guard is let go before `visit` runs.
+            let Some(family) = self.families.get(&**name).map(|f| f.clone()) else {
                 continue;
             };
-            match keep(family.default()) {
-                Step::Take => found.push(family.default().clone()),
-                Step::Skip => continue,
-                Step::Stop => return (found, false),
-            }
-            if found.len() == limit {
-                break;
+            if visit(&family).is_break() {
+                return;
             }
         }
-        let more = names.peek().is_some();
-        (found, more)
+    }
+
+    /// How many tool versions the view serves.
+    pub(crate) fn version_count(&self) -> usize {
+        self.tools.len()
     }
 
     /// How many tools (names) the view holds.

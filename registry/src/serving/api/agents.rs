@@ -182,33 +182,11 @@ impl pb::tool_registry_server::ToolRegistry for ToolRegistryApi {
         let caller = self.caller(&request)?;
         let query = Query::new(request.get_ref())?;
         let policy = self.access.policy();
-        let all_versions = request.get_ref().all_versions;
-        let mut tools = if all_versions {
-            self.catalog.list_all()
-        } else {
-            self.catalog.list()
-        };
-        tools.retain(|t| {
-            query.matches(t.name(), &t.descriptor.tags)
-                && allows(policy.as_deref(), &caller, t.name())
-        });
-        // Pages resume after a name, or (every version) after a key: the
-        // order each list is sorted in.
-        let keys: Vec<(String, Arc<ToolState>)> = tools
-            .into_iter()
-            .map(|t| {
-                let at = if all_versions {
-                    t.key().into_owned()
-                } else {
-                    t.name().to_owned()
-                };
-                (at, t)
-            })
-            .collect();
-        Ok(Response::new(query.page(
-            &keys,
-            |(key, _)| key.as_str(),
-            |(_, t)| self.catalog.describe(t),
+        Ok(Response::new(query.list(
+            &self.catalog,
+            |t| allows(policy.as_deref(), &caller, t.name()),
+            policy.is_some(),
+            |t| self.catalog.describe(t),
             self.list_limit,
         )))
     }

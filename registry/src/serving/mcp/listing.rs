@@ -62,7 +62,7 @@ pub(crate) fn page(
         page_token: cursor.unwrap_or_default().to_owned(),
         ..Default::default()
     })?;
-    let answer = query.page(
+    let answer = query.page_sorted(
         descriptors,
         |d| d.descriptor.name.as_str(),
         |d| pb::Tool {
