@@ -158,9 +158,12 @@ impl Catalog {
     ) -> Result<Lease, RegistryError> {
         let mut announcement = check_announce(request, &self.limits, &self.endpoints)?;
         announcement.owner = owner;
-        let mut compiled = Vec::with_capacity(announcement.tools.len());
+        // Checked now, compiled again on a tool's first call (`entry_of`):
+        // a validator is most of what a tool costs in memory, and most
+        // tools of a large catalog are seldom called.
+        let mut keys = Vec::with_capacity(announcement.tools.len());
         for (i, tool) in announcement.tools.iter().enumerate() {
-            let input = validate::compile(&tool.input_schema_json).map_err(|reason| {
+            validate::compile(&tool.input_schema_json).map_err(|reason| {
                 RegistryError::InvalidSchema {
                     tool: tool.name.clone(),
                     field: format!("tools[{i}].input_schema_json"),
@@ -176,21 +179,15 @@ impl Catalog {
                     }
                 })?;
             }
-            compiled.push((versions::key(tool), Arc::new(input)));
+            keys.push(versions::key(tool));
         }
         if let Some(pins) = self.pins.get() {
             pins.trust_first(&announcement.tools).await?;
         }
         let mut lease = self.store.announce(announcement).await?;
-        for (key, _) in &compiled {
-            if self.store.resident().view.is_held(key) {
-                lease.held.push(key.clone());
-            }
-        }
-        for (key, validator) in compiled {
-            if let Some(live) = self.store.get(&key) {
-                let compiled = Compiled::new(live.descriptor.clone(), Ok(validator));
-                self.compiled.insert(key, Arc::new(compiled));
+        for key in keys {
+            if self.store.resident().view.is_held(&key) {
+                lease.held.push(key);
             }
         }
         Ok(lease)
@@ -344,10 +341,10 @@ impl Catalog {
         self.get(reference).map(|tool| self.entry_of(tool))
     }
 
-    /// `tool` with what is compiled from its descriptor: compiled now if
-    /// this replica has not seen it yet (a tool announced to another
-    /// replica); a reloaded descriptor with the same input schema keeps its
-    /// validator.
+    /// `tool` with what is compiled from its descriptor: compiled now on
+    /// the tool's first call here (the announce only checked that it
+    /// compiles); a reloaded descriptor with the same input schema keeps
+    /// its validator.
     pub fn entry_of(&self, tool: Arc<ToolState>) -> Entry {
         // Looked up by the borrowed key: an unversioned tool's call
         // allocates nothing here.
