@@ -1,5 +1,7 @@
 //! An SDK `echo` tool, served by the sidecar library and announced to a
-//! registry: the tool every path of the benchmark ends at.
+//! registry: the tool every path of the benchmark ends at. Unlimited, with
+//! a limit too high ever to deny (`--rate-limited`), or with a chosen one
+//! (`--rate`, `--burst`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,8 +24,16 @@ pub(crate) struct Args {
     instance_id: String,
     /// Give the tool a rate limit too high ever to deny (10⁶/s), so the
     /// limiter's cost is measured, not its effect.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rate")]
     rate_limited: bool,
+    /// Give the tool this rate limit, in calls per second across every
+    /// replica (`scripts/scale.sh` measures how exactly it holds).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// The limit's burst, with `--rate` (0: the registry's default,
+    /// max(1, ⌈rate⌉)).
+    #[arg(long, default_value_t = 0, requires = "rate")]
+    burst: u32,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -46,6 +56,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     .idempotent(true);
     if args.rate_limited {
         tool = tool.rate_limit(1e6, 1_000_000);
+    } else if let Some(rate) = args.rate {
+        tool = tool.rate_limit(rate, args.burst);
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("echo listening address={}", listener.local_addr()?);

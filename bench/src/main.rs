@@ -9,7 +9,11 @@
 //!   line of figures;
 //! - `toolmesh-bench frame`: the request `load` sends, for `h2load -d`;
 //! - `toolmesh-bench scale`: a large catalog announced over gRPC, timing
-//!   announce, heartbeat and `ListTools` (`scripts/scale.sh` drives it);
+//!   announce, heartbeat, `ListTools`, `GetTool`, `SearchTools` and the
+//!   lease sweep (`scripts/scale.sh` drives it);
+//! - `toolmesh-bench scale-out`: one tool called through every registry
+//!   replica at once, counting accepted and rate-limited calls
+//!   (`scripts/scale.sh` drives it on a Redis Cluster);
 //! - `toolmesh-bench console`: the console's pages timed over HTTP/1.1 at
 //!   a catalog announced as `scale` does (`scripts/bench_console.sh`
 //!   drives it).
@@ -24,6 +28,7 @@ mod console;
 mod echo;
 mod load;
 mod scale;
+mod scale_out;
 
 #[derive(Debug, clap::Parser)]
 #[command(name = "toolmesh-bench", about = "The side-by-side benchmark's parts")]
@@ -34,8 +39,12 @@ enum Command {
     Load(load::Args),
     /// Writes the request `load` sends to stdout (for `h2load -d`).
     Frame(load::Request),
-    /// Announces a large catalog and times announce, heartbeat, ListTools.
+    /// Announces a large catalog and times announce, heartbeat, reads and
+    /// the lease sweep.
     Scale(scale::Args),
+    /// Calls one tool through every replica at once; counts what each
+    /// accepted and what the rate limit refused.
+    ScaleOut(scale_out::Args),
     /// Announces a large catalog and times the console's pages.
     Console(console::Args),
 }
@@ -56,6 +65,11 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?
             .block_on(scale::run(args)),
+        // One thread for every replica's calls.
+        Command::ScaleOut(args) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(scale_out::run(args)),
         Command::Console(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?

@@ -2,9 +2,13 @@
 //! gRPC, as many sidecars would: `tools` tools spread over `instances`
 //! instances (tool names are unique, so each tool has one instance).
 //! Measures announce and heartbeat throughput at `concurrency` calls in
-//! flight and the time of a full `ListTools`, and checks that the catalog
-//! lists every tool announced. Prints one JSON line; `scripts/scale.sh`
-//! adds the registry's memory.
+//! flight; then, the leases kept alive, the whole catalog listed page after
+//! page (checking that it lists every tool announced), pages of 100 at the
+//! start and deep in the catalog, `GetTool` and `SearchTools`
+//! ([`reads`]); then lets every lease expire and measures what the sweep
+//! cost the registry ([`expiry`]). With `--pid`, the registry's resident
+//! memory along the way and its CPU time ([`cpu`]). Prints one JSON line
+//! (`scripts/scale.sh` renders it with `bench/plot_scale.py`).
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +17,15 @@ use tonic::transport::{Channel, Endpoint};
 use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
+
+mod cpu;
+mod expiry;
+mod keeper;
+mod reads;
+mod sweep_metric;
+mod timing;
+
+use timing::Summary;
 
 /// `toolmesh-bench scale`.
 #[derive(Debug, clap::Args)]
@@ -32,13 +45,23 @@ pub(crate) struct Args {
     /// Seconds of heartbeats measured.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
-    /// Full `ListTools` calls timed.
+    /// Walks of the whole catalog timed (`ListTools` pages at the largest
+    /// size the registry sends, until the last).
     #[arg(long, default_value_t = 10)]
     lists: usize,
+    /// Calls timed of each read: a page of 100 at the start, one 90 % of
+    /// the way in, `GetTool`, `SearchTools`.
+    #[arg(long, default_value_t = 200)]
+    calls: usize,
     /// The registry's process id, when on this machine: its resident memory
-    /// is read before, after the announces, and after the lists.
+    /// is read before, after the announces, after the lists and after the
+    /// other reads, and its CPU time while the leases expire.
     #[arg(long)]
     pid: Option<u32>,
+    /// The registry's admin port (`HOST:PORT`): in Redis mode, its own
+    /// timing of the lease sweep is read from `/metrics`.
+    #[arg(long)]
+    admin: Option<String>,
 }
 
 /// `pid`'s resident memory in KiB (Linux), if it can be read.
@@ -93,37 +116,31 @@ fn rate(calls: usize, took: Duration) -> f64 {
 }
 
 /// Sends every announce in `requests`, `concurrency` at a time; their
-/// lease ids.
+/// lease ids, in the order of `requests`.
 pub(crate) async fn announce_all(
     registration: &RegistrationClient<Channel>,
     requests: Vec<pb::AnnounceRequest>,
     concurrency: usize,
 ) -> Result<Vec<String>, tonic::Status> {
-    stream::iter(requests)
-        .map(|request| {
+    let mut leases = stream::iter(requests.into_iter().enumerate())
+        .map(|(index, request)| {
             let mut client = registration.clone();
-            async move { client.announce(request).await }
+            async move { (index, client.announce(request).await) }
         })
         .buffer_unordered(concurrency.max(1))
-        .map(|answer| answer.map(|a| a.into_inner().lease_id))
+        .map(|(index, answer)| answer.map(|a| (index, a.into_inner().lease_id)))
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    leases.sort_unstable();
+    Ok(leases.into_iter().map(|(_, lease)| lease).collect())
 }
 
-pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    let channel: Channel = Endpoint::from_shared(args.target.clone())?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60))
-        .connect()
-        .await?;
-    let registration = RegistrationClient::new(channel.clone());
-    let registry = ToolRegistryClient::new(channel).max_decoding_message_size(64 << 20);
-
-    // A first announce and withdraw, so that connecting and the registry's
-    // first-call work are not in the figures.
-    let warm_up = pb::AnnounceRequest {
+/// One announce and withdraw, so that connecting and the registry's
+/// first-call work are not in the figures: the lease TTL it granted.
+async fn warm_up(registration: &RegistrationClient<Channel>) -> anyhow::Result<Duration> {
+    let request = pb::AnnounceRequest {
         instance_id: "scale-warm-up".into(),
         endpoint: "http://127.0.0.1:19999".into(),
         tools: vec![pb::ToolDescriptor {
@@ -132,26 +149,29 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }],
         execute_key: Vec::new(),
     };
-    let lease_id = registration
-        .clone()
-        .announce(warm_up)
-        .await?
-        .into_inner()
-        .lease_id;
+    let answer = registration.clone().announce(request).await?.into_inner();
     registration
         .clone()
-        .withdraw(pb::WithdrawRequest { lease_id })
+        .withdraw(pb::WithdrawRequest {
+            lease_id: answer.lease_id,
+        })
         .await?;
-    let rss_before = rss_kib(args.pid);
+    let ttl = answer.ttl.unwrap_or_default();
+    Ok(Duration::new(
+        u64::try_from(ttl.seconds).unwrap_or(0),
+        u32::try_from(ttl.nanos).unwrap_or(0),
+    ))
+}
 
-    let requests = announces(args.tools, args.instances);
-    let instances = requests.len();
-    let started = Instant::now();
-    let leases = announce_all(&registration, requests, args.concurrency).await?;
-    let announce_took = started.elapsed();
-    let rss_announced = rss_kib(args.pid);
-
-    let stop_at = Instant::now() + Duration::from_secs_f64(args.seconds);
+/// Heartbeats over `leases`, round after round, `concurrency` in flight,
+/// for `seconds`: how many, and how many per second.
+async fn heartbeat_for(
+    registration: &RegistrationClient<Channel>,
+    leases: &[String],
+    concurrency: usize,
+    seconds: f64,
+) -> anyhow::Result<(usize, f64)> {
+    let stop_at = Instant::now() + Duration::from_secs_f64(seconds);
     let started = Instant::now();
     let beats = stream::iter(leases.iter().cycle())
         .take_while(|_| std::future::ready(Instant::now() < stop_at))
@@ -162,57 +182,146 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             };
             async move { client.heartbeat(request).await }
         })
-        .buffer_unordered(args.concurrency.max(1))
+        .buffer_unordered(concurrency.max(1))
         .collect::<Vec<_>>()
         .await;
-    let heartbeat_took = started.elapsed();
-    let heartbeats = beats.len();
-    if let Some(Err(status)) = beats.into_iter().find(Result::is_err) {
+    let took = started.elapsed();
+    if let Some(Err(status)) = beats.iter().find(|b| b.is_err()) {
         anyhow::bail!("a heartbeat failed: {status}");
     }
+    Ok((beats.len(), rate(beats.len(), took)))
+}
 
-    let mut list_times = Vec::with_capacity(args.lists);
-    let mut listed = 0;
-    for _ in 0..args.lists.max(1) {
+/// The whole catalog listed `walks` times: the times of each walk, and the
+/// pages of the last; fails unless each lists `tools` tools.
+async fn time_walks(
+    registry: &mut reads::Registry,
+    keeper: &mut keeper::Keeper,
+    tools: usize,
+    walks: usize,
+) -> anyhow::Result<(Summary, usize)> {
+    let mut times = Vec::with_capacity(walks);
+    let mut pages = 0;
+    for _ in 0..walks.max(1) {
+        keeper.tend().await?;
         let started = Instant::now();
-        let answer = registry
-            .clone()
-            .list_tools(pb::ListToolsRequest::default())
-            .await?
-            .into_inner();
-        list_times.push(started.elapsed());
-        listed = answer.tools.len();
-        if answer.truncated {
-            anyhow::bail!(
-                "ListTools was truncated at {listed} of {} tools",
-                args.tools
-            );
-        }
-    }
-    if listed != args.tools {
-        anyhow::bail!(
-            "ListTools listed {listed} tools, {} were announced",
-            args.tools
+        let (listed, walked) = reads::list_all(registry).await?;
+        times.push(started.elapsed());
+        pages = walked;
+        anyhow::ensure!(
+            listed == tools,
+            "ListTools listed {listed} tools, {tools} were announced"
         );
     }
+    Ok((Summary::of(times), pages))
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.tools > 0, "--tools must be at least 1");
+    let channel: Channel = Endpoint::from_shared(args.target.clone())?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .connect()
+        .await?;
+    let registration = RegistrationClient::new(channel.clone());
+    let mut registry = ToolRegistryClient::new(channel).max_decoding_message_size(64 << 20);
+
+    let ttl = warm_up(&registration).await?;
+    let rss_before = rss_kib(args.pid);
+
+    let requests = announces(args.tools, args.instances);
+    let instances = requests.len();
+    let started = Instant::now();
+    let leases = announce_all(&registration, requests, args.concurrency).await?;
+    let announce_took = started.elapsed();
+    let rss_announced = rss_kib(args.pid);
+    // The registry's search index takes the tools after the answers: the
+    // heartbeats are measured once it is done.
+    let settled_after = match args.pid {
+        Some(pid) => {
+            let (quiet, _) = cpu::settle(pid, Duration::from_secs(300)).await?;
+            Some((quiet - started).saturating_sub(announce_took))
+        }
+        None => None,
+    };
+
+    let beating = Instant::now();
+    let (heartbeats, heartbeats_per_s) =
+        heartbeat_for(&registration, &leases, args.concurrency, args.seconds).await?;
+    // Every lease had a heartbeat since `beating`, or must have one now.
+    let last_round = if heartbeats >= leases.len() {
+        beating
+    } else {
+        started
+    };
+    let mut keeper = keeper::Keeper::new(registration.clone(), leases.clone(), ttl / 3, last_round);
+    let (walks, pages) = time_walks(&mut registry, &mut keeper, args.tools, args.lists).await?;
     let rss_listed = rss_kib(args.pid);
-    list_times.sort();
-    let millis = |d: Duration| d.as_secs_f64() * 1e3;
+
+    let page_size = 100.min(args.tools);
+    let deep_after = (args.tools * 9 / 10).min(args.tools - page_size);
+    let page_first = reads::time_page(
+        &mut registry,
+        &mut keeper,
+        "",
+        page_size_u32(page_size),
+        args.calls,
+    )
+    .await?;
+    keeper.tend().await?;
+    let deep_token = reads::token_after(&mut registry, deep_after).await?;
+    let page_deep = reads::time_page(
+        &mut registry,
+        &mut keeper,
+        &deep_token,
+        page_size_u32(page_size),
+        args.calls,
+    )
+    .await?;
+    let get_tool = reads::time_get_tool(&mut registry, &mut keeper, args.tools, args.calls).await?;
+    let search = reads::time_search(&mut registry, &mut keeper, args.calls).await?;
+    let rss_read = rss_kib(args.pid);
+
+    let expired = expiry::let_go(
+        &registration,
+        &mut registry,
+        &leases,
+        |lease| descriptor(lease).name,
+        ttl,
+        args.pid,
+        args.admin.as_deref(),
+    )
+    .await?;
+
     let line = serde_json::json!({
         "tools": args.tools,
         "instances": instances,
+        "lease_ttl_s": ttl.as_secs_f64(),
         "announces_per_s": rate(instances, announce_took),
         "tools_announced_per_s": rate(args.tools, announce_took),
-        "heartbeats_per_s": rate(heartbeats, heartbeat_took),
-        "list_tools_p50_ms": list_times.get(list_times.len() / 2).copied().map_or(0.0, millis),
-        "list_tools_max_ms": list_times.last().copied().map_or(0.0, millis),
-        "listed": listed,
+        "quiet_after_announces_ms": settled_after.map(|d| d.as_secs_f64() * 1e3),
+        "heartbeats_per_s": heartbeats_per_s,
+        "list_tools_p50_ms": walks.p50_ms,
+        "list_tools_max_ms": walks.max_ms,
+        "list_pages": pages,
+        "page_size": page_size,
+        "page_first": page_first,
+        "page_deep": page_deep,
+        "page_deep_after": deep_after,
+        "get_tool": get_tool,
+        "search": search,
+        "expiry": expired,
         "rss_before_kib": rss_before,
         "rss_announced_kib": rss_announced,
         "rss_listed_kib": rss_listed,
+        "rss_read_kib": rss_read,
     });
     println!("{line}");
     Ok(())
+}
+
+fn page_size_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
