@@ -25,7 +25,7 @@ use toolmesh_proto::pb::{
     self, registration_client::RegistrationClient, tool_registry_client::ToolRegistryClient,
 };
 
-use crate::scale::{announce_all, announces, descriptor, rss_kib};
+use crate::scale::{announce_all, announces, descriptor, rss_kib, timing::percentile};
 
 /// Tools on one catalog page (the console's page size).
 const CATALOG_PAGE: usize = 50;
@@ -176,14 +176,6 @@ struct Timed {
     failed: usize,
     /// The first failure, described.
     first_failure: Option<String>,
-}
-
-/// The `pct` percentile of `sorted`, by nearest rank.
-fn percentile(sorted: &[Duration], pct: usize) -> Duration {
-    let rank = (sorted.len() * pct)
-        .div_ceil(100)
-        .clamp(1, sorted.len().max(1));
-    sorted.get(rank - 1).copied().unwrap_or_default()
 }
 
 fn millis(d: Duration) -> f64 {
@@ -529,14 +521,6 @@ impl Http {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let times: Vec<Duration> = (1..=50).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&times, 50), Duration::from_millis(25));
-        assert_eq!(percentile(&times, 99), Duration::from_millis(50));
-        assert_eq!(percentile(&[], 99), Duration::ZERO);
-    }
 
     #[test]
     fn pages_name_tools_of_the_catalog() {

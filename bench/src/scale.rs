@@ -23,7 +23,7 @@ mod expiry;
 mod keeper;
 mod reads;
 mod sweep_metric;
-mod timing;
+pub(crate) mod timing;
 
 use timing::Summary;
 

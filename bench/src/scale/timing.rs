@@ -48,6 +48,9 @@ mod tests {
         assert_eq!(percentile(&times, 99), Duration::from_millis(198));
         assert_eq!(percentile(&times[..1], 99), Duration::from_millis(1));
         assert_eq!(percentile(&[], 99), Duration::ZERO);
+        let fifty: Vec<Duration> = (1..=50).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&fifty, 50), Duration::from_millis(25));
+        assert_eq!(percentile(&fifty, 99), Duration::from_millis(50));
     }
 
     #[test]
