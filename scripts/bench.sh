@@ -18,11 +18,10 @@
 #
 #   scripts/bench.sh            # 5 s per run (BENCH_SECONDS to change)
 #
-# Then the registry path again, driven by an independent client, h2load
-# (nghttp2), with the same request bytes (`toolmesh-bench frame`): its
-# figures are printed beside ours, not written to the table. h2load counts
-# HTTP statuses, not grpc-status, so its requests are first checked by
-# `toolmesh-bench load`, which sends the same bytes.
+# Then every path again, driven by an independent client, h2load (nghttp2),
+# with the same request bytes, in five rounds: its table (the spread of the
+# rounds, each path against direct in the same round) is written beside
+# ours (bench/h2load_table.py).
 #
 # Installs nginx, redis-server and nghttp2-client (Debian) when missing.
 # Every server is on loopback; every process it starts is stopped on exit.
@@ -101,21 +100,40 @@ done
 
 python3 bench/render.py "$results" docs/benchmarks.md docs/bench.svg
 
-# The registry path by h2load, beside toolmesh-bench load's figures for it.
-"$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke-100.bin"
-echo
-echo "registry, 100 B: toolmesh-bench load vs h2load -t 1 (same request bytes, $seconds s each)"
-for load in "1 1" "1 16" "8 16"; do
-    read -r c m <<<"$load"
-    ours=$(python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; r=[x for x in rows if x.get("label")=="registry" and x.get("payload")==100 and x.get("connections")==int(sys.argv[2]) and x.get("streams")==int(sys.argv[3])]; print(round(r[0]["calls_per_s"]) if r else "?")' "$results" "$c" "$m" 2>/dev/null || echo "?")
-    h2load -t 1 -c "$c" -m "$m" -D "$seconds" --warm-up-time 1 \
-        -d "$work/invoke-100.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
-        "http://$registry/toolmesh.v1.ToolRegistry/Invoke" >"$work/h2load.txt"
-    if ! grep -q ' 0 failed, 0 errored' "$work/h2load.txt"; then
-        echo "h2load saw failures:" >&2
-        cat "$work/h2load.txt" >&2
-        exit 1
-    fi
-    theirs=$(awk '/^finished in/ {for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) {gsub(",", "", $(i-1)); print $(i-1)}}' "$work/h2load.txt")
-    echo "  -c $c -m $m: toolmesh-bench load ${ours} calls/s; h2load ${theirs} req/s"
+# Every path again, driven by an independent client, h2load (nghttp2), with
+# the same request bytes (`toolmesh-bench frame`), in rounds (H2LOAD_RUNS,
+# 5 by default) so that the table gives each figure's spread: -c 8 -m 16
+# for throughput, -c 1 -m 1 for the mean latency. h2load counts HTTP
+# statuses, not grpc-status: the same bytes passed `answers` above.
+for spec in "direct execute echo" "invoke invoke echo" "invoke-rl invoke echo_limited"; do
+    read -r file method tool <<<"$spec"
+    "$bin/toolmesh-bench" frame --method "$method" --tool "$tool" --payload 100 >"$work/$file.bin"
 done
+h2paths=(
+    "direct $sidecar ToolRuntime/Execute direct"
+    "nginx $nginx_at ToolRuntime/Execute direct"
+    "registry $registry ToolRegistry/Invoke invoke"
+    "registry-1t $registry_1t ToolRegistry/Invoke invoke"
+    "registry-rl $registry ToolRegistry/Invoke invoke-rl"
+    "redis-rl $redis_registry ToolRegistry/Invoke invoke-rl"
+)
+h2results="$work/h2load.jsonl"
+for run in $(seq "${H2LOAD_RUNS:-5}"); do
+    for load in "8 16" "1 1"; do
+        read -r c m <<<"$load"
+        for spec in "${h2paths[@]}"; do
+            read -r name target method file <<<"$spec"
+            h2load -t 1 -c "$c" -m "$m" -D "$seconds" --warm-up-time 1 \
+                -d "$work/$file.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+                "http://$target/toolmesh.v1.$method" >"$work/h2load.txt"
+            if ! grep -q ' 0 failed, 0 errored' "$work/h2load.txt"; then
+                echo "h2load saw failures on $name:" >&2
+                cat "$work/h2load.txt" >&2
+                exit 1
+            fi
+            python3 bench/h2load_table.py parse "$work/h2load.txt" "$name" "$run" "$c" "$m" >>"$h2results"
+        done
+    done
+    echo "h2load round $run done"
+done
+python3 bench/h2load_table.py render "$h2results" docs/benchmarks.md

@@ -325,6 +325,12 @@ pub struct Config {
     #[arg(skip)]
     pub sidecar_tls: Option<ClientTls>,
 
+    /// Threads that serve agents' connections, each a runtime of its own
+    /// that a call never leaves (see `serving::workers`) [default: one per
+    /// CPU the process may use, its cgroup quota included].
+    #[arg(long, env = "TOOLMESH_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
+
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: most calls and streams one
     /// connection may have open at once.
     #[arg(long, env = "TOOLMESH_MAX_CONCURRENT_STREAMS", default_value_t = 256)]

@@ -29,11 +29,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Threads that serve calls [default: one per CPU the process may use].
-    /// Fewer than the CPUs suits a machine shared with busy neighbours (a
-    /// sidecar, a load generator): calls hop between threads less.
-    #[arg(long, env = "TOOLMESH_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
-    worker_threads: Option<u16>,
     #[command(flatten)]
     config: Config,
 }
@@ -78,12 +73,8 @@ struct HealthArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if let Some(threads) = cli.worker_threads {
-        runtime.worker_threads(usize::from(threads));
-    }
-    let result = runtime
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
         .build()
         .context("starting the async runtime")
         .and_then(|runtime| {

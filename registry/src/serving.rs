@@ -11,3 +11,4 @@ pub mod probe;
 pub(crate) mod readiness;
 pub(crate) mod server;
 pub(crate) mod watch;
+pub(crate) mod workers;

@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 /// Variables the registry reads that the test's own environment must not
 /// leak into it.
-const CLEARED_ENV: [&str; 26] = [
+const CLEARED_ENV: [&str; 27] = [
     "RUST_LOG",
     "NO_COLOR",
     "TOOLMESH_LOG_FORMAT",
@@ -39,6 +39,7 @@ const CLEARED_ENV: [&str; 26] = [
     "TOOLMESH_MCP_SEARCH_TOOL",
     "TOOLMESH_MCP_ALLOWED_HOSTS",
     "TOOLMESH_MCP_ALLOWED_ORIGINS",
+    "TOOLMESH_WORKER_THREADS",
 ];
 
 /// A `toolmesh-registry` process with stdout and stderr in `registry.log`

@@ -11,6 +11,10 @@ use std::{
     future::Future,
     io,
     pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -31,10 +35,14 @@ pub(crate) fn incoming(
     cut: &CancellationToken,
 ) -> impl Stream<Item = io::Result<Cuttable<TcpStream>>> + use<> {
     let cut = cut.clone();
+    accepted(listener).map(move |accepted| accepted.map(|stream| Cuttable::new(stream, &cut)))
+}
+
+/// Accepted connections on `listener`, with `TCP_NODELAY` and keepalive set.
+pub(crate) fn accepted(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)))
-        .map(move |accepted| accepted.map(|stream| Cuttable::new(stream, &cut)))
 }
 
 /// A connection whose reads and writes fail with `ConnectionAborted` once
@@ -42,15 +50,26 @@ pub(crate) fn incoming(
 pub(crate) struct Cuttable<T> {
     io: T,
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
+    _open: Option<OpenConnection>,
 }
 
 impl<T> Cuttable<T> {
-    /// `io`, cut off when `cut` is cancelled.
+    /// `io`, cut off when `cut` is cancelled. The connection waits on a
+    /// child token of its own: every read and write polls it, and the
+    /// connections of all threads would otherwise contend for one lock.
     pub(crate) fn new(io: T, cut: &CancellationToken) -> Self {
         Self {
             io,
-            cut: Box::pin(cut.clone().cancelled_owned()),
+            cut: Box::pin(cut.child_token().cancelled_owned()),
+            _open: None,
         }
+    }
+
+    /// `self`, taken off `open` (where whoever accepted it counted it)
+    /// when it is dropped.
+    pub(crate) fn counted_in(mut self, open: Arc<AtomicUsize>) -> Self {
+        self._open = Some(OpenConnection(open));
+        self
     }
 
     /// `Ready(error)` once cut; otherwise registers the waker and is pending.
@@ -61,6 +80,15 @@ impl<T> Cuttable<T> {
                 "connection cut off: the shutdown grace period is over",
             )
         })
+    }
+}
+
+/// One in a count of open connections, taken off when dropped.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

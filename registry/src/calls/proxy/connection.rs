@@ -5,8 +5,13 @@
 //! Calls open their streams on it straight from their own task (`h2`'s
 //! `SendRequest`): no buffer worker and no dispatch channel between a call
 //! and the connection, only the wake-up of the task that writes the socket.
+//!
+//! Each serving thread ([`crate::serving::workers`]) has a lane of its own:
+//! its own connection to each sidecar, driven on that thread, so that a
+//! call never leaves the thread its agent's connection is served on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,23 +48,61 @@ pub(super) struct Live {
     generation: u64,
 }
 
-/// The connection to one endpoint, and the lock that makes concurrent
-/// calls to a sidecar with none wait for one dial instead of each dialling.
-#[derive(Default)]
+/// The connections to one endpoint, one per lane, and the locks that make
+/// concurrent calls on a lane with none wait for one dial instead of each
+/// dialling.
 pub(super) struct Slot {
+    lanes: Box<[Lane]>,
+}
+
+#[derive(Default)]
+struct Lane {
     live: Mutex<Option<Live>>,
     dialling: tokio::sync::Mutex<()>,
 }
 
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            lanes: (0..LANES.load(Ordering::Relaxed).max(1))
+                .map(|_| Lane::default())
+                .collect(),
+        }
+    }
+}
+
+/// Lanes a slot made now has: one for threads that are not serving threads,
+/// and one per serving thread started so far.
+static LANES: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    static LANE: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Makes this thread the serving thread `index` (from 1): its calls use
+/// lane `index` of every slot made from now on.
+pub(crate) fn enter_lane(index: usize) {
+    LANES.fetch_max(index + 1, Ordering::Relaxed);
+    LANE.set(index);
+}
+
 impl Slot {
-    /// The open connection, if any.
-    pub(super) fn live(&self) -> Option<Live> {
-        self.live.lock().ok().and_then(|live| live.clone())
+    /// This thread's lane (the first when the slot is older than the
+    /// thread's lane).
+    fn lane(&self) -> &Lane {
+        let index = LANE.get();
+        self.lanes.get(index).unwrap_or(&self.lanes[0])
     }
 
-    /// Whether a connection is open.
+    fn open_in(lane: &Lane) -> Option<Live> {
+        lane.live.lock().ok().and_then(|live| live.clone())
+    }
+
+    /// Whether any lane has a connection open.
     pub(super) fn is_open(&self) -> bool {
-        self.live.lock().is_ok_and(|live| live.is_some())
+        self.lanes
+            .iter()
+            .any(|lane| lane.live.lock().is_ok_and(|live| live.is_some()))
     }
 
     /// Forgets `broken` (found closed by a call), unless a newer connection
@@ -69,29 +112,33 @@ impl Slot {
     }
 
     fn discard_generation(&self, generation: u64) {
-        if let Ok(mut live) = self.live.lock()
-            && live.as_ref().is_some_and(|l| l.generation == generation)
-        {
-            *live = None;
+        for lane in &self.lanes {
+            if let Ok(mut live) = lane.live.lock()
+                && live.as_ref().is_some_and(|l| l.generation == generation)
+            {
+                *live = None;
+            }
         }
     }
 
-    /// The open connection, or a new one dialled with `dialer` (one dial at
-    /// a time per endpoint); `true` with a connection made for this call.
+    /// This thread's open connection, or a new one dialled with `dialer`
+    /// (one dial at a time per lane); `true` with a connection made for
+    /// this call.
     pub(super) async fn get_or_dial(
         self: &Arc<Self>,
         endpoint: &str,
         dialer: &Dialer,
     ) -> Result<(Live, bool), String> {
-        if let Some(live) = self.live() {
+        let lane = self.lane();
+        if let Some(live) = Self::open_in(lane) {
             return Ok((live, false));
         }
-        let _dialling = self.dialling.lock().await;
-        if let Some(live) = self.live() {
+        let _dialling = lane.dialling.lock().await;
+        if let Some(live) = Self::open_in(lane) {
             return Ok((live, false));
         }
         let live = dialer.connect(endpoint, Arc::downgrade(self)).await?;
-        if let Ok(mut slot) = self.live.lock() {
+        if let Ok(mut slot) = lane.live.lock() {
             *slot = Some(live.clone());
         }
         Ok((live, true))
@@ -243,4 +290,26 @@ async fn dial(
             },
         )
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serving_thread_dials_on_a_lane_of_its_own() {
+        let on_thread = std::thread::spawn(|| {
+            enter_lane(3);
+            let slot = Slot::default();
+            std::ptr::eq(slot.lane(), &slot.lanes[3])
+        })
+        .join();
+        assert!(matches!(on_thread, Ok(true)));
+        let slot = Slot::default();
+        assert!(slot.lanes.len() >= 4);
+        assert!(
+            std::ptr::eq(slot.lane(), &slot.lanes[0]),
+            "other threads share lane 0"
+        );
+    }
 }

@@ -18,10 +18,10 @@ use toolmesh_proto::{
 use crate::{
     config::Config,
     serving::api::{ApprovalsApi, PinsApi, RegistrationApi, TasksApi, ToolRegistryApi},
-    serving::connections,
     serving::mcp::{McpEndpoint, McpSettings},
     serving::readiness::Reporter,
     serving::watch::{WatchLimits, Watchers},
+    serving::workers,
 };
 
 use super::{Registry, ServeError};
@@ -211,7 +211,7 @@ impl Registry {
         .max_encoding_message_size(max);
 
         let stop = CancellationToken::new();
-        let server = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(self.config.max_concurrent_streams))
             // Find dead agents and sidecars on idle connections.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -223,18 +223,22 @@ impl Registry {
             .add_service(tasks)
             .add_service(approvals)
             .add_service(pins)
-            .add_service(registration)
-            .serve_with_incoming_shutdown(
-                toolmesh_proto::tls::incoming(
-                    connections::incoming(listener, &cut),
-                    self.config.tls.clone(),
-                ),
-                stop.clone().cancelled_owned(),
-            );
+            .add_service(registration);
+        let server = workers::serve(
+            &router,
+            listener,
+            self.config.tls.clone(),
+            workers::count(self.config.worker_threads),
+            &workers::Stops {
+                stop: stop.clone(),
+                cut: cut.clone(),
+            },
+        )?;
+        drop(router);
         tokio::pin!(server);
 
         tokio::select! {
-            result = &mut server => return result.map_err(ServeError::from),
+            result = &mut server => return result,
             () = mcp.ended(), if mcp.is_running() => {
                 return Err(ServeError::Transport("the MCP endpoint stopped".into()));
             }
@@ -246,7 +250,7 @@ impl Registry {
         // Still accepting: new connections (probes, agents whose balancer
         // has not heard yet) are served during the delay.
         tokio::select! {
-            result = &mut server => return result.map_err(ServeError::from),
+            result = &mut server => return result,
             () = tokio::time::sleep(self.config.shutdown_delay) => {}
         }
         watchers.cancel();
@@ -254,10 +258,7 @@ impl Registry {
         mcp_drain.cancel();
         console_drain.cancel();
         let grace_over = tokio::time::Instant::now() + self.config.shutdown_grace;
-        let served = tokio::time::timeout_at(grace_over, &mut server)
-            .await
-            .ok()
-            .map(|result| result.map_err(ServeError::from));
+        let served = tokio::time::timeout_at(grace_over, &mut server).await.ok();
         let mcp_ended = tokio::time::timeout_at(grace_over, mcp.ended())
             .await
             .is_ok();
@@ -272,7 +273,7 @@ impl Registry {
         match served {
             Some(result) => result,
             None => match tokio::time::timeout(CUT_OFF_WAIT, server).await {
-                Ok(result) => result.map_err(ServeError::from),
+                Ok(result) => result,
                 Err(_) => Ok(()),
             },
         }
