@@ -424,8 +424,12 @@ impl Seen {
     }
 }
 
-/// Adds `grant` to `metadata` under [`HEADER`].
-pub fn attach(metadata: &mut MetadataMap, grant: AsciiMetadataValue) {
+/// Adds `grant` to `metadata` under [`HEADER`], marked sensitive: HTTP/2
+/// sends it as a literal never indexed (RFC 7541 §7.1.3), as a credential
+/// should be, and a value unique to the call would only evict the header
+/// table's reusable entries.
+pub fn attach(metadata: &mut MetadataMap, mut grant: AsciiMetadataValue) {
+    grant.set_sensitive(true);
     metadata.insert(HEADER, grant);
 }
 
