@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The registry's hop, quickly, by h2load: an SDK echo tool behind a sidecar
+# (toolmesh-bench echo), called directly (ToolRuntime.Execute) and through
+# the registry (Invoke) in the same run, at -c 8 -m 16 and at -c 1 -m 1;
+# with each server's CPU per call (from /proc, the warm-up included). For
+# A/B runs of two registry binaries; scripts/bench.sh is the full table.
+#
+#   scripts/hop.sh                        # target/release, 4 s per run, 1 round
+#   REGISTRY=/path/to/toolmesh-registry ROUNDS=3 SECONDS_PER_RUN=4 scripts/hop.sh
+#   BIN=target/dist scripts/hop.sh        # after cargo build --profile dist
+#
+# Needs h2load (nghttp2-client); loopback only; stops what it starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${BIN:-target/release}
+registry=${REGISTRY:-$bin/toolmesh-registry}
+secs=${SECONDS_PER_RUN:-4}
+base=${HOP_PORT_BASE:-56000}
+work=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+
+"$registry" --listen "127.0.0.1:$((base + 51))" --log warn ${REGISTRY_FLAGS:-} >"$work/registry.log" 2>&1 &
+pids+=($!)
+registry_pid=$!
+sleep 0.5
+"$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" --registry "http://127.0.0.1:$((base + 51))" >"$work/echo.log" 2>&1 &
+pids+=($!)
+echo_pid=$!
+sleep 2
+"$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke.bin"
+"$bin/toolmesh-bench" frame --method execute --tool echo --payload 100 >"$work/execute.bin"
+
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+run() { # url frames c m pid
+    local before after out
+    before=$(ticks "$5")
+    out=$(h2load -t 1 -c "$3" -m "$4" -D "$secs" --warm-up-time 1 -d "$2" \
+        -H 'content-type: application/grpc' -H 'te: trailers' "$1" 2>&1)
+    after=$(ticks "$5")
+    grep -q ' 0 failed, 0 errored' <<<"$out" || { echo "$out" >&2; exit 1; }
+    awk -v dt=$((after - before)) -v secs=$((secs + 1)) -v hz="$(getconf CLK_TCK)" '
+        /^finished in/ {for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) r = $(i - 1)}
+        /^time for request/ {m = $6}
+        END {printf "%s calls/s, mean %s, %.1f µs CPU/call", r, m, dt * 1e6 / hz / (r * secs)}' <<<"$out"
+}
+direct=http://127.0.0.1:$((base + 61))/toolmesh.v1.ToolRuntime/Execute
+through=http://127.0.0.1:$((base + 51))/toolmesh.v1.ToolRegistry/Invoke
+for round in $(seq "${ROUNDS:-1}"); do
+    echo "round $round"
+    echo "  -c 8 -m 16  direct:   $(run "$direct" "$work/execute.bin" 8 16 "$echo_pid")"
+    echo "              registry: $(run "$through" "$work/invoke.bin" 8 16 "$registry_pid")"
+    echo "  -c 1 -m 1   direct:   $(run "$direct" "$work/execute.bin" 1 1 "$echo_pid")"
+    echo "              registry: $(run "$through" "$work/invoke.bin" 1 1 "$registry_pid")"
+done
