@@ -387,9 +387,11 @@ pub struct Config {
     #[arg(long, env = "TOOLMESH_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
 
-    /// Multiplexed Redis connections per replica. One pipelines every call
-    /// and batches best; more help only when one connection's I/O task is
-    /// the bottleneck.
+    /// Multiplexed Redis connections per serving thread (each thread calls
+    /// Redis on its own, so a rate-limited call never changes threads), and
+    /// as many for background work. One pipelines every call and batches
+    /// best; more help only when one connection's I/O task is the
+    /// bottleneck.
     #[arg(long, env = "TOOLMESH_REDIS_POOL_SIZE", default_value_t = 1)]
     pub redis_pool_size: usize,
 

@@ -45,7 +45,8 @@
 //! - Process concerns: [`config`] (flags and their environment fallbacks),
 //!   `metrics` (what the admin port serves), [`redis_pool`] (Redis
 //!   connections, call deadlines, the circuit breaker, shared by the
-//!   engines), and [`error`] (the error type and its one mapping to
+//!   engines), `lanes` (which serving thread a call runs on, so that the
+//!   connections it uses are that thread's own), and [`error`] (the error type and its one mapping to
 //!   `tonic::Status`).
 
 pub mod access;
@@ -53,6 +54,7 @@ pub mod calls;
 pub mod catalog;
 pub mod config;
 pub mod error;
+pub(crate) mod lanes;
 pub(crate) mod metrics;
 pub mod redis_pool;
 pub mod serving;

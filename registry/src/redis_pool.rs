@@ -1,7 +1,8 @@
 //! Connections to Redis shared by the Redis engines: a bounded pool of
-//! multiplexed connections (standalone or Cluster), a deadline on every call,
-//! a circuit breaker that stops waiting on a Redis that is down, and the
-//! one log of its outages (`outage`).
+//! multiplexed connections (standalone or Cluster), each serving thread
+//! with its own (`lanes`), a deadline on every call, a circuit breaker
+//! that stops waiting on a Redis that is down, and the one log of its
+//! outages (`outage`).
 
 use std::{
     sync::{
@@ -19,6 +20,7 @@ use redis::{
 };
 use tokio::time::Instant;
 
+use crate::lanes;
 use crate::metrics::{Metrics, RedisOp};
 
 pub(crate) mod outage;
@@ -67,8 +69,12 @@ pub struct RedisSettings {
     /// PEM of the CA that signed the server's certificate, for `rediss://`
     /// URLs whose server is not signed by a public CA.
     pub root_ca: Option<Vec<u8>>,
-    /// Multiplexed connections per replica.
+    /// Multiplexed connections per lane: lane 0 for background work, and
+    /// one lane per serving thread, whose calls use its connections only.
     pub pool_size: usize,
+    /// Lanes to keep connections for (1 + serving threads); a thread of a
+    /// lane beyond them uses lane 0's.
+    pub lanes: usize,
     /// Deadline of each call.
     pub call_timeout: Duration,
     /// Consecutive failures that open the breaker.
@@ -85,6 +91,7 @@ impl Default for RedisSettings {
             password: None,
             root_ca: None,
             pool_size: 1,
+            lanes: 1,
             call_timeout: Duration::from_millis(250),
             breaker_failures: 3,
             breaker_cooldown: Duration::from_millis(500),
@@ -204,6 +211,8 @@ impl Breaker {
     }
 }
 
+type Slot = tokio::sync::Mutex<Option<(u64, RedisConn)>>;
+
 #[allow(clippy::large_enum_variant)] // one per pool, never moved around
 enum Connector {
     Single(redis::Client),
@@ -216,8 +225,10 @@ pub struct RedisPool {
     info: redis::ConnectionInfo,
     certificates: Option<redis::TlsCertificates>,
     connector: Connector,
-    /// Each slot's connection, with the generation it was opened in.
-    slots: Vec<tokio::sync::Mutex<Option<(u64, RedisConn)>>>,
+    /// Each lane's slots, and each slot's connection with the generation
+    /// it was opened in. A connection's driver runs on the runtime that
+    /// opened it: the lane's own thread.
+    slots: Box<[Box<[Slot]>]>,
     generation: AtomicU64,
     next: AtomicUsize,
     settings: RedisSettings,
@@ -265,8 +276,12 @@ impl RedisPool {
         } else {
             Connector::Single(open_client(info.clone(), certificates.as_ref())?)
         };
-        let slots = (0..settings.pool_size.max(1))
-            .map(|_| tokio::sync::Mutex::new(None))
+        let slots = (0..settings.lanes.max(1))
+            .map(|_| {
+                (0..settings.pool_size.max(1))
+                    .map(|_| tokio::sync::Mutex::new(None))
+                    .collect()
+            })
             .collect();
         Ok(Arc::new(Self {
             info,
@@ -328,11 +343,12 @@ impl RedisPool {
             return Err(RedisError::CircuitOpen);
         }
         let timeout = self.settings.call_timeout;
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let lane = lanes::pick(&self.slots);
+        let slot = &lane[self.next.fetch_add(1, Ordering::Relaxed) % lane.len()];
         let mut broken = false;
         let mut used = None;
         let result = tokio::time::timeout(timeout, async {
-            let (generation, mut conn) = self.connection(index).await?;
+            let (generation, mut conn) = self.connection(slot).await?;
             used = Some(generation);
             call(&mut conn).await.map_err(|e| {
                 broken = e.is_io_error()
@@ -348,7 +364,7 @@ impl RedisPool {
             // Connect afresh next time rather than wait out the connection's
             // own reconnect backoff; unless the slot already holds a newer
             // connection than the one that failed.
-            if let Ok(mut slot) = self.slots[index].try_lock()
+            if let Ok(mut slot) = slot.try_lock()
                 && slot.as_ref().map(|(generation, _)| *generation) == used
             {
                 *slot = None;
@@ -367,8 +383,8 @@ impl RedisPool {
         result
     }
 
-    async fn connection(&self, index: usize) -> Result<(u64, RedisConn), RedisError> {
-        let mut slot = self.slots[index].lock().await;
+    async fn connection(&self, slot: &Slot) -> Result<(u64, RedisConn), RedisError> {
+        let mut slot = slot.lock().await;
         if let Some(held) = slot.as_ref() {
             return Ok(held.clone());
         }

@@ -24,7 +24,6 @@ use toolmesh_proto::{grant, timeout};
 use toolmesh_telemetry::TraceContext;
 
 use crate::access::endpoint_policy::EndpointPolicy;
-pub(crate) use connection::enter_lane;
 use connection::{Dialer, Slot};
 pub use error::{Health, ProxyError};
 use unary::Failure;

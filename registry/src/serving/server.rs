@@ -228,6 +228,7 @@ impl Registry {
                 })
                 .transpose()?,
             pool_size: config.redis_pool_size,
+            lanes: 1 + super::workers::count(config.worker_threads),
             call_timeout: config.redis_timeout,
             ..RedisSettings::default()
         };

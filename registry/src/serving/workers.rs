@@ -190,7 +190,7 @@ impl Thread {
             .enable_all()
             .build()
             .map_err(|e| ServeError::Transport(format!("a serving thread's runtime: {e}")))?;
-        crate::calls::proxy::enter_lane(self.index);
+        crate::lanes::enter(self.index);
         let Self {
             router,
             handed,

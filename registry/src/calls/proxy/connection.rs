@@ -10,8 +10,7 @@
 //! its own connection to each sidecar, driven on that thread, so that a
 //! call never leaves the thread its agent's connection is served on.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use tonic::codegen::http::Uri;
 use toolmesh_proto::tls::{self, ClientTls};
 
 use crate::access::endpoint_policy::EndpointPolicy;
+use crate::lanes;
 
 /// How often an open connection is pinged, and how long the answer may
 /// take before the connection is given up (a sidecar whose host vanished
@@ -64,34 +64,16 @@ struct Lane {
 impl Default for Slot {
     fn default() -> Self {
         Self {
-            lanes: (0..LANES.load(Ordering::Relaxed).max(1))
-                .map(|_| Lane::default())
-                .collect(),
+            lanes: (0..lanes::in_use()).map(|_| Lane::default()).collect(),
         }
     }
-}
-
-/// Lanes a slot made now has: one for threads that are not serving threads,
-/// and one per serving thread started so far.
-static LANES: AtomicUsize = AtomicUsize::new(1);
-
-thread_local! {
-    static LANE: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Makes this thread the serving thread `index` (from 1): its calls use
-/// lane `index` of every slot made from now on.
-pub(crate) fn enter_lane(index: usize) {
-    LANES.fetch_max(index + 1, Ordering::Relaxed);
-    LANE.set(index);
 }
 
 impl Slot {
     /// This thread's lane (the first when the slot is older than the
     /// thread's lane).
     fn lane(&self) -> &Lane {
-        let index = LANE.get();
-        self.lanes.get(index).unwrap_or(&self.lanes[0])
+        lanes::pick(&self.lanes)
     }
 
     fn open_in(lane: &Lane) -> Option<Live> {
@@ -299,7 +281,7 @@ mod tests {
     #[test]
     fn a_serving_thread_dials_on_a_lane_of_its_own() {
         let on_thread = std::thread::spawn(|| {
-            enter_lane(3);
+            lanes::enter(3);
             let slot = Slot::default();
             std::ptr::eq(slot.lane(), &slot.lanes[3])
         })
