@@ -8,8 +8,15 @@
 #   scripts/hop.sh                        # target/release, 4 s per run, 1 round
 #   REGISTRY=/path/to/toolmesh-registry ROUNDS=3 SECONDS_PER_RUN=4 scripts/hop.sh
 #   BIN=target/dist scripts/hop.sh        # after cargo build --profile dist
+#   REDIS=1 scripts/hop.sh                # and Redis mode against embedded
 #
-# Needs h2load (nghttp2-client); loopback only; stops what it starts.
+# REDIS=1 adds a rate-limited echo tool (a limit never reached: the
+# limiter's cost, not its effect) called through the embedded registry and
+# through a second registry in Redis mode, on a redis-server of its own, at
+# the same two loads, and prints redis-rl / registry-rl at -c 8 -m 16.
+#
+# Needs h2load (nghttp2-client), and redis-server for REDIS=1; loopback
+# only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${BIN:-target/release}
@@ -27,6 +34,24 @@ sleep 0.5
 "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" --registry "http://127.0.0.1:$((base + 51))" >"$work/echo.log" 2>&1 &
 pids+=($!)
 echo_pid=$!
+if [[ ${REDIS:-0} == 1 ]]; then
+    redis-server --port "$((base + 79))" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" 2>&1 &
+    pids+=($!)
+    sleep 0.5
+    "$registry" --listen "127.0.0.1:$((base + 52))" --log warn --redis "redis://127.0.0.1:$((base + 79))" \
+        --redis-prefix "hop$$" ${REGISTRY_FLAGS:-} >"$work/redis-registry.log" 2>&1 &
+    pids+=($!)
+    redis_registry_pid=$!
+    sleep 0.5
+    for side in "62 51 echo-rl" "63 52 echo-redis"; do
+        read -r port registry_port instance <<<"$side"
+        "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + port))" \
+            --registry "http://127.0.0.1:$((base + registry_port))" \
+            --tool echo_limited --instance-id "$instance" --rate-limited >"$work/$instance.log" 2>&1 &
+        pids+=($!)
+    done
+    "$bin/toolmesh-bench" frame --method invoke --tool echo_limited --payload 100 >"$work/invoke-rl.bin"
+fi
 sleep 2
 "$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke.bin"
 "$bin/toolmesh-bench" frame --method execute --tool echo --payload 100 >"$work/execute.bin"
@@ -46,10 +71,20 @@ run() { # url frames c m pid
 }
 direct=http://127.0.0.1:$((base + 61))/toolmesh.v1.ToolRuntime/Execute
 through=http://127.0.0.1:$((base + 51))/toolmesh.v1.ToolRegistry/Invoke
+through_redis=http://127.0.0.1:$((base + 52))/toolmesh.v1.ToolRegistry/Invoke
 for round in $(seq "${ROUNDS:-1}"); do
     echo "round $round"
     echo "  -c 8 -m 16  direct:   $(run "$direct" "$work/execute.bin" 8 16 "$echo_pid")"
     echo "              registry: $(run "$through" "$work/invoke.bin" 8 16 "$registry_pid")"
     echo "  -c 1 -m 1   direct:   $(run "$direct" "$work/execute.bin" 1 1 "$echo_pid")"
     echo "              registry: $(run "$through" "$work/invoke.bin" 1 1 "$registry_pid")"
+    if [[ ${REDIS:-0} == 1 ]]; then
+        embedded=$(run "$through" "$work/invoke-rl.bin" 8 16 "$registry_pid")
+        redis=$(run "$through_redis" "$work/invoke-rl.bin" 8 16 "$redis_registry_pid")
+        echo "  -c 8 -m 16  registry-rl: $embedded"
+        echo "              redis-rl:    $redis"
+        awk -v e="${embedded%% *}" -v r="${redis%% *}" 'BEGIN {printf "              redis-rl / registry-rl: %.2fx\n", r / e}'
+        echo "  -c 1 -m 1   registry-rl: $(run "$through" "$work/invoke-rl.bin" 1 1 "$registry_pid")"
+        echo "              redis-rl:    $(run "$through_redis" "$work/invoke-rl.bin" 1 1 "$redis_registry_pid")"
+    fi
 done

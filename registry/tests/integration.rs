@@ -75,6 +75,7 @@ mod redis_unreachable;
 mod registrants;
 #[path = "integration/search.rs"]
 mod search;
+#[cfg(feature = "model")]
 #[path = "integration/search_model.rs"]
 mod search_model;
 #[path = "integration/shutdown.rs"]

@@ -34,11 +34,14 @@ use toolmesh_proto::pb;
 use crate::catalog::{Catalog, ChangeKind, ToolState};
 
 mod bm25;
+#[cfg(feature = "model")]
 mod fusion;
+#[cfg(feature = "model")]
 pub mod semantic;
 
 use self::bm25::Bm25;
 pub use self::bm25::Scope;
+#[cfg(feature = "model")]
 use self::semantic::Semantic;
 
 /// Longest query accepted, in bytes.
@@ -85,6 +88,7 @@ pub struct Ranked {
 pub struct ToolSearch {
     tokenizer: DefaultTokenizer,
     index: RwLock<Bm25>,
+    #[cfg(feature = "model")]
     semantic: Option<Semantic>,
 }
 
@@ -93,6 +97,7 @@ impl Default for ToolSearch {
         Self {
             tokenizer: DefaultTokenizer::new(Language::English),
             index: RwLock::default(),
+            #[cfg(feature = "model")]
             semantic: None,
         }
     }
@@ -100,6 +105,7 @@ impl Default for ToolSearch {
 
 impl ToolSearch {
     /// An index that also ranks with `semantic`'s model.
+    #[cfg(feature = "model")]
     pub fn hybrid(semantic: Semantic) -> Self {
         Self {
             semantic: Some(semantic),
@@ -108,6 +114,7 @@ impl ToolSearch {
     }
 
     /// The model's half, if a model is loaded.
+    #[cfg(feature = "model")]
     pub fn semantic(&self) -> Option<&Semantic> {
         self.semantic.as_ref()
     }
@@ -121,6 +128,7 @@ impl ToolSearch {
             index.upsert(&descriptor.name, &self.tokens(descriptor));
         }
         *self.index.write().unwrap_or_else(PoisonError::into_inner) = index;
+        #[cfg(feature = "model")]
         if let Some(semantic) = &self.semantic {
             semantic.replace_all(descriptors);
         }
@@ -133,6 +141,7 @@ impl ToolSearch {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .upsert(&descriptor.name, &tokens);
+        #[cfg(feature = "model")]
         if let Some(semantic) = &self.semantic {
             semantic.upsert(descriptor);
         }
@@ -144,6 +153,7 @@ impl ToolSearch {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(name);
+        #[cfg(feature = "model")]
         if let Some(semantic) = &self.semantic {
             semantic.remove(name);
         }
@@ -153,19 +163,28 @@ impl ToolSearch {
     /// hybrid when the model can rank them all, else by BM25 (the tools
     /// that share a word with the query).
     pub async fn rank(&self, query: &str, scope: Scope<'_>) -> Ranked {
-        self.rank_weighted(query, scope, fusion::LEXICAL_WEIGHT)
-            .await
+        #[cfg(feature = "model")]
+        return self
+            .rank_weighted(query, scope, fusion::LEXICAL_WEIGHT)
+            .await;
+        #[cfg(not(feature = "model"))]
+        self.lexical(query, scope)
+    }
+
+    /// The tools of `scope` ranked for `query` by BM25 alone.
+    fn lexical(&self, query: &str, scope: Scope<'_>) -> Ranked {
+        Ranked {
+            found: self.search(query, usize::MAX, scope),
+            ranking: Ranking::Lexical,
+        }
     }
 
     /// [`Self::rank`] with the lexical score weighted `weight` in the
     /// blend instead of the tuned weight (0: the model alone), to measure.
+    #[cfg(feature = "model")]
     pub async fn rank_weighted(&self, query: &str, scope: Scope<'_>, weight: f32) -> Ranked {
-        let lexical = |this: &Self| Ranked {
-            found: this.search(query, usize::MAX, scope),
-            ranking: Ranking::Lexical,
-        };
         let Some(semantic) = &self.semantic else {
-            return lexical(self);
+            return self.lexical(query, scope);
         };
         let hybrid = match semantic.query(query).await {
             Ok(vector) => semantic.similarities(&vector, scope),
@@ -183,7 +202,7 @@ impl ToolSearch {
             Err(fallback) => {
                 semantic.metrics().search_fallback(fallback.label());
                 semantic.metrics().search_ranked("lexical");
-                lexical(self)
+                self.lexical(query, scope)
             }
         }
     }

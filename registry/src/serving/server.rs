@@ -8,6 +8,7 @@
 
 mod janitor;
 mod listen;
+mod search_model;
 mod serve;
 
 use std::{sync::Arc, time::Duration};
@@ -16,10 +17,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh_telemetry::admin::Readiness;
 
-use crate::catalog::search::{
-    ToolSearch,
-    semantic::{EmbeddingCache, RedisCache, Semantic, SemanticSettings},
-};
 use crate::{
     access::Access,
     access::audit::{AuditLog, AuditOptions, AuditTarget},
@@ -41,7 +38,9 @@ use crate::{
     redis_pool::{RedisPool, RedisSettings},
 };
 use janitor::janitor;
-use toolmesh_embed::Model;
+use search_model::{SearchModel, search_index};
+
+use crate::catalog::search::ToolSearch;
 
 use crate::tasks::{TaskSettings, Tasks};
 
@@ -49,47 +48,6 @@ use crate::tasks::{TaskSettings, Tasks};
 const TASK_SWEEP: Duration = Duration::from_millis(500);
 pub use listen::listen_and_serve;
 pub use serve::run;
-
-/// The model `SearchTools` ranks with, and where its vectors are shared.
-struct SearchModel {
-    model: Arc<Model>,
-    cache: Option<Arc<dyn EmbeddingCache>>,
-}
-
-/// Loads `--search-model`, if set.
-fn load_search_model(config: &Config) -> Result<Option<Arc<Model>>, ServeError> {
-    let Some(dir) = &config.search_model else {
-        return Ok(None);
-    };
-    let started = std::time::Instant::now();
-    let model = Model::load(dir).map_err(|e| ServeError::Config(format!("--search-model {e}")))?;
-    tracing::info!(
-        dir = %dir.display(),
-        digest = %&model.digest()[..16],
-        dimension = model.dimension(),
-        took = ?started.elapsed(),
-        "search model loaded: SearchTools ranks hybrid once the tools are embedded"
-    );
-    Ok(Some(Arc::new(model)))
-}
-
-/// `SearchTools`' index: hybrid with a model, BM25 alone without.
-fn search_index(model: Option<SearchModel>, config: &Config, metrics: &Arc<Metrics>) -> ToolSearch {
-    let Some(SearchModel { model, cache }) = model else {
-        return ToolSearch::default();
-    };
-    let settings = SemanticSettings {
-        query_threads: usize::from(config.search_threads),
-        ..SemanticSettings::default()
-    };
-    match Semantic::new(model, cache, &settings, metrics.clone()) {
-        Ok(semantic) => ToolSearch::hybrid(semantic),
-        Err(error) => {
-            tracing::error!(%error, "the search model's threads could not start; SearchTools ranks with BM25 alone");
-            ToolSearch::default()
-        }
-    }
-}
 
 /// Why serving stopped. Each message carries its causes, so it prints once
 /// however it is printed (there is no separate `source`).
@@ -157,7 +115,7 @@ impl Registry {
     }
 
     /// The embedded registry, searching with `model` if given.
-    fn embedded_with(config: Config, model: Option<Arc<Model>>) -> Self {
+    fn embedded_with(config: Config, model: Option<SearchModel>) -> Self {
         let store: Arc<dyn CatalogStore> = MemoryStore::new(
             config.lease_ttl,
             Limits {
@@ -171,7 +129,6 @@ impl Registry {
         ));
         let metrics = Arc::new(Metrics::new(config.metrics_max_tools));
         let tasks = crate::tasks::store::open(None, Default::default());
-        let model = model.map(|model| SearchModel { model, cache: None });
         Self::assemble(
             store,
             Arc::new(LocalLimiter::new()),
@@ -206,7 +163,7 @@ impl Registry {
         if config.sidecar_tls.is_none() {
             config.sidecar_tls = Some(config.load_sidecar_tls().map_err(ServeError::Config)?);
         }
-        let model = load_search_model(&config)?;
+        let model = SearchModel::load(&config)?;
         let Some(url) = config.redis.clone() else {
             let store = Arc::new(crate::catalog::pins::store::MemoryPins::default());
             return Self::embedded_with(config, model)
@@ -263,15 +220,7 @@ impl Registry {
             pool.clone(),
             &config.redis_prefix,
         ));
-        let model = model.map(|model| SearchModel {
-            cache: Some(Arc::new(RedisCache::new(
-                pool.clone(),
-                &config.redis_prefix,
-                model.digest(),
-                model.dimension(),
-            )) as Arc<dyn EmbeddingCache>),
-            model,
-        });
+        let model = model.map(|model| model.shared(pool.clone(), &config.redis_prefix));
         let tasks = crate::tasks::store::open(
             Some((pool.clone(), config.redis_prefix.as_str())),
             Default::default(),
