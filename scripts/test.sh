@@ -20,52 +20,6 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> [%d s] %s\n' "$((SECONDS - started))" "$*"; }
 started=$SECONDS
 
-# The image's static release build (about 12 minutes on 2 cores), the fuzz
-# targets' build (about 5) and cargo-deny's install and check take most of a
-# cold run's CPU, and none of them needs anything the rest of the suite
-# does: each starts now, in the background at the lowest priority, so that
-# it takes the CPU the foreground leaves idle (downloads, one crate's
-# front end or link on one core, end-to-end tests waiting on each other),
-# and yields it at once when the foreground wants it. The steps that use
-# them wait for them; nothing is left running past the suite.
-log=$(mktemp)
-background_dir=$(mktemp -d)
-declare -A background=()
-kill_tree() {
-    local child
-    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
-    kill "$1" 2>/dev/null || true
-}
-trap 'for pid in "${background[@]}"; do kill_tree "$pid"; done; rm -rf "$log" "$background_dir"' EXIT
-in_background() { # $1: name, then the command
-    local name=$1
-    shift
-    (
-        renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
-        "$@"
-    ) >"$background_dir/$name.log" 2>&1 &
-    background[$name]=$!
-}
-# Waits for one background job, at full priority from now on (as root;
-# otherwise it stays niced), and fails as the job did. What it printed is
-# in $background_dir/<name>.log.
-finish() { # $1: name
-    local name=$1 pid=${background[$1]} rc=0
-    renice_tree "$pid"
-    wait "$pid" || rc=$?
-    unset "background[$name]"
-    return "$rc"
-}
-renice_tree() {
-    local child
-    for child in $(pgrep -P "$1"); do renice_tree "$child"; done
-    renice -n 0 -p "$1" >/dev/null 2>&1 || true
-}
-step "background: the image's static binaries, the fuzz targets, cargo deny"
-in_background image bash scripts/image.sh --binaries-only --quiet
-in_background fuzz bash scripts/fuzz.sh --build-only
-in_background deny bash scripts/deny.sh
-
 step "system packages"
 # A cold run under .ci/run writes about 8 GB (target/, the image's layers,
 # temporary files): say so up front rather than fail on a full disk halfway.
@@ -114,6 +68,10 @@ step "cargo build --bins (the binaries the end-to-end tests start)"
 cargo build --workspace --bins --locked
 export TOOLMESH_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug"
 
+log=$(mktemp)
+background_log=$(mktemp)
+background=
+trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || kill "$background" 2>/dev/null || true' EXIT
 status=0
 
 # Every runner runs, whatever the one before it did; the summary decides.
@@ -125,6 +83,21 @@ bash scripts/proto.sh || status=1
 # Built apart from the run, so that the log tells compiling from testing.
 step "cargo test --no-run (the test binaries)"
 cargo test --workspace --locked --no-run 2>&1 | tail -n 3 || status=1
+
+# The image's static release build and the fuzz targets' build take most of
+# a cold run's time (about 12 and 5 minutes on 2 cores), while the end-to-end
+# tests leave the CPU partly idle: both build now, niced, in the background
+# (the suite passes beside busier neighbours than these), and the steps that
+# use them find them built.
+step "background: the image's static binaries, then the fuzz targets"
+(
+    # Niced as a whole (not per command), so that the renice below reaches
+    # the fuzz build too, which starts after it.
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
+    bash scripts/image.sh --binaries-only --quiet &&
+        bash scripts/fuzz.sh --build-only
+) >"$background_log" 2>&1 &
+background=$!
 
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
@@ -139,13 +112,20 @@ bash scripts/browser.sh 2>&1 | tee -a "$log" || status=1
 # by scripts/image.sh) and the charts: lint, render, Kubernetes' schemas,
 # then the registry and a tool on `podman kube play`.
 step "waiting for the background builds"
-for job in image fuzz; do
-    if ! finish "$job"; then
-        cat "$background_dir/$job.log" >&2
-        echo "the background build of the $job failed (see above)" >&2
-        status=1
-    fi
-done
+# Nothing else of the suite runs now: they need yield to nothing any more
+# (as root; otherwise they stay niced).
+renice_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do renice_tree "$child"; done
+    renice -n 0 -p "$1" >/dev/null 2>&1 || true
+}
+renice_tree "$background"
+if ! wait "$background"; then
+    cat "$background_log" >&2
+    echo "the background builds failed (see above)" >&2
+    status=1
+fi
+background=
 
 step "Helm charts and the image (charts/tests)"
 {
@@ -156,11 +136,8 @@ step "Helm charts and the image (charts/tests)"
 
 # Supply chain: every dependency's license, source and version rules
 # (deny.toml); installs cargo-deny when it is missing.
-step "cargo deny (licenses, bans, sources; run in the background)"
-deny_status=0
-finish deny || deny_status=1
-tee -a "$log" <"$background_dir/deny.log"
-((deny_status == 0)) || status=1
+step "cargo deny (licenses, bans, sources)"
+bash scripts/deny.sh 2>&1 | tee -a "$log" || status=1
 
 # The parsers and validators that take untrusted input, fuzzed for a bounded
 # time from the committed corpus (fuzz/); installs cargo-fuzz when missing.
