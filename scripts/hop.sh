@@ -19,6 +19,9 @@
 # only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in h2load $([[ ${REDIS:-0} == 1 ]] && echo redis-server); do
+    command -v "$tool" >/dev/null || { echo "hop.sh: needs $tool (scripts/bench.sh installs it)" >&2; exit 1; }
+done
 bin=${BIN:-target/release}
 registry=${REGISTRY:-$bin/toolmesh-registry}
 secs=${SECONDS_PER_RUN:-4}
