@@ -12,11 +12,9 @@ cd "$(dirname "$0")/.."
 
 if ! cargo deny --version >/dev/null 2>&1; then
     echo "deny.sh: installing cargo-deny" >&2
-    # Without the fat LTO and single codegen unit its own release profile
-    # asks for: a fraction of the build time (minutes, on 2 cores) for a
-    # tool that runs for seconds.
-    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
-        cargo install --locked --quiet cargo-deny
+    # A debug build: cargo-deny runs for seconds here, and its optimized
+    # build (gix and the rest) was minutes of a cold suite on 2 cores.
+    cargo install --locked --quiet --debug cargo-deny
 fi
 (($#)) || set -- licenses bans sources
 exec cargo deny --locked check --hide-inclusion-graph "$@"

@@ -85,7 +85,8 @@ if [[ -z $nightly ]]; then
 fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz" >&2
-    cargo install --locked --quiet cargo-fuzz
+    # A debug build: it only drives cargo and libFuzzer.
+    cargo install --locked --quiet --debug cargo-fuzz
 fi
 
 # The fuzz crate is a workspace of its own; its lock starts as a copy of the
