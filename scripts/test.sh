@@ -68,7 +68,10 @@ cargo fmt --all -- --check
 # the workspace's debug build below runs linted, so that none rebuilds
 # what another built (the wrapper is part of cargo's fingerprint); the
 # image's and the fuzz targets' builds are not linted.
-clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
+    echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2
+    exit 1
+}
 linted() {
     RUSTC_WORKSPACE_WRAPPER="$clippy_driver" \
         CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
