@@ -84,6 +84,7 @@ step "cargo test --no-run, linted by clippy (the test binaries)"
 build_log=$(mktemp)
 if ! linted cargo test --workspace --all-targets --locked --no-run >"$build_log" 2>&1; then
     cat "$build_log" >&2
+    rm -f "$build_log"
     exit 1
 fi
 tail -n 3 "$build_log"
@@ -106,10 +107,10 @@ step "contract (scripts/proto.sh: buf lint, buf breaking)"
 bash scripts/proto.sh || status=1
 
 # The image's static release build and the fuzz targets' build take most of
-# a cold run's time (about 12 and 5 minutes on 2 cores), while the end-to-end
-# tests leave the CPU partly idle: both build now, niced, in the background
-# (the suite passes beside busier neighbours than these), and the steps that
-# use them find them built.
+# a cold run's time (about 16 and 8 minutes alone on 2 cores; see
+# docs/benchmarks.md), while the end-to-end tests leave the CPU partly idle:
+# both build now, niced, in the background (the suite passes beside busier
+# neighbours than these), and the steps that use them find them built.
 step "background: the image's static binaries, then the fuzz targets"
 (
     # Niced as a whole (not per command), so that the renice below reaches
