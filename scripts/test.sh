@@ -61,6 +61,18 @@ export TOOLMESH_FULL_SUITE=1
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+log=$(mktemp)
+background_log=$(mktemp)
+background=
+# What the suite started and left running, children first.
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || kill_tree "$background"' EXIT
+status=0
+
 # Clippy lints the workspace's crates inside the debug build itself
 # (clippy-driver as cargo's workspace wrapper, as `cargo clippy` runs it):
 # a separate `cargo clippy` would check all of the dependencies once more
@@ -72,45 +84,24 @@ clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driv
     echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2
     exit 1
 }
+# The same commands build without incremental compilation (its cache
+# only pays on the next build, and writing it costs) and with line tables
+# only for the workspace's crates (a failing test's backtrace still names
+# files and lines): the workspace's part of the build takes 327 s of CPU
+# instead of 567 s, and 3.9 GB of disk instead of 12 (docs/benchmarks.md).
 linted() {
     RUSTC_WORKSPACE_WRAPPER="$clippy_driver" \
-        CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
+        CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" \
+        CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only "$@"
 }
 
-# Built apart from the run, so that the log tells compiling from testing.
-# --all-targets as `cargo clippy --all-targets` has it (benches and
-# examples too); warnings are errors.
-step "cargo test --no-run, linted by clippy (the test binaries)"
-build_log=$(mktemp)
-if ! linted cargo test --workspace --all-targets --locked --no-run >"$build_log" 2>&1; then
-    cat "$build_log" >&2
-    rm -f "$build_log"
-    exit 1
-fi
-tail -n 3 "$build_log"
-rm -f "$build_log"
-
-step "cargo build --bins, linted (the binaries the end-to-end tests start)"
-linted cargo build --workspace --bins --locked
-export TOOLMESH_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug"
-
-log=$(mktemp)
-background_log=$(mktemp)
-background=
-trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || kill "$background" 2>/dev/null || true' EXIT
-status=0
-
-# Every runner runs, whatever the one before it did; the summary decides.
-# The contract: buf lint, and buf breaking against the last commit's proto
-# (installs buf from npm).
-step "contract (scripts/proto.sh: buf lint, buf breaking)"
-bash scripts/proto.sh || status=1
-
 # The image's static release build and the fuzz targets' build take most of
-# a cold run's time (about 16 and 8 minutes alone on 2 cores; see
-# docs/benchmarks.md), while the end-to-end tests leave the CPU partly idle:
-# both build now, niced, in the background (the suite passes beside busier
-# neighbours than these), and the steps that use them find them built.
+# a cold run's CPU (about 16 and 8 minutes alone on 2 cores; see
+# docs/benchmarks.md). They build from the start, niced, in the background:
+# the debug build and the tests in the foreground keep nearly all of the
+# CPU while they use it, and the background takes what they leave (a
+# build's serial stretches and links, the tests' waits). The steps that use
+# them find them built.
 step "background: the image's static binaries, then the fuzz targets"
 (
     # Niced as a whole (not per command), so that the renice below reaches
@@ -120,6 +111,33 @@ step "background: the image's static binaries, then the fuzz targets"
         bash scripts/fuzz.sh --build-only
 ) >"$background_log" 2>&1 &
 background=$!
+
+# Built apart from the run, so that the log tells compiling from testing.
+# --all-targets as `cargo clippy --all-targets` has it (benches and
+# examples too); warnings are errors. The build also makes the binaries
+# the end-to-end tests start (cargo builds a package's binaries for its
+# integration tests, into target/debug): a `cargo build --bins` after it
+# would build them once more, 46 crates in all (those whose features a
+# test build changes: it turns on the dev-dependencies' features, tokio's
+# test-util and the like, and a plain build does not): nearly 3 minutes of
+# a cold run on 2 cores.
+step "cargo test --no-run, linted by clippy (the test binaries and the binaries they start)"
+build_log=$(mktemp)
+if ! linted cargo test --workspace --all-targets --locked --no-run >"$build_log" 2>&1; then
+    cat "$build_log" >&2
+    rm -f "$build_log"
+    exit 1
+fi
+tail -n 3 "$build_log"
+rm -f "$build_log"
+
+export TOOLMESH_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug"
+
+# Every runner runs, whatever the one before it did; the summary decides.
+# The contract: buf lint, and buf breaking against the last commit's proto
+# (installs buf from npm).
+step "contract (scripts/proto.sh: buf lint, buf breaking)"
+bash scripts/proto.sh || status=1
 
 step "cargo test"
 linted cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1

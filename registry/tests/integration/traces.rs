@@ -569,18 +569,32 @@ async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
     let last = last.expect("the task's end");
     assert_eq!(last.state, pb::TaskState::Completed as i32, "{last:?}");
 
-    let reported = |spans: &[Span]| {
-        spans
+    // The two processes export on their own schedules: wait for both sides
+    // of the whole task, the sidecar's end report and its registry side
+    // included, not for whichever side arrives first.
+    let complete = |spans: &[Span]| {
+        let has = |service: &str, name: &str| {
+            spans.iter().any(|s| s.service == service && s.name == name)
+        };
+        let sent: Vec<&Span> = spans
             .iter()
             .filter(|s| {
-                s.service == "toolmesh-registry" && s.name == "toolmesh.v1.Registration/ReportTask"
+                s.service == "steps-sidecar" && s.name == "toolmesh.v1.Registration/ReportTask"
             })
-            .count()
+            .collect();
+        has("steps-sidecar", "toolmesh.v1.ToolRuntime/RunTask")
+            && has("steps-sidecar", "task")
+            && sent.iter().any(|s| s.attribute("report") == Some("end"))
+            && sent.iter().all(|report| {
+                spans.iter().any(|s| {
+                    s.service == "toolmesh-registry"
+                        && s.name == "toolmesh.v1.Registration/ReportTask"
+                        && s.parent_span_id == report.span_id
+                })
+            })
     };
     let spans = collector
-        .trace(TRACE_ID, Duration::from_secs(30), |spans| {
-            reported(spans) >= 2
-        })
+        .trace(TRACE_ID, Duration::from_secs(30), complete)
         .await;
     println!("{}", waterfall(&spans));
 
