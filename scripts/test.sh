@@ -84,15 +84,9 @@ clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driv
     echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2
     exit 1
 }
-# The same commands build without incremental compilation (its cache
-# only pays on the next build, and writing it costs) and with line tables
-# only for the workspace's crates (a failing test's backtrace still names
-# files and lines): the workspace's part of the build takes 327 s of CPU
-# instead of 567 s, and 3.9 GB of disk instead of 12 (docs/benchmarks.md).
 linted() {
     RUSTC_WORKSPACE_WRAPPER="$clippy_driver" \
-        CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" \
-        CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only "$@"
+        CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
 }
 
 # The image's static release build and the fuzz targets' build take most of
