@@ -64,13 +64,16 @@ cargo fmt --all -- --check
 log=$(mktemp)
 background_log=$(mktemp)
 background=
-# What the suite started and left running, children first.
-kill_tree() {
-    local child
-    for child in $(pgrep -P "$1"); do kill_tree "$child"; done
-    kill "$1" 2>/dev/null || true
+# Runs a command on a process and every process under it, children first:
+# `in_tree PID COMMAND...` runs `COMMAND... PID` on each.
+in_tree() {
+    local pid=$1 child
+    shift
+    for child in $(pgrep -P "$pid"); do in_tree "$child" "$@"; done
+    "$@" "$pid" >/dev/null 2>&1 || true
 }
-trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || kill_tree "$background"' EXIT
+# What the suite started and left running goes with it.
+trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || in_tree "$background" kill' EXIT
 status=0
 
 # Clippy lints the workspace's crates inside the debug build itself
@@ -148,12 +151,7 @@ bash scripts/browser.sh 2>&1 | tee -a "$log" || status=1
 step "waiting for the background builds"
 # Nothing else of the suite runs now: they need yield to nothing any more
 # (as root; otherwise they stay niced).
-renice_tree() {
-    local child
-    for child in $(pgrep -P "$1"); do renice_tree "$child"; done
-    renice -n 0 -p "$1" >/dev/null 2>&1 || true
-}
-renice_tree "$background"
+in_tree "$background" renice -n 0 -p
 if ! wait "$background"; then
     cat "$background_log" >&2
     echo "the background builds failed (see above)" >&2

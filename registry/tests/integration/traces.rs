@@ -516,6 +516,23 @@ async fn an_unsampled_call_exports_nothing_and_says_so_downstream() {
     }
 }
 
+/// The task reports the steps sidecar sent, as its client spans.
+fn reports_sent(spans: &[Span]) -> Vec<&Span> {
+    spans
+        .iter()
+        .filter(|s| s.service == "steps-sidecar" && s.name == "toolmesh.v1.Registration/ReportTask")
+        .collect()
+}
+
+/// The registry's side of a report the sidecar sent.
+fn report_taken<'a>(spans: &'a [Span], report: &Span) -> Option<&'a Span> {
+    spans.iter().find(|s| {
+        s.service == "toolmesh-registry"
+            && s.name == "toolmesh.v1.Registration/ReportTask"
+            && s.parent_span_id == report.span_id
+    })
+}
+
 /// A tool that reports progress, then answers after a second.
 const STEPS: &str = r#"  - name: steps
     description: reports progress, then answers
@@ -576,22 +593,13 @@ async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
         let has = |service: &str, name: &str| {
             spans.iter().any(|s| s.service == service && s.name == name)
         };
-        let sent: Vec<&Span> = spans
-            .iter()
-            .filter(|s| {
-                s.service == "steps-sidecar" && s.name == "toolmesh.v1.Registration/ReportTask"
-            })
-            .collect();
+        let sent = reports_sent(spans);
         has("steps-sidecar", "toolmesh.v1.ToolRuntime/RunTask")
             && has("steps-sidecar", "task")
             && sent.iter().any(|s| s.attribute("report") == Some("end"))
-            && sent.iter().all(|report| {
-                spans.iter().any(|s| {
-                    s.service == "toolmesh-registry"
-                        && s.name == "toolmesh.v1.Registration/ReportTask"
-                        && s.parent_span_id == report.span_id
-                })
-            })
+            && sent
+                .iter()
+                .all(|report| report_taken(spans, report).is_some())
     };
     let spans = collector
         .trace(TRACE_ID, Duration::from_secs(30), complete)
@@ -605,10 +613,7 @@ async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
     assert_eq!(started.kind, SERVER);
     assert_child(run, started, &spans);
     assert_child(running, run, &spans);
-    let sent: Vec<&Span> = spans
-        .iter()
-        .filter(|s| s.service == "steps-sidecar" && s.name == "toolmesh.v1.Registration/ReportTask")
-        .collect();
+    let sent = reports_sent(&spans);
     let reports: Vec<&str> = sent.iter().filter_map(|s| s.attribute("report")).collect();
     assert!(
         reports.contains(&"progress"),
@@ -623,13 +628,7 @@ async fn a_task_is_one_trace_from_its_start_through_its_progress_to_its_end() {
     for report in &sent {
         assert_eq!(report.kind, CLIENT);
         assert_child(report, running, &spans);
-        let taken = spans
-            .iter()
-            .find(|s| {
-                s.service == "toolmesh-registry"
-                    && s.name == "toolmesh.v1.Registration/ReportTask"
-                    && s.parent_span_id == report.span_id
-            })
+        let taken = report_taken(&spans, report)
             .unwrap_or_else(|| panic!("the registry's side of {report:?}\n{}", waterfall(&spans)));
         assert_eq!(taken.kind, SERVER);
         assert_eq!(taken.attribute("rpc.response.status_code"), Some("OK"));
