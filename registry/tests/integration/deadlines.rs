@@ -12,6 +12,13 @@ use toolmesh_registry::Config;
 
 use crate::common::*;
 
+/// A caller's deadline the registry must answer within: long enough that
+/// the registry's answer margin is at its largest (100 ms), so that time
+/// the call spends outside the registry's timer on a busy machine (reaching
+/// the handler, the answer's way back) stays inside it. With 1 s, a margin
+/// of 50 ms, CI once saw the caller's own timer fire first.
+const CALLER_DEADLINE: Duration = Duration::from_secs(2);
+
 /// A listener that accepts connections and never says a word on them.
 async fn silent_endpoint() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -88,7 +95,7 @@ async fn a_sidecar_that_never_answers_is_deadline_exceeded() {
     announce(&registry, "mute", &silent_endpoint().await, None).await;
 
     // The caller's deadline runs out while the registry waits.
-    let deadline = Duration::from_secs(1);
+    let deadline = CALLER_DEADLINE;
     let (status, took) = invoke_within(&registry, "mute", Some(deadline)).await;
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(took < deadline, "the registry answered after {took:?}");
@@ -120,7 +127,7 @@ async fn a_deadline_that_runs_out_while_connecting_is_deadline_exceeded() {
     .await;
     let (endpoint, _queue) = unanswered_endpoint().await;
     announce(&registry, "far", &endpoint, None).await;
-    let deadline = Duration::from_secs(1);
+    let deadline = CALLER_DEADLINE;
     let (status, took) = invoke_within(&registry, "far", Some(deadline)).await;
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert!(took < deadline, "the registry answered after {took:?}");
@@ -184,7 +191,7 @@ async fn caller_deadline_wins_when_shorter() {
     )
     .await;
     wait_for_instances(&registry, "sleep", 1).await;
-    let deadline = Duration::from_secs(2);
+    let deadline = CALLER_DEADLINE;
     let mut request = tonic::Request::new(invoke("sleep", r#"{"millis": 10000}"#));
     request.set_timeout(deadline);
     let started = Instant::now();
