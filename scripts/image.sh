@@ -6,8 +6,12 @@
 # mimalloc linked in, symbols stripped), then prints each image's size.
 # Installs podman when it is missing (scripts/podman.sh).
 #
-# Usage: scripts/image.sh [--tag TAG] [--no-cargo | --binaries-only] [--quiet]
+# Usage: scripts/image.sh [--tag TAG] [--profile PROFILE] [--no-cargo | --binaries-only] [--quiet]
 #   --tag TAG    tag both images TAG instead of `dev` (env TOOLMESH_IMAGE_TAG)
+#   --profile PROFILE  the cargo profile of the binaries: `release` (the
+#                default), `dist` (whole-program optimized, as scripts/bench.sh
+#                measures: minutes longer) or `suite-image` (the test suite's
+#                cheaper build; not for running) (env TOOLMESH_IMAGE_PROFILE)
 #   --no-cargo   take the binaries already in target/static
 #   --binaries-only  build the static binaries and stop (no podman: the
 #                suite builds them while its other tests run)
@@ -21,6 +25,7 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 tag=${TOOLMESH_IMAGE_TAG:-dev}
+profile=${TOOLMESH_IMAGE_PROFILE:-release}
 cargo=1
 binaries_only=0
 quiet=0
@@ -28,6 +33,8 @@ while (($#)); do
     case $1 in
         --tag) tag=${2:?--tag needs a value}; shift 2 ;;
         --tag=*) tag=${1#--tag=}; shift ;;
+        --profile) profile=${2:?--profile needs a value}; shift 2 ;;
+        --profile=*) profile=${1#--profile=}; shift ;;
         --no-cargo) cargo=0; shift ;;
         --binaries-only) binaries_only=1; shift ;;
         --quiet) quiet=1; shift ;;
@@ -38,6 +45,10 @@ done
 image="${TOOLMESH_IMAGE:-localhost/toolmesh}:$tag"
 example_image="${TOOLMESH_EXAMPLE_IMAGE:-localhost/toolmesh-example-inventory}:$tag"
 
+case $profile in
+    release | dist | suite-image) ;;
+    *) echo "image.sh: --profile must be release, dist or suite-image, not $profile" >&2; exit 2 ;;
+esac
 if ((binaries_only && !cargo)); then
     echo "image.sh: --binaries-only and --no-cargo leave nothing to do" >&2
     exit 2
@@ -49,10 +60,10 @@ started=$SECONDS
 # otherwise rebuild everything the debug and test builds share. It must stay
 # under target/ (the build context; see .dockerignore).
 triple=x86_64-unknown-linux-gnu
-bin_dir=target/static/$triple/release
+bin_dir=target/static/$triple/$profile
 bins=(toolmesh-registry toolmesh-sidecar inventory-service)
 if ((cargo)); then
-    cargo_args=(build --release --locked --target "$triple")
+    cargo_args=(build --profile "$profile" --locked --target "$triple")
     for bin in "${bins[@]}"; do cargo_args+=(--bin "$bin"); done
     ((quiet)) && cargo_args+=(--quiet)
     # --target is explicit so that only the binaries are static, not the
@@ -61,7 +72,7 @@ if ((cargo)); then
     env -u CARGO_ENCODED_RUSTFLAGS \
         CARGO_TARGET_DIR=target/static \
         RUSTFLAGS="-C target-feature=+crt-static" \
-        CARGO_PROFILE_RELEASE_STRIP=symbols \
+        "CARGO_PROFILE_$(tr 'a-z-' 'A-Z_' <<<"$profile")_STRIP=symbols" \
         cargo "${cargo_args[@]}"
 fi
 for bin in "${bins[@]}"; do

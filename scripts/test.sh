@@ -92,13 +92,16 @@ linted() {
         CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
 }
 
-# The image's static release build and the fuzz targets' build take most of
-# a cold run's CPU (about 16 and 8 minutes alone on 2 cores; see
-# docs/benchmarks.md). They build from the start, niced, in the background:
+# The image's static build and the fuzz targets' build take most of a cold
+# run's CPU. The image is built with the `suite-image` profile (Cargo.toml:
+# `release` at opt-level 1): 1313 CPU-s alone on 2 cores instead of 1809
+# (docs/benchmarks.md); TOOLMESH_IMAGE_PROFILE=release tests the release
+# build instead. They build from the start, niced, in the background:
 # the debug build and the tests in the foreground keep nearly all of the
 # CPU while they use it, and the background takes what they leave (a
 # build's serial stretches and links, the tests' waits). The steps that use
 # them find them built.
+export TOOLMESH_IMAGE_PROFILE=${TOOLMESH_IMAGE_PROFILE:-suite-image}
 step "background: the image's static binaries, then the fuzz targets"
 (
     # Niced as a whole (not per command), so that the renice below reaches
