@@ -37,7 +37,7 @@ FROM scratch
 
 # Where the static binaries are, relative to the build context (the
 # repository root). Another directory must be let through by .dockerignore.
-ARG BIN_DIR=target/static/x86_64-unknown-linux-gnu/release
+ARG BIN_DIR=target/static/x86_64-unknown-linux-gnu/dist
 # The workspace's version ([workspace.package] in Cargo.toml);
 # scripts/image.sh passes it, charts/tests/test_image.py checks this default.
 ARG VERSION=0.1.0

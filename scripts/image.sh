@@ -2,16 +2,17 @@
 # Builds toolmesh's images with podman, offline:
 #   localhost/toolmesh:dev                   the registry and the sidecar (Dockerfile)
 #   localhost/toolmesh-example-inventory:dev the example HTTP service (examples/Containerfile.inventory)
-# from static release binaries it builds first in target/static (glibc and
-# mimalloc linked in, symbols stripped), then prints each image's size.
+# from static binaries it builds first in target/static (glibc and mimalloc
+# linked in, symbols stripped; the `dist` profile: whole-program optimized,
+# the build docs/benchmarks.md measures), then prints each image's size.
 # Installs podman when it is missing (scripts/podman.sh).
 #
 # Usage: scripts/image.sh [--tag TAG] [--profile PROFILE] [--no-cargo | --binaries-only] [--quiet]
 #   --tag TAG    tag both images TAG instead of `dev` (env TOOLMESH_IMAGE_TAG)
-#   --profile PROFILE  the cargo profile of the binaries: `release` (the
-#                default), `dist` (whole-program optimized, as scripts/bench.sh
-#                measures: minutes longer) or `suite-image` (the test suite's
-#                cheaper build; not for running) (env TOOLMESH_IMAGE_PROFILE)
+#   --profile PROFILE  the cargo profile of the binaries: `dist` (the
+#                default), `release` (minutes quicker to build, slower calls)
+#                or `suite-image` (the test suite's: cheaper still; not for
+#                running) (env TOOLMESH_IMAGE_PROFILE)
 #   --no-cargo   take the binaries already in target/static
 #   --binaries-only  build the static binaries and stop (no podman: the
 #                suite builds them while its other tests run)
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 tag=${TOOLMESH_IMAGE_TAG:-dev}
-profile=${TOOLMESH_IMAGE_PROFILE:-release}
+profile=${TOOLMESH_IMAGE_PROFILE:-dist}
 cargo=1
 binaries_only=0
 quiet=0

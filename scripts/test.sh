@@ -148,7 +148,7 @@ bash examples/agents/test.sh 2>&1 | tee -a "$log" || status=1
 step "console in a real browser (scripts/browser.sh)"
 bash scripts/browser.sh 2>&1 | tee -a "$log" || status=1
 
-# The image (a static release build into target/static, then podman build,
+# The image (a static build into target/static, then podman build,
 # by scripts/image.sh) and the charts: lint, render, Kubernetes' schemas,
 # then the registry and a tool on `podman kube play`.
 step "waiting for the background builds"

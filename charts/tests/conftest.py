@@ -174,12 +174,15 @@ class Images:
 @pytest.fixture(scope="session")
 def images(podman) -> Images:  # noqa: ARG001 (podman: the env, the final cleanup)
     """Builds the images once per session (static binaries included, so the
-    first run after a change rebuilds those: minutes when cold)."""
+    first run after a change rebuilds those: minutes when cold), from the
+    ``suite-image`` profile unless TOOLMESH_IMAGE_PROFILE names another
+    (Cargo.toml says why)."""
     tag = os.environ.get("TOOLMESH_IMAGE_TAG", "dev")
+    profile = os.environ.get("TOOLMESH_IMAGE_PROFILE", "suite-image")
     script = REPO / "scripts" / "image.sh"
     try:
         result = subprocess.run(
-            ["bash", str(script), "--quiet", "--tag", tag],
+            ["bash", str(script), "--quiet", "--tag", tag, "--profile", profile],
             capture_output=True,
             text=True,
             timeout=1800,
