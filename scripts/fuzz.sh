@@ -31,7 +31,7 @@
 #                    the build takes a fraction of the time) or address, for
 #                    a longer hunt that also checks the dependencies' unsafe code
 #      FUZZ_OPT_LEVEL  0 to 3: every crate's optimization level (default:
-#                    fuzz/Cargo.toml's, 0 with the parsing crates at 3)
+#                    fuzz/Cargo.toml's, 0 with the parsing crates at 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -107,7 +107,11 @@ for target in "${targets[@]}"; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if ! env ${opt_level:+CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level} \
+# A level in RUSTFLAGS (which cargo-fuzz passes on after its own flags)
+# comes after the profile's, per-crate levels included, and so wins.
+build_env=()
+[[ -n $opt_level ]] && build_env=("RUSTFLAGS=${RUSTFLAGS:+$RUSTFLAGS }-C opt-level=$opt_level")
+if ! env "${build_env[@]}" \
     cargo "+$nightly" fuzz build --sanitizer "$sanitizer" --target "$triple" --target-dir "$target_dir" \
     >"$work/build.log" 2>&1; then
     cat "$work/build.log" >&2
