@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
 import time
 import tomllib
 from pathlib import Path
@@ -83,6 +84,35 @@ def test_containerfile_defaults_are_the_workspace_s(containerfile):
         f"{containerfile}: `ARG VERSION=` must be the workspace's version, {WORKSPACE_VERSION}"
     )
     assert f'org.opencontainers.image.source="{WORKSPACE["repository"]}"' in text
+    # A plain `podman build .` finds the binaries where scripts/image.sh's
+    # default profile and the README's build by hand leave them.
+    profile = default_image_profile()
+    assert f"ARG BIN_DIR=target/static/x86_64-unknown-linux-gnu/{profile}\n" in text, (
+        f"{containerfile}: `ARG BIN_DIR=` must be the folder of scripts/image.sh's default profile, {profile}"
+    )
+    readme = (REPO / "README.md").read_text()
+    assert f"cargo build --profile {profile} --locked --target x86_64-unknown-linux-gnu" in readme
+
+
+def default_image_profile() -> str:
+    """The cargo profile scripts/image.sh builds without --profile."""
+    [line] = [
+        line for line in (REPO / "scripts" / "image.sh").read_text().splitlines()
+        if line.startswith("profile=${TOOLMESH_IMAGE_PROFILE:-")
+    ]
+    profile = line.removeprefix("profile=${TOOLMESH_IMAGE_PROFILE:-").removesuffix("}")
+    assert profile in {"release", *tomllib.loads((REPO / "Cargo.toml").read_text())["profile"]}, profile
+    return profile
+
+
+def test_image_script_refuses_an_unknown_profile():
+    env = {k: v for k, v in os.environ.items() if k != "TOOLMESH_IMAGE_PROFILE"}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "image.sh"), "--profile", "debug"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
+    )
+    assert result.returncode == 2, result
+    assert "--profile must be release, dist or suite-image, not debug" in result.stderr
 
 
 def is_static_elf(data: bytes) -> bool:
