@@ -29,7 +29,8 @@ from conftest import REPO, SESSION_PREFIX, free_ports, logs, removed_after, wait
 # its own limit in the `images` fixture.
 pytestmark = pytest.mark.timeout(120, func_only=True)
 
-WORKSPACE = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["package"]
+CARGO_TOML = tomllib.loads((REPO / "Cargo.toml").read_text())
+WORKSPACE = CARGO_TOML["workspace"]["package"]
 WORKSPACE_VERSION = WORKSPACE["version"]
 
 #: What Kubernetes' restricted security context does, as podman flags.
@@ -101,7 +102,7 @@ def default_image_profile() -> str:
         if line.startswith("profile=${TOOLMESH_IMAGE_PROFILE:-")
     ]
     profile = line.removeprefix("profile=${TOOLMESH_IMAGE_PROFILE:-").removesuffix("}")
-    assert profile in {"release", *tomllib.loads((REPO / "Cargo.toml").read_text())["profile"]}, profile
+    assert profile in {"release", *CARGO_TOML["profile"]}, profile
     return profile
 
 
