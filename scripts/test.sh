@@ -73,7 +73,8 @@ in_tree() {
     "$@" "$pid" >/dev/null 2>&1 || true
 }
 # What the suite started and left running goes with it.
-trap 'rm -f "$log" "$background_log"; [[ -z $background ]] || in_tree "$background" kill' EXIT
+deny= deny_log=
+trap 'rm -f "$log" "$background_log" ${deny_log:+"$deny_log"}; [[ -z $background ]] || in_tree "$background" kill; [[ -z $deny ]] || in_tree "$deny" kill' EXIT
 status=0
 
 # Clippy lints the workspace's crates inside the debug build itself
@@ -162,6 +163,17 @@ if ! wait "$background"; then
 fi
 background=
 
+# Supply chain: every dependency's license, source and version rules
+# (deny.toml). It installs cargo-deny when missing (a build of about 130 s
+# of CPU), niced beside the chart tests, which mostly wait on podman: a
+# cold run's install takes the CPU they leave instead of a minute of its own.
+deny_log=$(mktemp)
+(
+    renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
+    bash scripts/deny.sh
+) >"$deny_log" 2>&1 &
+deny=$!
+
 step "Helm charts and the image (charts/tests)"
 {
     PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -169,10 +181,11 @@ step "Helm charts and the image (charts/tests)"
         "$PYTHON" -m pytest -q -p no:cacheprovider charts/tests
 } 2>&1 | tee -a "$log" || status=1
 
-# Supply chain: every dependency's license, source and version rules
-# (deny.toml); installs cargo-deny when it is missing.
 step "cargo deny (licenses, bans, sources)"
-bash scripts/deny.sh 2>&1 | tee -a "$log" || status=1
+wait "$deny" || status=1
+deny=
+tee -a "$log" <"$deny_log"
+rm -f "$deny_log"
 
 # The parsers and validators that take untrusted input, fuzzed for a bounded
 # time from the committed corpus (fuzz/); installs cargo-fuzz when missing.

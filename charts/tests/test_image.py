@@ -127,7 +127,7 @@ def is_static_elf(data: bytes) -> bool:
 
 # The bounds catch what should never be there (debug info, a libc, a
 # second copy of a binary), with room to grow: the registry carries the
-# embedding model's runtime (candle, gemm, tokenizers) for --search-model
+# embedding model's runtime (then candle, gemm, tokenizers) for --search-model
 # since the image measured 62.6 MB, past the 60 MB bound of before.
 @pytest.mark.parametrize(
     ("which", "binaries", "max_mb"),

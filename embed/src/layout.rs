@@ -315,7 +315,7 @@ mod tests {
                 "config.json",
                 "not a multiple of num_attention_heads 3",
             ),
-            (&[("config.json", &activation)], "config.json", "Swiglu"),
+            (&[("config.json", &activation)], "config.json", "swiglu"),
             (
                 &[("config.json", &positions)],
                 "config.json",

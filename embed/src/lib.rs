@@ -1,8 +1,9 @@
 //! Sentence embeddings for tool search: a sentence-transformers model
 //! directory in the Hugging Face layout (`config.json`, `tokenizer.json`,
 //! `model.safetensors`, the pooling config), loaded once and run on the
-//! CPU by candle, tokenized by the `tokenizers` crate. Pure Rust: nothing
-//! is fetched at build or run time.
+//! CPU (the encoder in [`bert`]'s few hundred lines over ndarray's matrix
+//! products), tokenized by the `tokenizers` crate. Pure Rust: nothing is
+//! fetched at build or run time.
 //!
 //! [`Model::load`] checks the directory whole (every file it reads, the
 //! tokenizer against the encoder) and names the file and the problem when
@@ -11,15 +12,14 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
+use ndarray::{ArrayView2, Axis};
 use sha2::{Digest as _, Sha256};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
 mod bert;
 mod layout;
 
-pub use bert::Config as EncoderConfig;
+pub use bert::{Activation, Config as EncoderConfig};
 pub use layout::{Layout, Pooling};
 
 /// Most bytes of one text read: beyond what any model's token budget
@@ -107,9 +107,9 @@ impl Model {
             digest.update(part);
         }
         let digest = hex(&digest.finalize());
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+        let tensors = safetensors::SafeTensors::deserialize(&weights)
             .map_err(|e| LoadError::new(&weights_file, e.to_string()))?;
-        let encoder = bert::Bert::load(vb, &layout.encoder).map_err(|e| {
+        let encoder = bert::Bert::load(&tensors, &layout.encoder).map_err(|e| {
             LoadError::new(&weights_file, format!("not this encoder's weights: {e}"))
         })?;
         Ok(Self {
@@ -158,42 +158,40 @@ impl Model {
         inputs: Vec<String>,
     ) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error + Send + Sync>> {
         let encodings = self.tokenizer.encode_batch(inputs, true)?;
-        let rows = |f: fn(&tokenizers::Encoding) -> &[u32]| -> candle_core::Result<Tensor> {
-            let rows = encodings
-                .iter()
-                .map(|e| Tensor::new(f(e), &Device::Cpu))
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            Tensor::stack(&rows, 0)
+        let texts: Vec<bert::Tokens<'_>> = encodings
+            .iter()
+            .map(|e| bert::Tokens {
+                ids: e.get_ids(),
+                segments: e.get_type_ids(),
+            })
+            .collect();
+        let (tokens, spans) = self.encoder.forward(&texts)?;
+        Ok(spans
+            .into_iter()
+            .map(|span| self.pool(tokens.slice_axis(Axis(0), ndarray::Slice::from(span))))
+            .collect())
+    }
+
+    /// One text's vector from its tokens'.
+    fn pool(&self, tokens: ArrayView2<'_, f32>) -> Vec<f32> {
+        if tokens.nrows() == 0 {
+            // A tokenizer without special tokens, given an empty text.
+            return vec![0.0; tokens.ncols()];
+        }
+        let mut pooled = match self.layout.pooling {
+            Pooling::Mean => tokens
+                .mean_axis(Axis(0))
+                .map_or_else(|| vec![0.0; tokens.ncols()], |v| v.to_vec()),
+            Pooling::Cls => tokens.row(0).to_vec(),
+            Pooling::Max => tokens
+                .fold_axis(Axis(0), f32::NEG_INFINITY, |&m, &v| m.max(v))
+                .to_vec(),
         };
-        let ids = rows(tokenizers::Encoding::get_ids)?;
-        let types = rows(tokenizers::Encoding::get_type_ids)?;
-        let mask = rows(tokenizers::Encoding::get_attention_mask)?;
-        let tokens = self.encoder.forward(&ids, &types, &mask)?;
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let pooled = match self.layout.pooling {
-            Pooling::Mean => {
-                let sum = tokens.broadcast_mul(&mask)?.sum(1)?;
-                let count = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
-                sum.broadcast_div(&count)?
-            }
-            Pooling::Cls => tokens.narrow(1, 0, 1)?.squeeze(1)?,
-            Pooling::Max => {
-                // Padding reads as a very low value, never the largest.
-                let low = ((mask.ones_like()? - &mask)? * -1e9)?;
-                tokens.broadcast_add(&low)?.max(1)?
-            }
-        };
-        let pooled = if self.layout.normalize {
-            let norm = pooled
-                .sqr()?
-                .sum_keepdim(1)?
-                .sqrt()?
-                .clamp(1e-12, f64::MAX)?;
-            pooled.broadcast_div(&norm)?
-        } else {
-            pooled
-        };
-        Ok(pooled.to_vec2::<f32>()?)
+        if self.layout.normalize {
+            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            pooled.iter_mut().for_each(|v| *v /= norm);
+        }
+        pooled
     }
 }
 
@@ -212,16 +210,8 @@ fn tokenizer(file: &Path, bytes: &[u8], layout: &Layout) -> Result<Tokenizer, Lo
             ),
         ));
     }
-    let (pad_id, pad_token) = ["[PAD]", "<pad>"]
-        .iter()
-        .find_map(|t| tokenizer.token_to_id(t).map(|id| (id, (*t).to_owned())))
-        .unwrap_or((layout.encoder.pad_token_id as u32, "[PAD]".to_owned()));
-    tokenizer.with_padding(Some(PaddingParams {
-        strategy: PaddingStrategy::BatchLongest,
-        pad_id,
-        pad_token,
-        ..PaddingParams::default()
-    }));
+    // Each text runs at its own length (bert.rs): nothing is padded.
+    tokenizer.with_padding(None);
     tokenizer
         .with_truncation(Some(TruncationParams {
             max_length: layout.max_tokens,

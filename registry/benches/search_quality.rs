@@ -7,7 +7,7 @@
 //! ```sh
 //! dir=$(scripts/search-model.sh)
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir"
-//! CANDLE_NUM_THREADS=1 cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --sizes 10000 --sets none
+//! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --sizes 10000 --sets none
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --tune
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --variants --sizes 1000
 //! cargo bench -p toolmesh-registry --bench search_quality -- "$dir" --variants --reading 0

@@ -1,4 +1,4 @@
-"""Reference vectors for embed/tests/model.rs, computed apart from candle.
+"""Reference vectors for embed/tests/model.rs, computed apart from toolmesh-embed.
 
 A BERT encoder's forward pass written out in numpy (embeddings, then per
 layer: self-attention, add and layer norm, GELU feed-forward, add and layer
@@ -25,6 +25,9 @@ SENTENCES = [
     "Send an email message to one or more recipients",
     "Übersetze diesen Satz ins Japanische, bitte",
     "",
+    "東京の天気は？ 🌧️ rain",
+    # Past the model's 256 tokens: truncated.
+    "weather report for the coast, " * 200,
 ]
 
 

@@ -1,7 +1,7 @@
 //! `--search-model`: the embedding model `SearchTools` ranks with, loaded
 //! at start, and the index that uses it.
 //!
-//! The model (candle and the tokenizers crate) is the registry's `model`
+//! The model (toolmesh-embed: ndarray and the tokenizers crate) is the registry's `model`
 //! feature, on by default. A build without it (the fuzz targets') ranks
 //! with BM25 alone and refuses `--search-model` at start, by name.
 

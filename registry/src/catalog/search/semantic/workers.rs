@@ -1,9 +1,8 @@
 //! The threads that run the model, apart from the ones that serve calls:
-//! one pool for queries, one for the indexer, each a rayon pool (candle's
-//! matrix products split their work over the pool they run in, so a pool
-//! bounds what one embedding takes) whose threads run at a lower priority
-//! than the runtime's, so that `Invoke` gets the CPU first when both want
-//! it. Threads the model starts from these threads inherit that priority.
+//! one pool for queries, one for the indexer, each a rayon pool (an
+//! embedding runs on the one thread that takes it, so a pool bounds the
+//! CPU the model takes) whose threads run at a lower priority than the
+//! runtime's, so that `Invoke` gets the CPU first when both want it.
 
 use std::sync::Arc;
 use std::time::Duration;
