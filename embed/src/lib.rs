@@ -1,7 +1,7 @@
 //! Sentence embeddings for tool search: a sentence-transformers model
 //! directory in the Hugging Face layout (`config.json`, `tokenizer.json`,
 //! `model.safetensors`, the pooling config), loaded once and run on the
-//! CPU (the encoder in [`bert`]'s few hundred lines over ndarray's matrix
+//! CPU (the BERT encoder of `bert.rs`, over ndarray's matrix
 //! products), tokenized by the `tokenizers` crate. Pure Rust: nothing is
 //! fetched at build or run time.
 //!
@@ -168,31 +168,34 @@ impl Model {
         let (tokens, spans) = self.encoder.forward(&texts)?;
         Ok(spans
             .into_iter()
-            .map(|span| self.pool(tokens.slice_axis(Axis(0), ndarray::Slice::from(span))))
+            .map(|span| {
+                let rows = tokens.slice_axis(Axis(0), ndarray::Slice::from(span));
+                pool(rows, self.layout.pooling, self.layout.normalize)
+            })
             .collect())
     }
+}
 
-    /// One text's vector from its tokens'.
-    fn pool(&self, tokens: ArrayView2<'_, f32>) -> Vec<f32> {
-        if tokens.nrows() == 0 {
-            // A tokenizer without special tokens, given an empty text.
-            return vec![0.0; tokens.ncols()];
-        }
-        let mut pooled = match self.layout.pooling {
-            Pooling::Mean => tokens
-                .mean_axis(Axis(0))
-                .map_or_else(|| vec![0.0; tokens.ncols()], |v| v.to_vec()),
-            Pooling::Cls => tokens.row(0).to_vec(),
-            Pooling::Max => tokens
-                .fold_axis(Axis(0), f32::NEG_INFINITY, |&m, &v| m.max(v))
-                .to_vec(),
-        };
-        if self.layout.normalize {
-            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-            pooled.iter_mut().for_each(|v| *v /= norm);
-        }
-        pooled
+/// One text's vector from its tokens' (a row each).
+fn pool(tokens: ArrayView2<'_, f32>, pooling: Pooling, normalize: bool) -> Vec<f32> {
+    if tokens.nrows() == 0 {
+        // A tokenizer without special tokens, given an empty text.
+        return vec![0.0; tokens.ncols()];
     }
+    let mut pooled = match pooling {
+        Pooling::Mean => tokens
+            .mean_axis(Axis(0))
+            .map_or_else(|| vec![0.0; tokens.ncols()], |v| v.to_vec()),
+        Pooling::Cls => tokens.row(0).to_vec(),
+        Pooling::Max => tokens
+            .fold_axis(Axis(0), f32::NEG_INFINITY, |&m, &v| m.max(v))
+            .to_vec(),
+    };
+    if normalize {
+        let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        pooled.iter_mut().for_each(|v| *v /= norm);
+    }
+    pooled
 }
 
 /// The tokenizer in `bytes`, set to truncate at the model's budget and pad
@@ -276,6 +279,21 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooling_takes_the_mean_the_first_token_or_the_largest() {
+        let tokens =
+            ndarray::Array2::from_shape_vec((2, 2), vec![3.0f32, -1.0, 1.0, 5.0]).expect("shape");
+        let view = tokens.view();
+        assert_eq!(pool(view, Pooling::Mean, false), [2.0, 2.0]);
+        assert_eq!(pool(view, Pooling::Cls, false), [3.0, -1.0]);
+        assert_eq!(pool(view, Pooling::Max, false), [3.0, 5.0]);
+        let unit = pool(view, Pooling::Cls, true);
+        assert!((unit[0] - 3.0 / 10f32.sqrt()).abs() < 1e-6, "{unit:?}");
+        assert!((unit[1] + 1.0 / 10f32.sqrt()).abs() < 1e-6, "{unit:?}");
+        let none = ndarray::Array2::<f32>::zeros((0, 2));
+        assert_eq!(pool(none.view(), Pooling::Max, true), [0.0, 0.0]);
+    }
 
     #[test]
     fn text_is_clipped_at_a_character_boundary() {
