@@ -150,15 +150,19 @@ async fn results_and_final_statuses_are_replayed_without_a_run() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // A call that reached the tool and ran out of time: its status is the
-    // outcome, replayed at once without running the tool again.
-    let mut request = tonic::Request::new(keyed("pay", r#"{"millis": 3000}"#, "k2"));
-    request.set_timeout(Duration::from_secs(1));
-    let status = client.invoke(request).await.unwrap_err();
+    // outcome, replayed at once without running the tool again. The time
+    // is the tool's own (5 s), which the registry keeps: a caller's deadline
+    // instead has the caller's timer racing the registry's answer, and a
+    // loaded suite run once saw the caller's fire first (`Cancelled`).
+    let status = client
+        .invoke(keyed("pay", r#"{"millis": 8000}"#, "k2"))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let started = Instant::now();
     let replayed = client
-        .invoke(keyed("pay", r#"{"millis": 3000}"#, "k2"))
+        .invoke(keyed("pay", r#"{"millis": 8000}"#, "k2"))
         .await
         .unwrap_err();
     assert_eq!(replayed.code(), Code::DeadlineExceeded, "{replayed:?}");
