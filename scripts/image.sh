@@ -7,15 +7,17 @@
 # the build docs/benchmarks.md measures), then prints each image's size.
 # Installs podman when it is missing (scripts/podman.sh).
 #
-# Usage: scripts/image.sh [--tag TAG] [--profile PROFILE] [--no-cargo | --binaries-only] [--quiet]
+# Usage: scripts/image.sh [--tag TAG] [--profile PROFILE] [--no-cargo | --binaries-only | --bin-dir DIR] [--quiet]
 #   --tag TAG    tag both images TAG instead of `dev` (env TOOLMESH_IMAGE_TAG)
 #   --profile PROFILE  the cargo profile of the binaries: `dist` (the
 #                default), `release` (minutes quicker to build, slower calls)
-#                or `suite-image` (the test suite's: cheaper still; not for
+#                or `suite` (the test suite's: cheaper still; not for
 #                running) (env TOOLMESH_IMAGE_PROFILE)
 #   --no-cargo   take the binaries already in target/static
-#   --binaries-only  build the static binaries and stop (no podman: the
-#                suite builds them while its other tests run)
+#   --bin-dir DIR  take static binaries built elsewhere, in DIR, and strip
+#                copies of them: the test suite's own build (scripts/test.sh)
+#                (env TOOLMESH_IMAGE_BIN_DIR)
+#   --binaries-only  build the static binaries and stop (no podman)
 #   --quiet      no cargo or podman build output; the sizes are still printed
 # Env: TOOLMESH_IMAGE (default localhost/toolmesh) and
 #      TOOLMESH_EXAMPLE_IMAGE (default localhost/toolmesh-example-inventory)
@@ -29,6 +31,7 @@ tag=${TOOLMESH_IMAGE_TAG:-dev}
 profile=${TOOLMESH_IMAGE_PROFILE:-dist}
 cargo=1
 binaries_only=0
+from_dir=${TOOLMESH_IMAGE_BIN_DIR:-}
 quiet=0
 while (($#)); do
     case $1 in
@@ -38,6 +41,8 @@ while (($#)); do
         --profile=*) profile=${1#--profile=}; shift ;;
         --no-cargo) cargo=0; shift ;;
         --binaries-only) binaries_only=1; shift ;;
+        --bin-dir) from_dir=${2:?--bin-dir needs a value}; shift 2 ;;
+        --bin-dir=*) from_dir=${1#--bin-dir=}; shift ;;
         --quiet) quiet=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "image.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
@@ -47,11 +52,15 @@ image="${TOOLMESH_IMAGE:-localhost/toolmesh}:$tag"
 example_image="${TOOLMESH_EXAMPLE_IMAGE:-localhost/toolmesh-example-inventory}:$tag"
 
 case $profile in
-    release | dist | suite-image) ;;
-    *) echo "image.sh: --profile must be release, dist or suite-image, not $profile" >&2; exit 2 ;;
+    release | dist | suite) ;;
+    *) echo "image.sh: --profile must be release, dist or suite, not $profile" >&2; exit 2 ;;
 esac
 if ((binaries_only && !cargo)); then
     echo "image.sh: --binaries-only and --no-cargo leave nothing to do" >&2
+    exit 2
+fi
+if [[ -n $from_dir ]] && ((binaries_only || !cargo)); then
+    echo "image.sh: --bin-dir takes the binaries from elsewhere: not with --binaries-only or --no-cargo" >&2
     exit 2
 fi
 started=$SECONDS
@@ -63,7 +72,20 @@ started=$SECONDS
 triple=x86_64-unknown-linux-gnu
 bin_dir=target/static/$triple/$profile
 bins=(toolmesh-registry toolmesh-sidecar inventory-service)
-if ((cargo)); then
+if [[ -n $from_dir ]]; then
+    # The copies go where the build context lets them in (.dockerignore),
+    # stripped as the profiles' own builds strip theirs.
+    bin_dir=target/static/$triple/prebuilt
+    mkdir -p "$bin_dir"
+    for bin in "${bins[@]}"; do
+        if [[ ! -x $from_dir/$bin ]]; then
+            echo "image.sh: $from_dir/$bin is missing" >&2
+            exit 1
+        fi
+        strip --strip-all -o "$bin_dir/$bin.tmp" "$from_dir/$bin"
+        mv -f "$bin_dir/$bin.tmp" "$bin_dir/$bin"
+    done
+elif ((cargo)); then
     cargo_args=(build --profile "$profile" --locked --target "$triple")
     for bin in "${bins[@]}"; do cargo_args+=(--bin "$bin"); done
     ((quiet)) && cargo_args+=(--quiet)

@@ -21,11 +21,11 @@ step() { printf '\n==> [%d s] %s\n' "$((SECONDS - started))" "$*"; }
 started=$SECONDS
 
 step "system packages"
-# A cold run under .ci/run writes about 8 GB (target/, the image's layers,
+# A cold run under .ci/run writes about 7 GB (target/, fuzz/target/, the image's layers,
 # temporary files): say so up front rather than fail on a full disk halfway.
 free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
 if [ "${free_gb:-0}" -lt 10 ]; then
-    printf 'warning: %s GB free on this disk; a cold run writes about 8 GB\n' "$free_gb" >&2
+    printf 'warning: %s GB free on this disk; a cold run writes about 7 GB\n' "$free_gb" >&2
 fi
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
     # Debian's redis-server (and redis-tools for redis-cli); tests start
@@ -77,13 +77,13 @@ deny= deny_log=
 trap 'rm -f "$log" "$background_log" ${deny_log:+"$deny_log"}; [[ -z $background ]] || in_tree "$background" kill; [[ -z $deny ]] || in_tree "$deny" kill' EXIT
 status=0
 
-# Clippy lints the workspace's crates inside the debug build itself
+# Clippy lints the workspace's crates inside the suite's build itself
 # (clippy-driver as cargo's workspace wrapper, as `cargo clippy` runs it):
 # a separate `cargo clippy` would check all of the dependencies once more
 # first, about 4 minutes of a cold run on 2 cores. Every cargo command on
-# the workspace's debug build below runs linted, so that none rebuilds
-# what another built (the wrapper is part of cargo's fingerprint); the
-# image's and the fuzz targets' builds are not linted.
+# the workspace's build below runs linted, so that none rebuilds what
+# another built (the wrapper is part of cargo's fingerprint); the fuzz
+# targets' build is not linted.
 clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) || {
     echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2
     exit 1
@@ -93,23 +93,38 @@ linted() {
         CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
 }
 
-# The image's static build and the fuzz targets' build take most of a cold
-# run's CPU. The image is built with the `suite-image` profile (Cargo.toml:
-# `release` at opt-level 1): 1313 CPU-s alone on 2 cores instead of 1809
-# (docs/benchmarks.md); TOOLMESH_IMAGE_PROFILE=release tests the release
-# build instead. They build from the start, niced, in the background:
-# the debug build and the tests in the foreground keep nearly all of the
-# CPU while they use it, and the background takes what they leave (a
-# build's serial stretches and links, the tests' waits). The steps that use
-# them find them built.
-export TOOLMESH_IMAGE_PROFILE=${TOOLMESH_IMAGE_PROFILE:-suite-image}
-step "background: the image's static binaries, then the fuzz targets"
+# One build for the whole suite: Cargo.toml's `suite` profile (`dev` at
+# `opt-level` 1), static (crt-static, the host triple named so that build
+# scripts and proc-macros stay dynamic; the caller's RUSTFLAGS are
+# replaced, so that every cargo command below builds the same). The tests,
+# the binaries they start and the image's binaries are the same build: a
+# separate release-like static build for the image was the largest part of
+# a cold run, 1313 s of CPU (docs/benchmarks.md). Doctests are built alike.
+triple=$(rustc -vV | sed -n 's/^host: //p')
+suite_cargo() { # $1: cargo command, then its arguments
+    local command=$1
+    shift
+    env -u CARGO_ENCODED_RUSTFLAGS -u CARGO_ENCODED_RUSTDOCFLAGS \
+        RUSTFLAGS="-C target-feature=+crt-static" \
+        RUSTDOCFLAGS="-C target-feature=+crt-static" \
+        cargo "$command" --profile suite --target "$triple" "$@"
+}
+export TOOLMESH_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/$triple/suite"
+# scripts/image.sh (the chart tests' `images` fixture) strips copies of
+# these binaries into the image rather than building its own.
+export TOOLMESH_IMAGE_BIN_DIR=$TOOLMESH_BIN_DIR
+
+# The fuzz targets' build (nightly, instrumented: nothing of it is shared
+# with the suite's) builds from the start, niced, in the background: the
+# build and the tests in the foreground keep nearly all of the CPU while
+# they use it, and the background takes what they leave (a build's serial
+# stretches and links, the tests' waits). The fuzzing step finds it built.
+step "background: the fuzz targets"
 (
     # Niced as a whole (not per command), so that the renice below reaches
-    # the fuzz build too, which starts after it.
+    # every process under it.
     renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
-    bash scripts/image.sh --binaries-only --quiet &&
-        bash scripts/fuzz.sh --build-only
+    bash scripts/fuzz.sh --build-only
 ) >"$background_log" 2>&1 &
 background=$!
 
@@ -117,22 +132,20 @@ background=$!
 # --all-targets as `cargo clippy --all-targets` has it (benches and
 # examples too); warnings are errors. The build also makes the binaries
 # the end-to-end tests start (cargo builds a package's binaries for its
-# integration tests, into target/debug): a `cargo build --bins` after it
-# would build them once more, 46 crates in all (those whose features a
-# test build changes: it turns on the dev-dependencies' features, tokio's
-# test-util and the like, and a plain build does not): nearly 3 minutes of
-# a cold run on 2 cores.
-step "cargo test --no-run, linted by clippy (the test binaries and the binaries they start)"
+# integration tests): a `cargo build --bins` after it would build them
+# once more, 46 crates in all (those whose features a test build changes:
+# it turns on the dev-dependencies' features, tokio's test-util and the
+# like, and a plain build does not): nearly 3 minutes of a cold run on 2
+# cores.
+step "cargo test --no-run, linted by clippy (the test binaries, the binaries they start, the image's)"
 build_log=$(mktemp)
-if ! linted cargo test --workspace --all-targets --locked --no-run >"$build_log" 2>&1; then
+if ! linted suite_cargo test --workspace --all-targets --locked --no-run >"$build_log" 2>&1; then
     cat "$build_log" >&2
     rm -f "$build_log"
     exit 1
 fi
 tail -n 3 "$build_log"
 rm -f "$build_log"
-
-export TOOLMESH_BIN_DIR="${CARGO_TARGET_DIR:-$PWD/target}/debug"
 
 # Every runner runs, whatever the one before it did; the summary decides.
 # The contract: buf lint, and buf breaking against the last commit's proto
@@ -141,27 +154,13 @@ step "contract (scripts/proto.sh: buf lint, buf breaking)"
 bash scripts/proto.sh || status=1
 
 step "cargo test"
-linted cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
+linted suite_cargo test --workspace --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 
 step "Python and TypeScript agents"
 bash examples/agents/test.sh 2>&1 | tee -a "$log" || status=1
 
 step "console in a real browser (scripts/browser.sh)"
 bash scripts/browser.sh 2>&1 | tee -a "$log" || status=1
-
-# The image (a static build into target/static, then podman build,
-# by scripts/image.sh) and the charts: lint, render, Kubernetes' schemas,
-# then the registry and a tool on `podman kube play`.
-step "waiting for the background builds"
-# Nothing else of the suite runs now: they need yield to nothing any more
-# (as root; otherwise they stay niced).
-in_tree "$background" renice -n 0 -p
-if ! wait "$background"; then
-    cat "$background_log" >&2
-    echo "the background builds failed (see above)" >&2
-    status=1
-fi
-background=
 
 # Supply chain: every dependency's license, source and version rules
 # (deny.toml). It installs cargo-deny when missing (a build of about 130 s
@@ -174,6 +173,9 @@ deny_log=$(mktemp)
 ) >"$deny_log" 2>&1 &
 deny=$!
 
+# The image (scripts/image.sh: the suite's binaries, then podman build)
+# and the charts: lint, render, Kubernetes' schemas, then the registry and
+# a tool on `podman kube play`.
 step "Helm charts and the image (charts/tests)"
 {
     PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -186,6 +188,17 @@ wait "$deny" || status=1
 deny=
 tee -a "$log" <"$deny_log"
 rm -f "$deny_log"
+
+step "waiting for the fuzz targets' build"
+# Nothing else of the suite runs now: it need yield to nothing any more
+# (as root; otherwise it stays niced).
+in_tree "$background" renice -n 0 -p
+if ! wait "$background"; then
+    cat "$background_log" >&2
+    echo "the fuzz targets' build failed (see above)" >&2
+    status=1
+fi
+background=
 
 # The parsers and validators that take untrusted input, fuzzed for a bounded
 # time from the committed corpus (fuzz/); installs cargo-fuzz when missing.

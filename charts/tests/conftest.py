@@ -173,12 +173,13 @@ class Images:
 
 @pytest.fixture(scope="session")
 def images(podman) -> Images:  # noqa: ARG001 (podman: the env, the final cleanup)
-    """Builds the images once per session (static binaries included, so the
-    first run after a change rebuilds those: minutes when cold), from the
-    ``suite-image`` profile unless TOOLMESH_IMAGE_PROFILE names another
+    """Builds the images once per session: from the test suite's own static
+    binaries when TOOLMESH_IMAGE_BIN_DIR names them (scripts/test.sh does),
+    else from a static build of their own (minutes when cold), with the
+    ``suite`` profile unless TOOLMESH_IMAGE_PROFILE names another
     (Cargo.toml says why)."""
     tag = os.environ.get("TOOLMESH_IMAGE_TAG", "dev")
-    profile = os.environ.get("TOOLMESH_IMAGE_PROFILE", "suite-image")
+    profile = os.environ.get("TOOLMESH_IMAGE_PROFILE", "suite")
     script = REPO / "scripts" / "image.sh"
     try:
         result = subprocess.run(

@@ -113,7 +113,7 @@ def test_image_script_refuses_an_unknown_profile():
         capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
     )
     assert result.returncode == 2, result
-    assert "--profile must be release, dist or suite-image, not debug" in result.stderr
+    assert "--profile must be release, dist or suite, not debug" in result.stderr
 
 
 def is_static_elf(data: bytes) -> bool:
