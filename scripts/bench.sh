@@ -2,8 +2,11 @@
 # The side-by-side benchmark (docs/benchmarks.md, "Side by side"): one SDK
 # echo tool behind a sidecar, called six ways on this machine in one run:
 #
-#   direct          ToolRuntime.Execute on the sidecar
-#   nginx           nginx grpc_pass in front of the sidecar (bench/nginx.conf)
+#   direct          ToolRuntime.Execute on the same tool with no registry
+#                   (toolmesh-bench echo --direct: the sidecar's runtime and
+#                   HTTP/2 settings without its grant check, since the
+#                   sidecar itself takes only calls the registry signed)
+#   nginx           nginx grpc_pass in front of direct (bench/nginx.conf)
 #   registry        the registry's Invoke, embedded
 #   registry-1t     the same, the registry started with --worker-threads 1
 #   registry-rl     the same, the tool rate-limited (a limit never reached)
@@ -52,6 +55,7 @@ sidecar=127.0.0.1:$((base + 61))
 sidecar_rl=127.0.0.1:$((base + 62))
 sidecar_redis=127.0.0.1:$((base + 63))
 sidecar_1t=127.0.0.1:$((base + 64))
+direct=127.0.0.1:$((base + 65))
 nginx_at=127.0.0.1:$((base + 71))
 redis_port=$((base + 79))
 
@@ -60,20 +64,20 @@ start registry "$bin/toolmesh-registry" --listen "$registry" --log warn
 start registry-1t "$bin/toolmesh-registry" --listen "$registry_1t" --log warn --worker-threads 1
 start redis-registry "$bin/toolmesh-registry" --listen "$redis_registry" --log warn \
     --redis "redis://127.0.0.1:$redis_port" --redis-prefix "bench$$"
-start echo "$bin/toolmesh-bench" echo --listen "$sidecar" --registry "http://$registry"
+start echo "$bin/toolmesh-bench" echo --listen "$sidecar" --registry "http://$registry" --direct "$direct"
 start echo-1t "$bin/toolmesh-bench" echo --listen "$sidecar_1t" --registry "http://$registry_1t" --instance-id echo-1t
 start echo-rl "$bin/toolmesh-bench" echo --listen "$sidecar_rl" --registry "http://$registry" \
     --tool echo_limited --instance-id echo-rl --rate-limited
 start echo-redis "$bin/toolmesh-bench" echo --listen "$sidecar_redis" --registry "http://$redis_registry" \
     --tool echo_limited --instance-id echo-redis --rate-limited
 mkdir -p "$work/nginx"
-sed -e "s|@PREFIX@|$work/nginx|g" -e "s|@LISTEN@|$nginx_at|" -e "s|@UPSTREAM@|$sidecar|" \
+sed -e "s|@PREFIX@|$work/nginx|g" -e "s|@LISTEN@|$nginx_at|" -e "s|@UPSTREAM@|$direct|" \
     bench/nginx.conf >"$work/nginx/nginx.conf"
 start nginx nginx -c "$work/nginx/nginx.conf" -p "$work/nginx"
 
 # path, target, method, tool
 paths=(
-    "direct $sidecar execute echo"
+    "direct $direct execute echo"
     "nginx $nginx_at execute echo"
     "registry $registry invoke echo"
     "registry-1t $registry_1t invoke echo"
@@ -112,7 +116,7 @@ for spec in "direct execute echo" "invoke invoke echo" "invoke-rl invoke echo_li
     "$bin/toolmesh-bench" frame --method "$method" --tool "$tool" --payload 100 >"$work/$file.bin"
 done
 h2paths=(
-    "direct $sidecar ToolRuntime/Execute direct"
+    "direct $direct ToolRuntime/Execute direct"
     "nginx $nginx_at ToolRuntime/Execute direct"
     "registry $registry ToolRegistry/Invoke invoke"
     "registry-1t $registry_1t ToolRegistry/Invoke invoke"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The registry's hop, quickly, by h2load: an SDK echo tool behind a sidecar
-# (toolmesh-bench echo), called directly (ToolRuntime.Execute) and through
-# the registry (Invoke) in the same run, at -c 8 -m 16 and at -c 1 -m 1;
+# (toolmesh-bench echo), called directly (ToolRuntime.Execute on its
+# --direct server: the sidecar takes only calls the registry signed) and
+# through the registry (Invoke) in the same run, at -c 8 -m 16 and at -c 1 -m 1;
 # with each server's CPU per call (from /proc, the warm-up included). For
 # A/B runs of two registry binaries; scripts/bench.sh is the full table.
 #
@@ -14,6 +15,9 @@
 # limiter's cost, not its effect) called through the embedded registry and
 # through a second registry in Redis mode, on a redis-server of its own, at
 # the same two loads, and prints redis-rl / registry-rl at -c 8 -m 16.
+#
+# h2load counts HTTP statuses, not grpc-status: each path first answers one
+# call with grpc-status 0 from toolmesh-bench load, with the same bytes.
 #
 # Needs h2load (nghttp2-client), and redis-server for REDIS=1; loopback
 # only; stops what it starts.
@@ -34,7 +38,8 @@ trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 pids+=($!)
 registry_pid=$!
 sleep 0.5
-"$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" --registry "http://127.0.0.1:$((base + 51))" >"$work/echo.log" 2>&1 &
+"$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" --registry "http://127.0.0.1:$((base + 51))" \
+    --direct "127.0.0.1:$((base + 65))" >"$work/echo.log" 2>&1 &
 pids+=($!)
 echo_pid=$!
 if [[ ${REDIS:-0} == 1 ]]; then
@@ -72,9 +77,25 @@ run() { # url frames c m pid
         /^time for request/ {m = $6}
         END {printf "%s calls/s, mean %s, %.1f µs CPU/call", r, m, dt * 1e6 / hz / (r * secs)}' <<<"$out"
 }
-direct=http://127.0.0.1:$((base + 61))/toolmesh.v1.ToolRuntime/Execute
+direct=http://127.0.0.1:$((base + 65))/toolmesh.v1.ToolRuntime/Execute
 through=http://127.0.0.1:$((base + 51))/toolmesh.v1.ToolRegistry/Invoke
 through_redis=http://127.0.0.1:$((base + 52))/toolmesh.v1.ToolRegistry/Invoke
+answers() { # target method tool: one call answered with grpc-status 0, within 20 s
+    for _ in $(seq 100); do
+        "$bin/toolmesh-bench" load --target "$1" --method "$2" --tool "$3" --seconds 0.1 --warmup 0 \
+            >/dev/null 2>"$work/answers.log" && return 0
+        sleep 0.2
+    done
+    echo "hop.sh: $1 never answered $2 $3:" >&2
+    cat "$work/answers.log" "$work"/*.log >&2
+    exit 1
+}
+answers "127.0.0.1:$((base + 65))" execute echo
+answers "127.0.0.1:$((base + 51))" invoke echo
+if [[ ${REDIS:-0} == 1 ]]; then
+    answers "127.0.0.1:$((base + 51))" invoke echo_limited
+    answers "127.0.0.1:$((base + 52))" invoke echo_limited
+fi
 for round in $(seq "${ROUNDS:-1}"); do
     echo "round $round"
     echo "  -c 8 -m 16  direct:   $(run "$direct" "$work/execute.bin" 8 16 "$echo_pid")"

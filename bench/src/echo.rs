@@ -1,7 +1,8 @@
 //! An SDK `echo` tool, served by the sidecar library and announced to a
 //! registry: the tool every path of the benchmark ends at. Unlimited, with
 //! a limit too high ever to deny (`--rate-limited`), or with a chosen one
-//! (`--rate`, `--burst`).
+//! (`--rate`, `--burst`). With `--direct`, the same tool also answers
+//! `ToolRuntime.Execute` there with no grant check (see [`crate::direct`]).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,10 @@ pub(crate) struct Args {
     /// max(1, ⌈rate⌉)).
     #[arg(long, default_value_t = 0, requires = "rate")]
     burst: u32,
+    /// Also serve the tool here, to anyone, without the sidecar's grant
+    /// check: the path with no registry, which h2load can call.
+    #[arg(long)]
+    direct: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -50,6 +55,33 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         },
         "toolmesh-bench-echo",
     )?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    println!("echo listening address={}", listener.local_addr()?);
+    if let Some(direct) = args.direct {
+        let direct = tokio::net::TcpListener::bind(direct).await?;
+        println!("echo direct address={}", direct.local_addr()?);
+        let tool = echo(&args);
+        tokio::spawn(async move {
+            if let Err(err) = crate::direct::serve(direct, tool).await {
+                eprintln!("echo: the direct path stopped: {err:#}");
+                std::process::exit(1);
+            }
+        });
+    }
+    let options = ServeOptions {
+        registry: args.registry.clone(),
+        instance_id: Some(args.instance_id.clone()),
+        ..ServeOptions::default()
+    };
+    toolmesh_sidecar::server::serve(listener, vec![echo(&args)], options, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
+}
+
+/// The echo tool `args` describe.
+fn echo(args: &Args) -> toolmesh_sidecar::Tool {
     let mut tool = sdk::tool(&args.tool, "Answers its text", |args: Text| async move {
         Ok::<_, sdk::ToolError>(args)
     })
@@ -59,16 +91,5 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     } else if let Some(rate) = args.rate {
         tool = tool.rate_limit(rate, args.burst);
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    println!("echo listening address={}", listener.local_addr()?);
-    let options = ServeOptions {
-        registry: args.registry,
-        instance_id: Some(args.instance_id),
-        ..ServeOptions::default()
-    };
-    toolmesh_sidecar::server::serve(listener, vec![tool.build()], options, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
-    Ok(())
+    tool.build()
 }

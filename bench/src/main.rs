@@ -25,6 +25,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser as _;
 
 mod console;
+mod direct;
 mod echo;
 mod load;
 mod scale;
