@@ -12,7 +12,9 @@
 #   registry-rl     the same, the tool rate-limited (a limit never reached)
 #   redis-rl        the registry's Invoke in Redis mode, the tool rate-limited
 #
-# at 1, 16 and 128 calls in flight (-c 1 -m 1, -c 1 -m 16, -c 8 -m 16) and
+# Every registry runs at its defaults but for what the path names: logging
+# at info, one line per call, to a file, as a container's output is.
+# Each path is called at 1, 16 and 128 calls in flight (-c 1 -m 1, -c 1 -m 16, -c 8 -m 16) and
 # 100 B and 16 KiB of arguments, with the same load generator for every
 # path (toolmesh-bench load: one thread, raw HTTP/2, pre-encoded requests,
 # every answer checked for grpc-status 0). Rewrites the table in
@@ -60,9 +62,9 @@ nginx_at=127.0.0.1:$((base + 71))
 redis_port=$((base + 79))
 
 start redis redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no
-start registry "$bin/toolmesh-registry" --listen "$registry" --log warn
-start registry-1t "$bin/toolmesh-registry" --listen "$registry_1t" --log warn --worker-threads 1
-start redis-registry "$bin/toolmesh-registry" --listen "$redis_registry" --log warn \
+start registry "$bin/toolmesh-registry" --listen "$registry"
+start registry-1t "$bin/toolmesh-registry" --listen "$registry_1t" --worker-threads 1
+start redis-registry "$bin/toolmesh-registry" --listen "$redis_registry" \
     --redis "redis://127.0.0.1:$redis_port" --redis-prefix "bench$$"
 start echo "$bin/toolmesh-bench" echo --listen "$sidecar" --registry "http://$registry" --direct "$direct"
 start echo-1t "$bin/toolmesh-bench" echo --listen "$sidecar_1t" --registry "http://$registry_1t" --instance-id echo-1t

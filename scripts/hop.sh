@@ -11,6 +11,10 @@
 #   BIN=target/dist scripts/hop.sh        # after cargo build --profile dist
 #   REDIS=1 scripts/hop.sh                # and Redis mode against embedded
 #
+# The registry runs at its defaults (logging at info: one line per call),
+# its output in a file, as a container's is; REGISTRY_FLAGS adds flags
+# (e.g. REGISTRY_FLAGS="--log warn").
+#
 # REDIS=1 adds a rate-limited echo tool (a limit never reached: the
 # limiter's cost, not its effect) called through the embedded registry and
 # through a second registry in Redis mode, on a redis-server of its own, at
@@ -34,7 +38,7 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 
-"$registry" --listen "127.0.0.1:$((base + 51))" --log warn ${REGISTRY_FLAGS:-} >"$work/registry.log" 2>&1 &
+"$registry" --listen "127.0.0.1:$((base + 51))" ${REGISTRY_FLAGS:-} >"$work/registry.log" 2>&1 &
 pids+=($!)
 registry_pid=$!
 sleep 0.5
@@ -46,7 +50,7 @@ if [[ ${REDIS:-0} == 1 ]]; then
     redis-server --port "$((base + 79))" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" 2>&1 &
     pids+=($!)
     sleep 0.5
-    "$registry" --listen "127.0.0.1:$((base + 52))" --log warn --redis "redis://127.0.0.1:$((base + 79))" \
+    "$registry" --listen "127.0.0.1:$((base + 52))" --redis "redis://127.0.0.1:$((base + 79))" \
         --redis-prefix "hop$$" ${REGISTRY_FLAGS:-} >"$work/redis-registry.log" 2>&1 &
     pids+=($!)
     redis_registry_pid=$!
