@@ -350,6 +350,9 @@ async fn approvers_list_watch_approve_and_deny_held_calls() {
     // 3. Two pending: a limit shows the newest, and says there are more;
     // a watch with a time limit shows both, then ends as done.
     let first = held(&mut agent, 10).await;
+    // Held calls list by the millisecond they were made in, ties by id:
+    // the second must come in a later millisecond to be the newest.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     let newest = held(&mut agent, 20).await;
     let limited = json_of(
         &run(
