@@ -14,8 +14,8 @@
 #
 # Every registry runs at its defaults but for what the path names: logging
 # at info, one line per call, to a file, as a container's output is.
-# Each path is called at 1, 16 and 128 calls in flight (-c 1 -m 1, -c 1 -m 16, -c 8 -m 16) and
-# 100 B and 16 KiB of arguments, with the same load generator for every
+# Each path is called at 1, 16 and 128 calls in flight (-c 1 -m 1,
+# -c 1 -m 16, -c 8 -m 16) and 100 B and 16 KiB of arguments, with the same load generator for every
 # path (toolmesh-bench load: one thread, raw HTTP/2, pre-encoded requests,
 # every answer checked for grpc-status 0). Rewrites the table in
 # docs/benchmarks.md and draws docs/bench.svg. Not part of the test command:

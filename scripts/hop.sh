@@ -34,37 +34,32 @@ bin=${BIN:-target/release}
 registry=${REGISTRY:-$bin/toolmesh-registry}
 secs=${SECONDS_PER_RUN:-4}
 base=${HOP_PORT_BASE:-56000}
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib/background.sh
+source scripts/lib/background.sh
 
-"$registry" --listen "127.0.0.1:$((base + 51))" ${REGISTRY_FLAGS:-} >"$work/registry.log" 2>&1 &
-pids+=($!)
-registry_pid=$!
+# shellcheck disable=SC2086 # REGISTRY_FLAGS is a list of flags
+start registry "$registry" --listen "127.0.0.1:$((base + 51))" ${REGISTRY_FLAGS:-}
+registry_pid=${pids[-1]}
 sleep 0.5
-"$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" --registry "http://127.0.0.1:$((base + 51))" \
-    --direct "127.0.0.1:$((base + 65))" >"$work/echo.log" 2>&1 &
-pids+=($!)
-echo_pid=$!
+start echo "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" \
+    --registry "http://127.0.0.1:$((base + 51))" --direct "127.0.0.1:$((base + 65))"
+echo_pid=${pids[-1]}
 if [[ ${REDIS:-0} == 1 ]]; then
-    redis-server --port "$((base + 79))" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" 2>&1 &
-    pids+=($!)
+    start redis redis-server --port "$((base + 79))" --bind 127.0.0.1 --save "" --appendonly no
     sleep 0.5
-    "$registry" --listen "127.0.0.1:$((base + 52))" --redis "redis://127.0.0.1:$((base + 79))" \
-        --redis-prefix "hop$$" ${REGISTRY_FLAGS:-} >"$work/redis-registry.log" 2>&1 &
-    pids+=($!)
-    redis_registry_pid=$!
+    # shellcheck disable=SC2086
+    start redis-registry "$registry" --listen "127.0.0.1:$((base + 52))" \
+        --redis "redis://127.0.0.1:$((base + 79))" --redis-prefix "hop$$" ${REGISTRY_FLAGS:-}
+    redis_registry_pid=${pids[-1]}
     sleep 0.5
     for side in "62 51 echo-rl" "63 52 echo-redis"; do
         read -r port registry_port instance <<<"$side"
-        "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + port))" \
+        start "$instance" "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + port))" \
             --registry "http://127.0.0.1:$((base + registry_port))" \
-            --tool echo_limited --instance-id "$instance" --rate-limited >"$work/$instance.log" 2>&1 &
-        pids+=($!)
+            --tool echo_limited --instance-id "$instance" --rate-limited
     done
     "$bin/toolmesh-bench" frame --method invoke --tool echo_limited --payload 100 >"$work/invoke-rl.bin"
 fi
-sleep 2
 "$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke.bin"
 "$bin/toolmesh-bench" frame --method execute --tool echo --payload 100 >"$work/execute.bin"
 
@@ -84,21 +79,12 @@ run() { # url frames c m pid
 direct=http://127.0.0.1:$((base + 65))/toolmesh.v1.ToolRuntime/Execute
 through=http://127.0.0.1:$((base + 51))/toolmesh.v1.ToolRegistry/Invoke
 through_redis=http://127.0.0.1:$((base + 52))/toolmesh.v1.ToolRegistry/Invoke
-answers() { # target method tool: one call answered with grpc-status 0, within 20 s
-    for _ in $(seq 100); do
-        "$bin/toolmesh-bench" load --target "$1" --method "$2" --tool "$3" --seconds 0.1 --warmup 0 \
-            >/dev/null 2>"$work/answers.log" && return 0
-        sleep 0.2
-    done
-    echo "hop.sh: $1 never answered $2 $3:" >&2
-    cat "$work/answers.log" "$work"/*.log >&2
-    exit 1
-}
-answers "127.0.0.1:$((base + 65))" execute echo
-answers "127.0.0.1:$((base + 51))" invoke echo
+load="$bin/toolmesh-bench"
+answers direct "$load" "127.0.0.1:$((base + 65))" execute echo
+answers registry "$load" "127.0.0.1:$((base + 51))" invoke echo
 if [[ ${REDIS:-0} == 1 ]]; then
-    answers "127.0.0.1:$((base + 51))" invoke echo_limited
-    answers "127.0.0.1:$((base + 52))" invoke echo_limited
+    answers registry-rl "$load" "127.0.0.1:$((base + 51))" invoke echo_limited
+    answers redis-rl "$load" "127.0.0.1:$((base + 52))" invoke echo_limited
 fi
 for round in $(seq "${ROUNDS:-1}"); do
     echo "round $round"

@@ -9,13 +9,13 @@
 //! for it, as the hop it is.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::pb;
 use toolmesh_proto::pb::tool_runtime_server::{ToolRuntime, ToolRuntimeServer};
 use toolmesh_sidecar::runtime::Runtime;
-use toolmesh_sidecar::{CallContext, Tool, server::MAX_CONCURRENT_STREAMS};
+use toolmesh_sidecar::server::{self, MAX_CONCURRENT_STREAMS};
+use toolmesh_sidecar::{CallContext, Tool};
 
 /// `Execute` for anyone; no tasks.
 struct Unchecked(Arc<Runtime>);
@@ -63,15 +63,9 @@ impl ToolRuntime for Unchecked {
 /// HTTP/2 and TCP settings (`toolmesh_sidecar::server`).
 pub(crate) async fn serve(listener: tokio::net::TcpListener, tool: Tool) -> anyhow::Result<()> {
     let runtime = Arc::new(Runtime::new(vec![tool])?);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(Duration::from_secs(60)));
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+    server::builder(MAX_CONCURRENT_STREAMS)
         .add_service(ToolRuntimeServer::new(Unchecked(runtime)))
-        .serve_with_incoming(incoming)
+        .serve_with_incoming(server::incoming(listener))
         .await?;
     Ok(())
 }

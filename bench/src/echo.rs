@@ -55,12 +55,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         },
         "toolmesh-bench-echo",
     )?;
+    let tool = echo(&args);
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!("echo listening address={}", listener.local_addr()?);
     if let Some(direct) = args.direct {
         let direct = tokio::net::TcpListener::bind(direct).await?;
         println!("echo direct address={}", direct.local_addr()?);
-        let tool = echo(&args);
+        let tool = tool.clone();
         tokio::spawn(async move {
             if let Err(err) = crate::direct::serve(direct, tool).await {
                 eprintln!("echo: the direct path stopped: {err:#}");
@@ -69,11 +70,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let options = ServeOptions {
-        registry: args.registry.clone(),
-        instance_id: Some(args.instance_id.clone()),
+        registry: args.registry,
+        instance_id: Some(args.instance_id),
         ..ServeOptions::default()
     };
-    toolmesh_sidecar::server::serve(listener, vec![echo(&args)], options, async {
+    toolmesh_sidecar::server::serve(listener, vec![tool], options, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;

@@ -247,10 +247,7 @@ pub async fn serve_with_withdraw(
 
     let sources = Sources::start(&opts.mcp_servers, &tools, &metrics);
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(max_streams))
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+    let server = builder(max_streams)
         .add_service(health)
         .add_service(ToolRuntimeServer::new(Metered::new(
             RuntimeService::new(runtime.clone(), grants)
@@ -337,10 +334,19 @@ async fn control(
     Ok(())
 }
 
+/// The sidecar's HTTP/2 server settings: `max_streams` concurrent streams
+/// per connection, and a keepalive ping every 30 s answered within 10 s.
+pub fn builder(max_streams: u32) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(max_streams))
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+}
+
 /// Accepted connections with `TCP_NODELAY` and keepalive set: a custom
 /// incoming stream does not get the server builder's socket options.
-fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .with_keepalive(Some(std::time::Duration::from_secs(60)))
+        .with_keepalive(Some(Duration::from_secs(60)))
 }
