@@ -15,7 +15,8 @@
 //!   [`labels`]: metric label values with a bounded number of names.
 //! - [`shown`]: client-supplied text in errors and log lines, bounded and
 //!   escaped; [`causes`]: an error and its sources on one line.
-//! - [`filter`]: a log filter with a chatty dependency (rmcp) quieted.
+//! - [`filter`]: a log filter with a chatty dependency (rmcp) quieted;
+//!   [`output`]: standard output, in blocks on the threads that ask.
 
 use std::{
     io::IsTerminal as _,
@@ -30,6 +31,7 @@ pub mod filter;
 pub mod format;
 pub mod labels;
 pub mod otel;
+pub mod output;
 pub mod propagation;
 pub mod sampler;
 pub mod shown;
@@ -173,7 +175,10 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
         }
     })?;
     let ansi = colour() && args.log_format == LogFormat::Text;
-    let fields = tracing_subscriber::fmt::layer().with_ansi(ansi);
+    output::init_output();
+    let fields = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(output::Stdout);
     let logs = match args.log_format {
         LogFormat::Text => fields
             .event_format(format::TextLines(

@@ -6,6 +6,9 @@
 //! flight (and endless streams such as `Health.Watch`) running. Every
 //! accepted socket is wrapped in [`Cuttable`], whose reads and writes fail
 //! once the cut-off token is cancelled, so the connection tasks end with it.
+//! Its writes first write the log lines its thread gathered
+//! ([`toolmesh_telemetry::output`]): what was logged before an answer is
+//! in the log before the answer leaves.
 
 use std::{
     future::Future,
@@ -116,6 +119,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Cuttable<T> {
         if let Poll::Ready(error) = this.poll_cut(cx) {
             return Poll::Ready(Err(error));
         }
+        toolmesh_telemetry::output::flush_this_thread();
         Pin::new(&mut this.io).poll_write(cx, buf)
     }
 
@@ -140,6 +144,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Cuttable<T> {
         if let Poll::Ready(error) = this.poll_cut(cx) {
             return Poll::Ready(Err(error));
         }
+        toolmesh_telemetry::output::flush_this_thread();
         Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
     }
 

@@ -186,8 +186,12 @@ impl Thread {
     /// Serves until the server drains or `abort` is cancelled; the tasks
     /// left on the thread's runtime (sidecar connections) end with it.
     fn run(self) -> Result<(), ServeError> {
+        // The thread's log lines gather while it has work, and go out in
+        // one write before it writes to an agent (`Cuttable`) or idles.
+        toolmesh_telemetry::output::gather_on_this_thread();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .on_thread_park(toolmesh_telemetry::output::flush_this_thread)
             .build()
             .map_err(|e| ServeError::Transport(format!("a serving thread's runtime: {e}")))?;
         crate::lanes::enter(self.index);

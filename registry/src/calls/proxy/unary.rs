@@ -120,6 +120,15 @@ pub(super) async fn call<M: Message + Default>(
         message.push(chunk).map_err(Failure::Status)?;
     }
     let trailers = answer.trailers().await.map_err(stream_failure)?;
+    // Most answers end `grpc-status: 0`: no `Status` (and no copy of the
+    // trailers into its metadata) for those.
+    if trailers
+        .as_ref()
+        .and_then(|t| t.get(GRPC_STATUS))
+        .is_some_and(|code| code.as_bytes() == b"0")
+    {
+        return message.decode().map_err(Failure::Status);
+    }
     match trailers.as_ref().and_then(Status::from_header_map) {
         Some(status) if status.code() == Code::Ok => message.decode().map_err(Failure::Status),
         Some(status) => Err(Failure::Status(status)),
@@ -128,6 +137,8 @@ pub(super) async fn call<M: Message + Default>(
         ))),
     }
 }
+
+const GRPC_STATUS: &str = "grpc-status";
 
 const USER_AGENT: &str = concat!("toolmesh-registry/", env!("CARGO_PKG_VERSION"));
 
