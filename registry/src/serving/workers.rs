@@ -205,7 +205,7 @@ impl Thread {
             abort,
             ..
         } = self;
-        runtime.block_on(async move {
+        let served = runtime.block_on(async move {
             let incoming = tokio_stream::wrappers::ReceiverStream::new(handed).map(
                 move |stream| -> io::Result<Cuttable<TcpStream>> {
                     let taken = stream
@@ -228,7 +228,12 @@ impl Thread {
                 served = served => served.map_err(ServeError::from),
                 () = abort.cancelled() => Ok(()),
             }
-        })
+        });
+        // What the last tasks logged as they ended, before the thread
+        // reports that it is done and the process may exit.
+        drop(runtime);
+        toolmesh_telemetry::output::flush_this_thread();
+        served
     }
 }
 
