@@ -12,7 +12,7 @@
 //! - when they reach [`BLOCK`] bytes, with any `WARN` or `ERROR` line (after
 //!   the lines before it), and when the thread ends.
 //!
-//! A terminal gets every line as it is written ([`init_output`] decides);
+//! A terminal gets every line as it is written ([`crate::init`] decides);
 //! so does every other thread.
 
 use std::{
