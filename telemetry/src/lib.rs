@@ -16,7 +16,8 @@
 //! - [`shown`]: client-supplied text in errors and log lines, bounded and
 //!   escaped; [`causes`]: an error and its sources on one line.
 //! - [`filter`]: a log filter with a chatty dependency (rmcp) quieted;
-//!   [`output`]: standard output, in blocks on the threads that ask.
+//!   [`output`]: standard output, in blocks on the threads that ask;
+//!   [`throttle`]: lines an outsider can cause, at most one per period.
 
 use std::{
     io::IsTerminal as _,
@@ -36,6 +37,7 @@ pub mod propagation;
 pub mod sampler;
 pub mod shown;
 pub mod spans;
+pub mod throttle;
 
 pub use propagation::TraceContext;
 

@@ -2,7 +2,10 @@
 //! that the registry signed it, decodes, and hands the call to
 //! [`Runtime`] (and a task to the task table).
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::grant::{self, Verifier};
@@ -11,6 +14,7 @@ use toolmesh_telemetry::{
     TraceContext,
     shown::{QUOTED_MAX, clip},
     spans,
+    throttle::Throttle,
 };
 
 use super::{ExecuteError, Runtime};
@@ -26,7 +30,13 @@ pub struct RuntimeService {
     grants: Arc<Verifier>,
     identity: Option<String>,
     tasks: Option<Arc<Tasks>>,
+    /// Refusals are logged at most once per [`REFUSALS_LOGGED_EVERY`]:
+    /// anyone who reaches the port can cause them.
+    refusals: Arc<Throttle>,
 }
+
+/// How often a refused call is logged, at most.
+const REFUSALS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 
 impl RuntimeService {
     /// The service in front of `runtime`, taking only calls whose grant
@@ -40,6 +50,7 @@ impl RuntimeService {
             grants,
             identity: None,
             tasks: None,
+            refusals: Arc::new(Throttle::new(REFUSALS_LOGGED_EVERY)),
         }
     }
 
@@ -168,7 +179,9 @@ impl RuntimeService {
             signed.arguments_json,
             grant::now_ms(),
         ) {
-            tracing::warn!(%refusal, "{rpc} refused: not a call the registry signed");
+            if let Some(left_out) = self.refusals.admit(Instant::now()) {
+                tracing::warn!(%refusal, left_out, "{rpc} refused: not a call the registry signed");
+            }
             return Err(ExecuteError::NotFromRegistry {
                 what: refusal.to_string(),
             });
@@ -176,7 +189,12 @@ impl RuntimeService {
         if let Some(identity) = &self.identity
             && !toolmesh_proto::tls::peer(request).has_identity(identity)
         {
-            tracing::warn!("{rpc} without the registry's client certificate refused");
+            if let Some(left_out) = self.refusals.admit(Instant::now()) {
+                tracing::warn!(
+                    left_out,
+                    "{rpc} without the registry's client certificate refused"
+                );
+            }
             return Err(ExecuteError::NotFromRegistry {
                 what: "a client certificate with its identity".to_owned(),
             });
