@@ -352,3 +352,42 @@ async fn a_stop_grant_never_admits_an_execute() {
     );
     assert!(!toolmesh_proto::tool_name::is_valid(&stop_grant_tool("a")));
 }
+
+/// The log lines written while `f` runs on this thread.
+async fn logged<F: std::future::Future<Output = ()>>(f: F) -> String {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    f.await;
+    String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test]
+async fn a_flood_of_refused_calls_writes_one_line() {
+    let f = fixture(Duration::from_secs(600));
+    let log = logged(async {
+        for n in 0..100 {
+            let refused = f.service.run_task(run_task(&format!("t-{n}"))).await;
+            assert_eq!(refused.unwrap_err().code(), tonic::Code::Unauthenticated);
+        }
+    })
+    .await;
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("left_out=0"), "{log}");
+}
