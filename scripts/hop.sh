@@ -18,16 +18,18 @@
 # REDIS=1 adds a rate-limited echo tool (a limit never reached: the
 # limiter's cost, not its effect) called through the embedded registry and
 # through a second registry in Redis mode, on a redis-server of its own, at
-# the same two loads, and prints redis-rl / registry-rl at -c 8 -m 16.
+# the same two loads, and prints redis-rl / registry-rl at -c 8 -m 16, and
+# the GCRA scripts Redis ran per call (from INFO commandstats: under load
+# one script decides several calls).
 #
 # h2load counts HTTP statuses, not grpc-status: each path first answers one
 # call with grpc-status 0 from toolmesh-bench load, with the same bytes.
 #
-# Needs h2load (nghttp2-client), and redis-server for REDIS=1; loopback
+# Needs h2load (nghttp2-client), and redis-server and redis-cli for REDIS=1; loopback
 # only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in h2load $([[ ${REDIS:-0} == 1 ]] && echo redis-server); do
+for tool in h2load $([[ ${REDIS:-0} == 1 ]] && echo redis-server redis-cli); do
     command -v "$tool" >/dev/null || { echo "hop.sh: needs $tool (scripts/bench.sh installs it)" >&2; exit 1; }
 done
 bin=${BIN:-target/release}
@@ -63,6 +65,11 @@ fi
 "$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke.bin"
 "$bin/toolmesh-bench" frame --method execute --tool echo --payload 100 >"$work/execute.bin"
 
+# EVALSHA calls the Redis server has answered so far.
+scripts_run() {
+    redis-cli -p "$((base + 79))" info commandstats | tr -d '\r' |
+        awk -F'[=,]' '/^cmdstat_evalsha:/ {print $2; found = 1} END {if (!found) print 0}'
+}
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # url frames c m pid
     local before after out
@@ -94,10 +101,13 @@ for round in $(seq "${ROUNDS:-1}"); do
     echo "              registry: $(run "$through" "$work/invoke.bin" 1 1 "$registry_pid")"
     if [[ ${REDIS:-0} == 1 ]]; then
         embedded=$(run "$through" "$work/invoke-rl.bin" 8 16 "$registry_pid")
+        scripts_before=$(scripts_run)
         redis=$(run "$through_redis" "$work/invoke-rl.bin" 8 16 "$redis_registry_pid")
+        scripts=$(($(scripts_run) - scripts_before))
         echo "  -c 8 -m 16  registry-rl: $embedded"
         echo "              redis-rl:    $redis"
-        awk -v e="${embedded%% *}" -v r="${redis%% *}" 'BEGIN {printf "              redis-rl / registry-rl: %.2fx\n", r / e}'
+        awk -v e="${embedded%% *}" -v r="${redis%% *}" -v s="$scripts" -v secs=$((secs + 1)) \
+            'BEGIN {printf "              redis-rl / registry-rl: %.2fx; %.2f scripts per call\n", r / e, s / (r * secs)}'
         echo "  -c 1 -m 1   registry-rl: $(run "$through" "$work/invoke-rl.bin" 1 1 "$registry_pid")"
         echo "              redis-rl:    $(run "$through_redis" "$work/invoke-rl.bin" 1 1 "$redis_registry_pid")"
     fi

@@ -249,6 +249,12 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn calls_made_at_once_are_decided_in_order() {
+        let (limiter, _clock) = limiter();
+        super::conformance::calls_made_at_once_are_decided_in_order(&limiter).await;
+    }
+
+    #[tokio::test]
     async fn a_burst_is_admitted_then_the_next_waits() {
         let (limiter, _clock) = limiter();
         super::conformance::a_burst_is_admitted_then_the_next_waits(&limiter).await;

@@ -9,7 +9,7 @@ use std::{
 
 use toolmesh_registry::{
     calls::ratelimit::{
-        Decision, LimiterError, RateLimiter,
+        CallDecision, CallLimits, Decision, LimiterError, RateLimiter, Refused,
         redis::{OutagePolicy, RedisLimiter},
     },
     catalog::descriptor::Limit,
@@ -485,4 +485,39 @@ async fn cluster_decides_each_key_on_its_own_slot() {
     }
     eprintln!("cluster: {} keys on {} masters", keys.len(), owners.len());
     assert!(owners.len() >= 2, "all keys on one master: {owners:?}");
+
+    // Calls made at once on one tool go as one script, callers' buckets
+    // and all: one slot.
+    for key in keys {
+        let tool = format!("{key}-together");
+        let calls = ["a", "b", "a", "c", "d"].map(|caller| {
+            limiter.acquire_call(CallLimits {
+                tool: &tool,
+                limit: Some(Limit {
+                    rate: 0.001,
+                    burst: 3,
+                }),
+                caller: Some((
+                    caller,
+                    Limit {
+                        rate: 0.001,
+                        burst: 1,
+                    },
+                )),
+            })
+        });
+        let refused: Vec<Option<Refused>> = futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .map(|decision| match decision.unwrap() {
+                CallDecision::Allow => None,
+                CallDecision::Deny { by, .. } => Some(by),
+            })
+            .collect();
+        assert_eq!(
+            refused,
+            [None, None, Some(Refused::Caller), None, Some(Refused::Tool)],
+            "{tool}"
+        );
+    }
 }

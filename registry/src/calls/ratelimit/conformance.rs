@@ -72,3 +72,37 @@ pub(super) async fn a_callers_limit_is_its_own_and_spares_the_tools(limiter: &dy
         }
     ));
 }
+
+/// Calls made at once are decided in the order they came, each seeing the
+/// tokens the ones before it took, as one at a time: a caller's second call
+/// is refused by its own limit and spends nothing of the tool's, and the
+/// tool's burst goes to the first callers.
+pub(super) async fn calls_made_at_once_are_decided_in_order(limiter: &dyn RateLimiter) {
+    let call = |caller| CallLimits {
+        tool: "together",
+        limit: Some(slow(3)),
+        caller: Some((caller, slow(1))),
+    };
+    let callers = ["x", "x", "y", "z", "w", "y"];
+    let decisions =
+        futures::future::join_all(callers.map(|caller| limiter.acquire_call(call(caller)))).await;
+    let refusers: Vec<Option<Refused>> = decisions
+        .into_iter()
+        .map(|decision| match decision.expect("decides") {
+            CallDecision::Allow => None,
+            CallDecision::Deny { by, .. } => Some(by),
+        })
+        .collect();
+    assert_eq!(
+        refusers,
+        [
+            None,
+            Some(Refused::Caller),
+            None,
+            None,
+            Some(Refused::Tool),
+            Some(Refused::Caller),
+        ],
+        "callers {callers:?}"
+    );
+}

@@ -1,37 +1,32 @@
 //! [`RedisLimiter`]: GCRA shared by every registry replica, exact across
 //! them.
 //!
-//! Each decision is one Lua script (`gcra.lua`, loaded once and called by
-//! its SHA) that reads and writes one key, `{<prefix>:rl:<key>}`, and takes
-//! the time from Redis (`TIME`), so no replica's clock can skew the answer.
-//! The hash tag puts each key in its own Cluster slot. A key expires once its
-//! bucket is full again, so idle tools leave nothing behind.
+//! Decisions are made by a Lua script (`gcra.lua`, loaded once and called
+//! by its SHA) that reads and writes the tool's key, `{<prefix>:rl:<tool>}`
+//! (and its callers' keys, in the same hash slot), and takes the time from
+//! Redis (`TIME`), so no replica's clock can skew the answer. The calls one
+//! serving thread admits on one tool at once share one script ([`gcra`]).
+//! The hash tag puts each tool in its own Cluster slot. A key expires once
+//! its bucket is full again, so idle tools leave nothing behind.
 //!
 //! When Redis does not answer (including while the pool's breaker is open,
 //! which answers at once), the [`OutagePolicy`] decides: refuse the call, or
 //! decide in this process with this replica's share of the limit.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicUsize, Ordering},
 };
-
-use ::redis::Script;
 
 use super::{CallDecision, CallLimits, Decision, LimiterError, LocalLimiter, RateLimiter, Refused};
 use crate::{
     catalog::descriptor::Limit,
-    metrics::RedisOp,
     redis_pool::{Dependent, RedisError, RedisPool},
 };
 
-/// Longest emission interval sent to Redis, in microseconds (about 31
-/// years): far beyond any accepted rate, it keeps the script's arithmetic
-/// finite whatever the limit says.
-const MAX_INTERVAL_US: f64 = 1e15;
+mod gcra;
+
+use gcra::GcraScript;
 
 /// What the limiter does while Redis is unavailable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -74,11 +69,10 @@ fn outage_consequence(policy: OutagePolicy, replicas: usize) -> String {
 
 /// GCRA in Redis, one key per limit key, shared by every replica.
 pub struct RedisLimiter {
-    pool: Arc<RedisPool>,
     prefix: String,
     policy: OutagePolicy,
     replicas: Arc<AtomicUsize>,
-    script: Script,
+    script: Arc<GcraScript>,
     /// Buckets for decisions taken here while Redis is away (`Degrade`).
     local: LocalLimiter,
     /// Whether the last decision found Redis unavailable (logs transitions).
@@ -100,11 +94,10 @@ impl RedisLimiter {
             move || outage_consequence(policy, replicas.load(Ordering::Relaxed).max(1))
         });
         Self {
-            pool,
+            script: GcraScript::new(pool),
             prefix: prefix.to_owned(),
             policy,
             replicas,
-            script: Script::new(include_str!("gcra.lua")),
             local: LocalLimiter::new(),
             outage: AtomicBool::new(false),
         }
@@ -124,28 +117,6 @@ impl RedisLimiter {
     /// Whether the last decision found Redis unavailable.
     pub fn in_outage(&self) -> bool {
         self.outage.load(Ordering::Relaxed)
-    }
-
-    /// One decision by the script in Redis over `buckets` (key, limit), in
-    /// order: `None` to go ahead, or the refusing bucket's index and wait.
-    async fn decide_in_redis(
-        &self,
-        buckets: &[(String, Limit)],
-    ) -> Result<Option<(usize, Duration)>, RedisError> {
-        let mut invocation = self.script.prepare_invoke();
-        for (key, limit) in buckets {
-            invocation
-                .key(key)
-                .arg(interval_us(*limit))
-                .arg(limit.burst.max(1));
-        }
-        let reply: i64 = self
-            .pool
-            .run(RedisOp::RateLimit, async |conn| {
-                invocation.invoke_async(conn).await
-            })
-            .await?;
-        Ok(refusal(reply))
     }
 
     /// Notes that Redis failed. The pool reports the outage, and what this
@@ -171,7 +142,7 @@ impl RedisLimiter {
 #[async_trait::async_trait]
 impl RateLimiter for RedisLimiter {
     async fn acquire(&self, key: &str, limit: Limit) -> Result<Decision, LimiterError> {
-        match self.decide_in_redis(&[(self.redis_key(key), limit)]).await {
+        match self.script.decide(&[(self.redis_key(key), limit)]).await {
             Ok(decision) => {
                 self.leave_outage();
                 Ok(
@@ -192,7 +163,8 @@ impl RateLimiter for RedisLimiter {
         }
     }
 
-    /// Both buckets in one script, so one Redis round trip per call.
+    /// Both buckets in one script, with the other calls this thread admits
+    /// on the tool at once: at most one Redis round trip per call.
     async fn acquire_call(&self, call: CallLimits<'_>) -> Result<CallDecision, LimiterError> {
         let mut buckets = Vec::with_capacity(2);
         let mut refusers = Vec::with_capacity(2);
@@ -207,7 +179,7 @@ impl RateLimiter for RedisLimiter {
         if buckets.is_empty() {
             return Ok(CallDecision::Allow);
         }
-        match self.decide_in_redis(&buckets).await {
+        match self.script.decide_in_batch(call.tool, buckets).await {
             Ok(decision) => {
                 self.leave_outage();
                 Ok(match decision {
@@ -252,29 +224,10 @@ pub fn share(limit: Limit, replicas: usize) -> Limit {
     }
 }
 
-/// The script's reply read back: `None` (0) to go ahead, else the refusing
-/// bucket's index, from 0, and the wait (`retry_after_us * 16 + i`, `i`
-/// from 1).
-fn refusal(reply: i64) -> Option<(usize, Duration)> {
-    let reply = u64::try_from(reply).ok().filter(|&r| r > 0)?;
-    let index = usize::try_from(reply % 16).unwrap_or(1).saturating_sub(1);
-    Some((index, Duration::from_micros(reply / 16)))
-}
-
-/// GCRA's emission interval of `limit` in microseconds, as the script's
-/// argument: the shortest decimal that reads back as the same double.
-fn interval_us(limit: Limit) -> String {
-    let interval = 1e6 / limit.rate;
-    let interval = if interval.is_finite() && interval > 0.0 {
-        interval.min(MAX_INTERVAL_US)
-    } else {
-        MAX_INTERVAL_US
-    };
-    interval.to_string()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn limit(rate: f64, burst: u32) -> Limit {
@@ -306,36 +259,6 @@ mod tests {
     fn share_never_drops_burst_to_zero() {
         assert_eq!(share(limit(5.0, 0), 4).burst, 1);
         assert_eq!(share(limit(5.0, 3), usize::MAX).burst, 1);
-    }
-
-    #[test]
-    fn the_reply_names_the_refusing_bucket_and_its_wait() {
-        assert_eq!(refusal(0), None);
-        assert_eq!(refusal(-5), None, "never a refusal out of nothing");
-        assert_eq!(
-            refusal(50_000 * 16 + 1),
-            Some((0, Duration::from_millis(50)))
-        );
-        assert_eq!(refusal(7 * 16 + 2), Some((1, Duration::from_micros(7))));
-        let longest = (1_i64 << 48) * 16 + 1;
-        assert_eq!(
-            refusal(longest),
-            Some((0, Duration::from_micros(1 << 48))),
-            "the script's cap survives the round trip"
-        );
-    }
-
-    #[test]
-    fn interval_is_exact_and_always_finite() {
-        assert_eq!(interval_us(limit(20.0, 1)), "50000");
-        assert_eq!(interval_us(limit(3.0, 1)), (1e6 / 3.0).to_string());
-        assert_eq!(interval_us(limit(1e6, 1)), "1");
-        assert_eq!(interval_us(limit(1.0 / 86_400.0, 1)), "86400000000");
-        let huge = MAX_INTERVAL_US.to_string();
-        assert_eq!(interval_us(limit(0.0, 1)), huge);
-        assert_eq!(interval_us(limit(-1.0, 1)), huge);
-        assert_eq!(interval_us(limit(f64::NAN, 1)), huge);
-        assert!(!huge.contains('e'), "Lua reads plain decimals: {huge}");
     }
 
     #[test]
@@ -424,5 +347,81 @@ mod tests {
         };
         conformance::a_burst_is_admitted_then_the_next_waits(&limiter("l1")).await;
         conformance::a_callers_limit_is_its_own_and_spares_the_tools(&limiter("l2")).await;
+    }
+
+    /// `EVALSHA` calls the server has answered so far.
+    async fn scripts_run(url: &str) -> u64 {
+        let client = ::redis::Client::open(url).expect("a client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO answers");
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The calls one thread admits on one tool at once go to Redis as one
+    /// script, decided in the order they came (on the thread's runtime, as
+    /// a serving thread's is).
+    #[tokio::test(flavor = "current_thread")]
+    async fn calls_made_at_once_share_one_script_in_order() {
+        use crate::calls::ratelimit::conformance;
+        let Some(redis) = toolmesh_test_support::redis::RedisServer::start() else {
+            return;
+        };
+        let pool = RedisPool::new(crate::redis_pool::RedisSettings {
+            url: redis.url(),
+            ..Default::default()
+        })
+        .expect("a pool");
+        let limiter = RedisLimiter::new(
+            pool,
+            "together",
+            OutagePolicy::FailClosed,
+            Arc::new(AtomicUsize::new(1)),
+        );
+        // Connect and load the script first.
+        assert!(matches!(
+            limiter.acquire("warm-up", limit(1.0, 1)).await,
+            Ok(Decision::Allow)
+        ));
+        let before = scripts_run(&redis.url()).await;
+        conformance::calls_made_at_once_are_decided_in_order(&limiter).await;
+        assert_eq!(scripts_run(&redis.url()).await - before, 1);
+
+        let limiter = &limiter;
+        let calls = (0..100).map(|i| {
+            let caller = format!("caller-{i}");
+            async move {
+                let call = CallLimits {
+                    tool: "many",
+                    limit: Some(limit(0.001, 60)),
+                    caller: Some((&caller, limit(0.001, 1))),
+                };
+                limiter.acquire_call(call).await
+            }
+        });
+        let decisions = futures::future::join_all(calls).await;
+        let admitted = decisions
+            .iter()
+            .filter(|d| matches!(d, Ok(CallDecision::Allow)))
+            .count();
+        assert_eq!(admitted, 60, "{decisions:?}");
+        assert!(decisions.iter().skip(60).all(|d| matches!(
+            d,
+            Ok(CallDecision::Deny {
+                by: Refused::Tool,
+                ..
+            })
+        )));
+        assert_eq!(scripts_run(&redis.url()).await - before, 2);
     }
 }
