@@ -182,12 +182,41 @@ impl Call<'_> {
 /// `nonce` (random, one per grant), as the [`HEADER`] value.
 pub fn mint(key: &CallKey, call: &Call<'_>, issued_at_ms: u64, nonce: u64) -> AsciiMetadataValue {
     let tag = hmac::sign(&key.hmac, &call.message(issued_at_ms, nonce));
-    let text = format!(
-        "{VERSION}.{issued_at_ms}.{nonce:016x}.{}",
-        URL_SAFE_NO_PAD.encode(tag.as_ref())
-    );
+    // `v1.<issued_at_ms>.<nonce, 16 hex digits>.<tag, base64url>`, written
+    // straight into one string: `format!` was a third of the grant's cost.
+    let mut text = String::with_capacity(VERSION.len() + 1 + 20 + 1 + 16 + 1 + 43);
+    text.push_str(VERSION);
+    text.push('.');
+    push_decimal(&mut text, issued_at_ms);
+    text.push('.');
+    for shift in (0..16).rev() {
+        text.push(HEX[usize::try_from((nonce >> (shift * 4)) & 0xf).unwrap_or(0)]);
+    }
+    text.push('.');
+    URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut text);
     // Digits, dots, hex and base64url: always a valid header value.
     AsciiMetadataValue::try_from(text).unwrap_or_else(|_| AsciiMetadataValue::from_static(""))
+}
+
+const HEX: [char; 16] = [
+    '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
+];
+
+/// Appends `n` in decimal.
+fn push_decimal(text: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        text.push(char::from(digit));
+    }
 }
 
 /// Now, as grants count time: Unix milliseconds.

@@ -211,6 +211,15 @@ fn keys_are_never_shown_and_must_be_whole() {
 
 proptest! {
     #[test]
+    fn a_grant_reads_v1_issue_time_nonce_and_tag(issued in any::<u64>(), nonce in any::<u64>()) {
+        let (call, _) = call("{}");
+        let grant = mint(&key(7), &call, issued, nonce);
+        let tag = hmac::sign(&key(7).hmac, &call.message(issued, nonce));
+        let expected = format!("v1.{issued}.{nonce:016x}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()));
+        prop_assert_eq!(grant.to_str().expect("ascii"), expected);
+    }
+
+    #[test]
     fn any_changed_byte_of_a_grant_is_refused(index in 0usize..64, byte in 0x21u8..0x7f) {
         let (call, _) = call("{}");
         let good = mint(&key(7), &call, NOW, 1);

@@ -218,8 +218,11 @@ impl CallLog {
 
 impl Drop for CallLog {
     fn drop(&mut self) {
+        // One reading of the clock for the metrics, the tail, the audit
+        // record and the line alike.
+        let latency = self.started.elapsed();
         if let Some(metrics) = &self.metrics {
-            metrics.invoked(&self.tool, self.outcome, self.started.elapsed());
+            metrics.invoked(&self.tool, self.outcome, latency);
             if self.replayed {
                 metrics.replayed(&self.tool);
             }
@@ -230,7 +233,7 @@ impl Drop for CallLog {
                 tool: self.tool.as_str().into(),
                 caller,
                 outcome: self.outcome,
-                latency: self.started.elapsed(),
+                latency,
                 instance: self.instance.clone().filter(|i| !i.is_empty()),
                 task: self.task.clone(),
             };
@@ -242,7 +245,7 @@ impl Drop for CallLog {
                 tool: self.tool.clone(),
                 instance: self.instance.clone(),
                 outcome: audit.outcome,
-                latency: self.started.elapsed(),
+                latency,
                 argument_bytes: audit.argument_bytes,
                 attempts: self.attempts,
                 idempotency_replay: self.replayed,
@@ -264,7 +267,7 @@ impl Drop for CallLog {
         if !self.enabled {
             return;
         }
-        let micros = self.started.elapsed().as_micros();
+        let micros = latency.as_micros();
         // Milliseconds with microsecond precision; exact in an f64 far past
         // any deadline.
         #[allow(clippy::cast_precision_loss)]

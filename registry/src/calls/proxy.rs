@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use futures::FutureExt as _;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
@@ -115,17 +116,20 @@ impl Proxy {
     }
 
     /// `call`'s answer, or [`ProxyError::Timeout`] once `deadline` passed.
-    async fn by<T>(
+    ///
+    /// A combinator, not an `async fn`: an `async fn` would hold `call`
+    /// twice in its state, as its argument and inside the timeout.
+    fn by<T>(
         deadline: Deadline,
         call: impl Future<Output = Result<T, ProxyError>>,
-    ) -> Result<T, ProxyError> {
-        match tokio::time::timeout_at(deadline.at(), call).await {
+    ) -> impl Future<Output = Result<T, ProxyError>> {
+        tokio::time::timeout_at(deadline.at(), call).map(move |answer| match answer {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(ProxyError::Status(status))) => Err(ProxyError::Status(status)),
             Ok(Err(_)) if deadline.has_passed() => Err(ProxyError::Timeout),
             Ok(Err(error)) => Err(error),
             Err(_elapsed) => Err(ProxyError::Timeout),
-        }
+        })
     }
 
     /// One call; a connection found closed when the call starts is
@@ -214,7 +218,12 @@ fn headers(
     trace: &TraceContext,
 ) -> tonic::codegen::http::HeaderMap {
     let mut metadata = MetadataMap::new();
-    if let Some(value) = deadline.grpc_timeout() {
+    if let Some(mut value) = deadline.grpc_timeout() {
+        // Sent as a literal never indexed, as the grant is: a value new on
+        // almost every call would otherwise be added to the connection's
+        // HPACK table each time (on both ends), evicting the entries the
+        // next calls reuse.
+        value.set_sensitive(true);
         metadata.insert(timeout::GRPC_TIMEOUT, value);
     }
     if let Some(grant) = grant {

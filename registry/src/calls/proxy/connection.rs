@@ -111,10 +111,22 @@ impl Slot {
         endpoint: &str,
         dialer: &Dialer,
     ) -> Result<(Live, bool), String> {
-        let lane = self.lane();
-        if let Some(live) = Self::open_in(lane) {
+        if let Some(live) = Self::open_in(self.lane()) {
             return Ok((live, false));
         }
+        // Boxed: a dial's state is most of a call's, and nearly every call
+        // finds its connection open.
+        Box::pin(self.dial(endpoint, dialer)).await
+    }
+
+    /// A new connection for this thread's lane, unless another call made
+    /// one while this one waited to dial.
+    async fn dial(
+        self: &Arc<Self>,
+        endpoint: &str,
+        dialer: &Dialer,
+    ) -> Result<(Live, bool), String> {
+        let lane = self.lane();
         let _dialling = lane.dialling.lock().await;
         if let Some(live) = Self::open_in(lane) {
             return Ok((live, false));

@@ -133,9 +133,10 @@ impl ToolRegistryApi {
             ))
         });
         if let Some((tasks, hold)) = held {
-            let task = tasks
-                .hold(request.into_inner(), call, hold, Purpose::Invoke)
-                .await?;
+            // Boxed: a held call is rare, and its state would otherwise
+            // grow every call's.
+            let task =
+                Box::pin(tasks.hold(request.into_inner(), call, hold, Purpose::Invoke)).await?;
             return answer_of_held(&task).map(Response::new);
         }
         match self.invoker.invoke(request.into_inner(), call).await {
