@@ -138,7 +138,7 @@ impl tracing::field::Visit for JsonVisitor<'_> {
 /// each line written inside a traced span (not on a terminal, whose lines
 /// keep their colours instead).
 #[derive(Debug)]
-pub struct TextLines(pub format::Format);
+pub struct TextLines(pub format::Format<format::Full, crate::text::LineTime>);
 
 impl<S, N> FormatEvent<S, N> for TextLines
 where

@@ -37,6 +37,7 @@ pub mod propagation;
 pub mod sampler;
 pub mod shown;
 pub mod spans;
+pub mod text;
 pub mod throttle;
 
 pub use propagation::TraceContext;
@@ -181,11 +182,17 @@ pub fn init(args: &LogArgs, service: &str) -> Result<Telemetry, TelemetryError> 
     let fields = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(output::Stdout);
+    let text = format::TextLines(
+        tracing_subscriber::fmt::format()
+            .with_ansi(ansi)
+            .with_timer(text::LineTime),
+    );
     let logs = match args.log_format {
+        // On a terminal the fields keep tracing-subscriber's colours.
+        LogFormat::Text if ansi => fields.event_format(text).boxed(),
         LogFormat::Text => fields
-            .event_format(format::TextLines(
-                tracing_subscriber::fmt::format().with_ansi(ansi),
-            ))
+            .fmt_fields(text::TextFields)
+            .event_format(text)
             .boxed(),
         LogFormat::Json => fields
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())

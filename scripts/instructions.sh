@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Instructions the registry executes per Invoke, counted by valgrind's
+# callgrind: the same binary, inputs and environment give the same count
+# whatever else the machine is doing, so an A/B of two registry builds
+# shows a change of 1 % that seconds-based runs on a shared 2-CPU machine
+# cannot (their spread is ±15 %: docs/benchmarks.md, "The spread is the
+# machine's"). The registry runs at its defaults under callgrind; an SDK
+# echo tool behind a sidecar (toolmesh-bench echo) answers; h2load sends
+# WARMUP calls, the counters are zeroed, then CALLS calls are counted.
+#
+#   scripts/instructions.sh                            # target/dist, -c 1 -m 1
+#   REGISTRY=/tmp/a/toolmesh-registry scripts/instructions.sh
+#   C=8 M=16 CALLS=20000 scripts/instructions.sh       # calls in flight together
+#
+# Counts are instructions in the registry process (user space): the
+# kernel's share of each syscall is not in them, and under valgrind the
+# SHA-256 of the grant runs without the CPU's SHA extensions, so its share
+# is larger than in a real run. Compare builds with each other, not with
+# seconds. Needs valgrind and h2load; loopback only; stops what it starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in valgrind callgrind_control h2load; do
+    command -v "$tool" >/dev/null || { echo "instructions.sh: needs $tool (Debian: valgrind, nghttp2-client)" >&2; exit 1; }
+done
+bin=${BIN:-target/dist}
+registry=${REGISTRY:-$bin/toolmesh-registry}
+base=${INSTRUCTIONS_PORT_BASE:-56400}
+calls=${CALLS:-10000}
+# shellcheck source=scripts/lib/background.sh
+source scripts/lib/background.sh
+
+start registry valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out.%p" \
+    "$registry" --listen "127.0.0.1:$((base + 51))"
+registry_pid=${pids[-1]}
+start echo "$bin/toolmesh-bench" echo --listen "127.0.0.1:$((base + 61))" \
+    --registry "http://127.0.0.1:$((base + 51))" --direct "127.0.0.1:$((base + 65))"
+"$bin/toolmesh-bench" frame --method invoke --tool echo --payload 100 >"$work/invoke.bin"
+# Under callgrind the registry starts in seconds, not milliseconds.
+for attempt in $(seq 120); do
+    "$bin/toolmesh-bench" load --target "127.0.0.1:$((base + 51))" --method invoke --tool echo \
+        --seconds 0.1 --warmup 0 >/dev/null 2>&1 && break
+    [[ $attempt == 120 ]] && { echo "the registry never answered; logs in $work" >&2; exit 1; }
+    sleep 0.5
+done
+send() { # calls
+    h2load -t 1 -c "${C:-1}" -m "${M:-1}" -n "$1" -d "$work/invoke.bin" \
+        -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://127.0.0.1:$((base + 51))/toolmesh.v1.ToolRegistry/Invoke" >"$work/h2load.txt" 2>&1
+    grep -q ' 0 failed, 0 errored' "$work/h2load.txt" || { cat "$work/h2load.txt" >&2; exit 1; }
+}
+send "${WARMUP:-2000}"
+callgrind_control --zero "$registry_pid" >/dev/null 2>&1
+send "$calls"
+callgrind_control --dump=counted "$registry_pid" >/dev/null 2>&1
+dump=$(ls "$work"/callgrind.out.*.* 2>/dev/null | head -1)
+[[ -n $dump ]] || { echo "callgrind wrote no dump" >&2; exit 1; }
+awk -v calls="$calls" -v c="${C:-1}" -v m="${M:-1}" '/^summary:/ {total = $2} END {
+    printf "%.0f instructions per call (%d calls, -c %s -m %s)\n", total / calls, calls, c, m}' "$dump"
