@@ -16,12 +16,15 @@
 # kernel's share of each syscall is not in them, and under valgrind the
 # SHA-256 of the grant runs without the CPU's SHA extensions, so its share
 # is larger than in a real run. Compare builds with each other, not with
-# seconds. Needs valgrind and h2load; loopback only; stops what it starts.
+# seconds. Installs valgrind and h2load (nghttp2-client) when missing;
+# loopback only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in valgrind callgrind_control h2load; do
-    command -v "$tool" >/dev/null || { echo "instructions.sh: needs $tool (Debian: valgrind, nghttp2-client)" >&2; exit 1; }
-done
+if ! command -v callgrind_control >/dev/null || ! command -v h2load >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    ${SUDO:-} apt-get update -qq
+    ${SUDO:-} apt-get install -y -qq --no-install-recommends valgrind nghttp2-client >/dev/null
+fi
 bin=${BIN:-target/dist}
 registry=${REGISTRY:-$bin/toolmesh-registry}
 base=${INSTRUCTIONS_PORT_BASE:-56400}
