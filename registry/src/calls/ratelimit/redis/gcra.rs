@@ -133,7 +133,12 @@ impl GcraScript {
         match joined {
             Joined::Batch => {}
             Joined::Opened => {
-                tokio::spawn(Arc::clone(self).send(lane, tool.into()));
+                tokio::spawn(Self::send(Unsent {
+                    script: Arc::clone(self),
+                    lane,
+                    tool: tool.into(),
+                    taken: false,
+                }));
             }
             Joined::Alone(buckets) => return self.decide(&buckets).await,
         }
@@ -151,19 +156,15 @@ impl GcraScript {
             .unwrap_or(0)
     }
 
-    /// Sends `tool`'s batch on `lane` as one script and answers each of its
-    /// decisions.
-    async fn send(self: Arc<Self>, lane: usize, tool: Box<str>) {
-        let batch = self.open[lane]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&tool);
-        let Some(batch) = batch else {
+    /// Sends the batch `unsent` names as one script and answers each of
+    /// its decisions.
+    async fn send(mut unsent: Unsent) {
+        let Some(batch) = unsent.take() else {
             return;
         };
         let decisions: Vec<&[(String, Limit)]> =
             batch.iter().map(|w| w.buckets.as_slice()).collect();
-        match self.run(&decisions).await {
+        match unsent.script.run(&decisions).await {
             Ok(verdicts) => {
                 for (waiting, verdict) in batch.into_iter().zip(verdicts) {
                     // A caller that went away no longer waits for its answer.
@@ -207,6 +208,36 @@ impl GcraScript {
     }
 }
 
+/// An open batch, as the task that sends it holds it. Should the task be
+/// dropped before it takes its batch out (cancelled unpolled, as when its
+/// runtime shuts down), the batch is taken out then: its calls are
+/// answered with an error rather than left waiting, and the tool's next
+/// calls open a batch of their own rather than join one never sent.
+struct Unsent {
+    script: Arc<GcraScript>,
+    lane: usize,
+    tool: Box<str>,
+    taken: bool,
+}
+
+impl Unsent {
+    fn take(&mut self) -> Option<Vec<Waiting>> {
+        self.taken = true;
+        self.script.open[self.lane]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.tool)
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if !self.taken {
+            drop(self.take());
+        }
+    }
+}
+
 /// One reply of the script read back: `None` (0) to go ahead, else the
 /// refusing bucket's index, from 0, and the wait (`retry_after_us * 16 +
 /// i`, `i` from 1).
@@ -234,6 +265,38 @@ mod tests {
 
     fn limit(rate: f64, burst: u32) -> Limit {
         Limit { rate, burst }
+    }
+
+    #[test]
+    fn a_batch_whose_task_never_ran_is_answered_and_leaves_its_lane() {
+        let Ok(pool) = RedisPool::new(crate::redis_pool::RedisSettings::default()) else {
+            panic!("default settings are valid");
+        };
+        let script = GcraScript::new(pool);
+        let (answer, mut verdict) = oneshot::channel();
+        let waiting = Waiting {
+            buckets: vec![("{t:rl:echo}".into(), limit(1.0, 1))],
+            answer,
+        };
+        script.open[0]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert("echo".into(), vec![waiting]);
+        // The sending task, dropped before it was first polled.
+        drop(GcraScript::send(Unsent {
+            script: Arc::clone(&script),
+            lane: 0,
+            tool: "echo".into(),
+            taken: false,
+        }));
+        assert!(
+            matches!(
+                verdict.try_recv(),
+                Err(oneshot::error::TryRecvError::Closed)
+            ),
+            "the waiting call hears that its batch is gone"
+        );
+        assert!(script.open[0].lock().is_ok_and(|open| open.is_empty()));
     }
 
     #[test]
