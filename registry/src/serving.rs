@@ -5,6 +5,7 @@
 pub(crate) mod api;
 pub(crate) mod connections;
 pub(crate) mod console;
+pub(crate) mod first_route;
 pub(crate) mod http_listener;
 pub(crate) mod mcp;
 pub mod probe;

@@ -29,10 +29,10 @@ use tokio::{
     sync::{mpsc, oneshot},
 };
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::Router;
 use toolmesh_proto::tls::ServerTls;
 
 use super::connections::{self, Cuttable};
+use super::first_route::Router;
 use super::server::ServeError;
 
 /// Connections handed to a thread and not yet taken up by its server; the

@@ -18,6 +18,7 @@ use toolmesh_proto::{
 use crate::{
     config::Config,
     serving::api::{ApprovalsApi, PinsApi, RegistrationApi, TasksApi, ToolRegistryApi},
+    serving::first_route::FirstRoute,
     serving::mcp::{McpEndpoint, McpSettings},
     serving::readiness::Reporter,
     serving::watch::{WatchLimits, Watchers},
@@ -216,6 +217,10 @@ impl Registry {
             // Find dead agents and sidecars on idle connections.
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .layer(FirstRoute::new(
+                pb::tool_registry_server::SERVICE_NAME,
+                registry.clone(),
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_alpha)
