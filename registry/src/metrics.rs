@@ -114,6 +114,50 @@ fn task_time() -> Histogram {
     ))
 }
 
+/// The `outcome` of a call or attempt that succeeded.
+fn ok() -> &'static str {
+    toolmesh_proto::code::outcome(tonic::Code::Ok)
+}
+
+/// One tool's series, resolved once ([`Metrics::series`]) and kept with
+/// what the catalog compiled from its descriptor, so that a call records
+/// its outcome without hashing the tool's name and label set three times:
+/// the `ok` series are held, the others found by the resolved label.
+#[derive(Debug)]
+pub(crate) struct ToolSeries {
+    tool: Arc<str>,
+    calls_ok: Counter,
+    duration_ok: Histogram,
+    attempts_ok: Histogram,
+    metrics: Arc<Metrics>,
+}
+
+impl ToolSeries {
+    /// An Invoke of the tool ended with `outcome` after `latency`.
+    pub(crate) fn invoked(&self, outcome: &'static str, latency: Duration) {
+        if outcome == ok() {
+            self.calls_ok.inc();
+            self.duration_ok.observe(latency.as_secs_f64());
+        } else {
+            self.metrics.invoked_as(self.tool.clone(), outcome, latency);
+        }
+    }
+
+    /// One attempt of the tool ended with `outcome` after `latency`.
+    pub(crate) fn attempt(&self, outcome: &'static str, latency: Duration) {
+        if outcome == ok() {
+            self.attempts_ok.observe(latency.as_secs_f64());
+        } else {
+            self.metrics.attempt_as(self.tool.clone(), outcome, latency);
+        }
+    }
+
+    /// Whether these are `metrics`' series.
+    pub(crate) fn of(&self, metrics: &Arc<Metrics>) -> bool {
+        Arc::ptr_eq(&self.metrics, metrics)
+    }
+}
+
 /// The registry's metrics and the Prometheus registry that exposes them.
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -408,10 +452,11 @@ impl Metrics {
 
     /// An Invoke of `tool` ended with `outcome` after `latency`.
     pub fn invoked(&self, tool: &str, outcome: &'static str, latency: Duration) {
-        let labels = ToolOutcome {
-            tool: self.tool(tool),
-            outcome,
-        };
+        self.invoked_as(self.tool(tool), outcome, latency);
+    }
+
+    fn invoked_as(&self, tool: Arc<str>, outcome: &'static str, latency: Duration) {
+        let labels = ToolOutcome { tool, outcome };
         self.invocations.get_or_create(&labels).inc();
         self.invoke_duration
             .get_or_create(&labels)
@@ -421,13 +466,30 @@ impl Metrics {
     /// One attempt of `tool` on a sidecar ended with `outcome` after
     /// `latency`.
     pub fn attempt(&self, tool: &str, outcome: &'static str, latency: Duration) {
-        let labels = ToolOutcome {
-            tool: self.tool(tool),
-            outcome,
-        };
+        self.attempt_as(self.tool(tool), outcome, latency);
+    }
+
+    fn attempt_as(&self, tool: Arc<str>, outcome: &'static str, latency: Duration) {
         self.attempt_duration
-            .get_or_create(&labels)
+            .get_or_create(&ToolOutcome { tool, outcome })
             .observe(latency.as_secs_f64());
+    }
+
+    /// `tool`'s series, its label resolved once, to record its calls and
+    /// attempts with: what every call records, without the lookups.
+    pub(crate) fn series(self: &Arc<Self>, tool: &str) -> ToolSeries {
+        let tool = self.tool(tool);
+        let ok = ToolOutcome {
+            tool: tool.clone(),
+            outcome: ok(),
+        };
+        ToolSeries {
+            calls_ok: self.invocations.get_or_create(&ok).clone(),
+            duration_ok: self.invoke_duration.get_or_create(&ok).clone(),
+            attempts_ok: self.attempt_duration.get_or_create(&ok).clone(),
+            tool,
+            metrics: self.clone(),
+        }
     }
 
     /// Another attempt of `tool` started after a failed one.

@@ -27,8 +27,9 @@ use toolmesh_telemetry::shown::{QUOTED_MAX, clip};
 use crate::{
     access::audit::{AuditLog, InvokeRecord, Outcome, Redactor},
     calls::tail::{CallRecord, CallTail},
+    catalog::Entry,
     error::RegistryError,
-    metrics::Metrics,
+    metrics::{Metrics, ToolSeries},
 };
 
 /// The call log's target, named for the stream rather than the file, so
@@ -54,6 +55,8 @@ pub(crate) struct CallLog {
     definition: Option<(String, Arc<str>)>,
     audit: Option<Audited>,
     metrics: Option<Arc<Metrics>>,
+    /// The tool's series in `metrics`, once the call found it.
+    series: Option<Arc<ToolSeries>>,
     /// The console's tail, and the caller it shows.
     tail: Option<(Arc<CallTail>, Arc<str>)>,
 }
@@ -89,6 +92,7 @@ impl CallLog {
             definition: None,
             audit: None,
             metrics: None,
+            series: None,
             tail: None,
         }
     }
@@ -190,9 +194,17 @@ impl CallLog {
         self.attempted(instance, u32::from(instance.is_some()));
     }
 
-    /// The call went to `tool`'s definition.
-    pub(crate) fn resolved(&mut self, tool: &crate::catalog::ToolState) {
+    /// The call went to `entry`'s definition.
+    pub(crate) fn resolved(&mut self, entry: &Entry) {
+        let tool = entry.tool();
         self.definition = Some((tool.descriptor.version.clone(), tool.digest.clone()));
+        // The series are the tool's name's; a call that named a version
+        // keeps the label its own name gives.
+        if let Some(metrics) = &self.metrics
+            && tool.name() == self.tool
+        {
+            self.series = Some(entry.series(metrics));
+        }
     }
 
     /// The call was held for approval as task `task`.
@@ -222,7 +234,10 @@ impl Drop for CallLog {
         // record and the line alike.
         let latency = self.started.elapsed();
         if let Some(metrics) = &self.metrics {
-            metrics.invoked(&self.tool, self.outcome, latency);
+            match &self.series {
+                Some(series) => series.invoked(self.outcome, latency),
+                None => metrics.invoked(&self.tool, self.outcome, latency),
+            }
             if self.replayed {
                 metrics.replayed(&self.tool);
             }

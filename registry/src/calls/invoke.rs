@@ -239,7 +239,13 @@ impl Invoker {
         let tool = entry.tool();
         let attempted = self
             .attempts
-            .run(tool, execute, deadline, &call.trace)
+            .run(
+                tool,
+                &entry.series(&self.metrics),
+                execute,
+                deadline,
+                &call.trace,
+            )
             .await;
         log.attempted(attempted.last_instance.as_deref(), attempted.attempts);
         spans::set(&span, "toolmesh.attempts", i64::from(attempted.attempts));

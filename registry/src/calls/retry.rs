@@ -35,7 +35,7 @@ use crate::{
     calls::proxy::{Health, Proxy, ProxyError},
     catalog::{Instance, ToolState},
     error::RegistryError,
-    metrics::Metrics,
+    metrics::{Metrics, ToolSeries},
 };
 
 /// Most attempts (retries and hedges included) for one call.
@@ -80,6 +80,7 @@ impl Attempts {
     pub(crate) async fn run(
         &self,
         tool: &ToolState,
+        series: &Arc<ToolSeries>,
         request: ExecuteRequest,
         deadline: Deadline,
         trace: &TraceContext,
@@ -99,6 +100,7 @@ impl Attempts {
         };
         let call = Launch {
             tool,
+            series,
             request: &encoded,
             sent: &request,
             arguments: ArgumentsDigest::of(&request.arguments_json),
@@ -311,7 +313,7 @@ impl Attempts {
             .as_ref()
             .map(|key| call.grant(key, &instance.id));
         let (deadline, trace) = (call.deadline, call.trace.clone());
-        let (metrics, descriptor) = (self.metrics.clone(), call.tool.descriptor.clone());
+        let series = call.series.clone();
         Some(
             async move {
                 let _in_flight = in_flight;
@@ -320,11 +322,7 @@ impl Attempts {
                 let outcome = proxy
                     .execute(&instance.endpoint, request, grant, deadline, &onward)
                     .await;
-                metrics.attempt(
-                    &descriptor.name,
-                    attempt_outcome(&outcome),
-                    started.elapsed(),
-                );
+                series.attempt(attempt_outcome(&outcome), started.elapsed());
                 spans::rpc_status(
                     &tracing::Span::current(),
                     toolmesh_proto::code::name(attempt_code(&outcome)),
@@ -361,6 +359,7 @@ const EXECUTE: &str = "toolmesh.v1.ToolRuntime/Execute";
 /// One call's attempts share these.
 struct Launch<'a> {
     tool: &'a ToolState,
+    series: &'a Arc<ToolSeries>,
     /// The request, encoded.
     request: &'a Bytes,
     /// The request as it was encoded, for the grants.

@@ -1,6 +1,7 @@
 //! A tool as one call uses it: its live state and what is compiled from its
 //! descriptor (the input schema's validator, the audit redactor, the output
-//! schema's validator), found with one lookup and passed down the call.
+//! schema's validator, its metric series), found with one lookup and passed
+//! down the call.
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,6 +12,7 @@ use crate::{
     access::audit::Redactor,
     catalog::validate::{self, ArgumentValidator},
     error::RegistryError,
+    metrics::{Metrics, ToolSeries},
 };
 
 /// One tool, for one call.
@@ -30,6 +32,8 @@ pub(super) struct Compiled {
     /// The output schema, compiled on the first result to check (`None`:
     /// the tool declares none).
     output: OnceLock<Option<Arc<ArgumentValidator>>>,
+    /// The tool's metric series, resolved on its first call.
+    series: OnceLock<Arc<ToolSeries>>,
 }
 
 impl Compiled {
@@ -43,6 +47,7 @@ impl Compiled {
             input,
             redactor: OnceLock::new(),
             output: OnceLock::new(),
+            series: OnceLock::new(),
         }
     }
 
@@ -92,6 +97,19 @@ impl Entry {
                 ))
             })
             .clone()
+    }
+
+    /// The tool's metric series in `metrics`.
+    pub(crate) fn series(&self, metrics: &Arc<Metrics>) -> Arc<ToolSeries> {
+        let series = self
+            .compiled
+            .series
+            .get_or_init(|| Arc::new(metrics.series(self.tool.name())));
+        if series.of(metrics) {
+            series.clone()
+        } else {
+            Arc::new(metrics.series(self.tool.name()))
+        }
     }
 
     /// The compiled output schema, if the tool declares one (the announce

@@ -29,3 +29,32 @@ fn every_family_is_exposed_by_its_contract_name() {
         assert!(text.contains(line), "{line:?} missing from\n{text}");
     }
 }
+
+#[test]
+fn a_tools_series_record_what_the_lookups_record() {
+    let outcomes = ["ok", "unavailable", "ok", "tool_error", "deadline_exceeded"];
+    let looked_up = Metrics::new(1);
+    let held = Arc::new(Metrics::new(1));
+    for tool in ["a", "b"] {
+        let series = held.series(tool);
+        assert!(series.of(&held));
+        assert!(!series.of(&Arc::new(Metrics::new(1))));
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            let latency = Duration::from_micros(300 << i);
+            looked_up.invoked(tool, outcome, latency);
+            looked_up.attempt(tool, outcome, latency * 2);
+            series.invoked(outcome, latency);
+            series.attempt(outcome, latency * 2);
+        }
+    }
+    // A family's series come in its hash map's order: compare line sets.
+    let lines = |metrics: &Metrics| {
+        let mut lines: Vec<String> = exposition(metrics).lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    assert!(lines(&held) == lines(&looked_up), "the series differ");
+    assert!(
+        exposition(&held).contains(r#"toolmesh_invocations_total{tool="(other)",outcome="ok"} 2"#)
+    );
+}

@@ -89,7 +89,7 @@ impl Invoker {
                 }
             })?;
         let tool = entry.tool();
-        log.resolved(tool);
+        log.resolved(&entry);
         let arguments =
             validate::parse_arguments(&request.arguments_json, self.settings.max_arguments_bytes)
                 .inspect_err(|_| {
