@@ -106,6 +106,13 @@ impl Balancer {
         instances: &[Arc<Instance>],
         exclude: &[String],
     ) -> Option<(Arc<Instance>, InFlight)> {
+        let mut left = instances.iter().filter(|i| !exclude.contains(&i.id));
+        let first = left.next()?;
+        if left.next().is_none() {
+            // One candidate, ejected or not: no choice to make, nothing to
+            // collect.
+            return Some(self.chosen(first));
+        }
         let now = Instant::now();
         let candidates: Vec<&Arc<Instance>> = instances
             .iter()
@@ -131,9 +138,14 @@ impl Balancer {
                 if self.load(b) < self.load(a) { *b } else { *a }
             }
         };
-        let counter = self.health(&chosen.id).in_flight.clone();
+        Some(self.chosen(chosen))
+    }
+
+    /// `instance`, with a call marked in flight on it.
+    fn chosen(&self, instance: &Arc<Instance>) -> (Arc<Instance>, InFlight) {
+        let counter = self.health(&instance.id).in_flight.clone();
         counter.fetch_add(1, Ordering::Relaxed);
-        Some((chosen.clone(), InFlight { counter }))
+        (instance.clone(), InFlight { counter })
     }
 
     /// Records that a call reached `instance` and got an answer.
