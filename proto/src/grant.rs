@@ -22,14 +22,14 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::hmac;
 use sha2::{Digest as _, Sha256};
-use tonic::metadata::{AsciiMetadataValue, MetadataMap};
+use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 
 /// The metadata key a grant travels in.
 pub const HEADER: &str = "toolmesh-grant";
@@ -187,7 +187,7 @@ pub fn mint(key: &CallKey, call: &Call<'_>, issued_at_ms: u64, nonce: u64) -> As
     let mut text = String::with_capacity(VERSION.len() + 1 + 20 + 1 + 16 + 1 + 43);
     text.push_str(VERSION);
     text.push('.');
-    push_decimal(&mut text, issued_at_ms);
+    crate::decimal::push(&mut text, issued_at_ms);
     text.push('.');
     for shift in (0..16).rev() {
         text.push(HEX[usize::try_from((nonce >> (shift * 4)) & 0xf).unwrap_or(0)]);
@@ -201,23 +201,6 @@ pub fn mint(key: &CallKey, call: &Call<'_>, issued_at_ms: u64, nonce: u64) -> As
 const HEX: [char; 16] = [
     '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
 ];
-
-/// Appends `n` in decimal.
-fn push_decimal(text: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + u8::try_from(n % 10).unwrap_or(0);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &digit in &digits[start..] {
-        text.push(char::from(digit));
-    }
-}
 
 /// Now, as grants count time: Unix milliseconds.
 pub fn now_ms() -> u64 {
@@ -458,8 +441,11 @@ impl Seen {
 /// should be, and a value unique to the call would only evict the header
 /// table's reusable entries.
 pub fn attach(metadata: &mut MetadataMap, mut grant: AsciiMetadataValue) {
+    // The key parsed once, not on every call.
+    static KEY: LazyLock<AsciiMetadataKey> =
+        LazyLock::new(|| AsciiMetadataKey::from_static(HEADER));
     grant.set_sensitive(true);
-    metadata.insert(HEADER, grant);
+    metadata.insert(KEY.clone(), grant);
 }
 
 /// Signs `request` for the instance `instance` whose key is `key`, now,

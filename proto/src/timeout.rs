@@ -30,21 +30,25 @@ pub fn parse(value: &str) -> Option<Duration> {
 /// deadline a server reads is never later than the caller's; capped at
 /// 99,999,999 hours.
 pub fn encode(timeout: Duration) -> String {
-    const MAX: u128 = 99_999_999;
-    let micros = timeout.as_micros();
-    for (per_unit, unit) in [
+    const MAX: u64 = 99_999_999;
+    // Every call sends one: written without `format!` (and its 128-bit
+    // division), which was most of the cost of the call's headers.
+    let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+    let (n, unit) = [
         (1, 'u'),
         (1_000, 'm'),
         (1_000_000, 'S'),
         (60_000_000, 'M'),
         (3_600_000_000, 'H'),
-    ] {
-        let n = micros / per_unit;
-        if n <= MAX {
-            return format!("{n}{unit}");
-        }
-    }
-    format!("{MAX}H")
+    ]
+    .into_iter()
+    .map(|(per_unit, unit)| (micros / per_unit, unit))
+    .find(|&(n, _)| n <= MAX)
+    .unwrap_or((MAX, 'H'));
+    let mut text = String::with_capacity(9);
+    crate::decimal::push(&mut text, n);
+    text.push(unit);
+    text
 }
 
 /// Longest [`answer_margin`].
