@@ -172,3 +172,39 @@ fn a_seconds_prefix_is_its_date_and_time_of_day() {
     assert_eq!(&second_prefix(1_796_236_259), b"2026-12-02T18:30:59");
     assert_eq!(&second_prefix(YEAR_10000 - 1), b"9999-12-31T23:59:59");
 }
+
+proptest! {
+    #[test]
+    fn thousandths_are_written_as_debug_writes_them(micros in 0u64..10_000_000_000, any in any::<f64>()) {
+        #[allow(clippy::cast_precision_loss, reason = "below 2^53")]
+        let latency = micros as f64 / 1000.0;
+        for value in [latency, any, -latency] {
+            let written = thousandths(value).map(|k| Thousandths::of(k).to_string());
+            if let Some(written) = written {
+                prop_assert_eq!(written, format!("{value:?}"));
+            }
+        }
+        prop_assert!(latency >= 1e9 || thousandths(latency).is_some(), "{latency} not taken");
+    }
+}
+
+#[test]
+fn thousandths_at_their_edges() {
+    for (value, text) in [
+        (0.0, "0.0"),
+        (0.001, "0.001"),
+        (1.5, "1.5"),
+        (2.0, "2.0"),
+        (999_999_999.999, "999999999.999"),
+    ] {
+        assert_eq!(
+            thousandths(value)
+                .map(|k| Thousandths::of(k).to_string())
+                .as_deref(),
+            Some(text)
+        );
+    }
+    for value in [-0.0, -1.0, 1e9, f64::NAN, f64::INFINITY, 0.0001, 1.2345] {
+        assert_eq!(thousandths(value), None, "{value}");
+    }
+}
