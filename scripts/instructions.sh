@@ -11,6 +11,8 @@
 #   scripts/instructions.sh                            # target/dist, -c 1 -m 1
 #   REGISTRY=/tmp/a/toolmesh-registry scripts/instructions.sh
 #   C=8 M=16 CALLS=20000 scripts/instructions.sh       # calls in flight together
+#   DUMP=/tmp/counted.out scripts/instructions.sh      # keep the dump, for
+#                                                      # callgrind_annotate
 #
 # Counts are instructions in the registry process (user space): the
 # kernel's share of each syscall is not in them, and under valgrind the
@@ -57,5 +59,6 @@ send "$calls"
 callgrind_control --dump=counted "$registry_pid" >/dev/null 2>&1
 dump=$(ls "$work"/callgrind.out.*.* 2>/dev/null | head -1)
 [[ -n $dump ]] || { echo "callgrind wrote no dump" >&2; exit 1; }
+[[ -z ${DUMP:-} ]] || cp "$dump" "$DUMP"
 awk -v calls="$calls" -v c="${C:-1}" -v m="${M:-1}" '/^summary:/ {total = $2} END {
     printf "%.0f instructions per call (%d calls, -c %s -m %s)\n", total / calls, calls, c, m}' "$dump"
