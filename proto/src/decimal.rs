@@ -1,5 +1,6 @@
-//! Integers written as text on the call path, without `format!`'s
-//! machinery: a grant's issue time, a `grpc-timeout`'s count.
+//! Text written on the call path without `format!`'s machinery, and a
+//! whole run of ASCII at a time rather than a `char` at a time: a grant's
+//! issue time and nonce, a `grpc-timeout`'s count.
 
 /// Appends `n` in decimal, as `write!(text, "{n}")` would.
 pub(crate) fn push(text: &mut String, mut n: u64) {
@@ -13,9 +14,13 @@ pub(crate) fn push(text: &mut String, mut n: u64) {
             break;
         }
     }
-    for &digit in &digits[start..] {
-        text.push(char::from(digit));
-    }
+    push_ascii(text, &digits[start..]);
+}
+
+/// Appends `ascii` (ASCII bytes) at once, rather than a `char` at a time.
+pub(crate) fn push_ascii(text: &mut String, ascii: &[u8]) {
+    debug_assert!(ascii.is_ascii());
+    text.push_str(std::str::from_utf8(ascii).unwrap_or_default());
 }
 
 #[cfg(test)]

@@ -189,18 +189,18 @@ pub fn mint(key: &CallKey, call: &Call<'_>, issued_at_ms: u64, nonce: u64) -> As
     text.push('.');
     crate::decimal::push(&mut text, issued_at_ms);
     text.push('.');
-    for shift in (0..16).rev() {
-        text.push(HEX[usize::try_from((nonce >> (shift * 4)) & 0xf).unwrap_or(0)]);
+    let mut hex = [0u8; 16];
+    for (shift, digit) in (0..16).rev().zip(&mut hex) {
+        *digit = HEX[usize::try_from((nonce >> (shift * 4)) & 0xf).unwrap_or(0)];
     }
+    crate::decimal::push_ascii(&mut text, &hex);
     text.push('.');
     URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut text);
     // Digits, dots, hex and base64url: always a valid header value.
     AsciiMetadataValue::try_from(text).unwrap_or_else(|_| AsciiMetadataValue::from_static(""))
 }
 
-const HEX: [char; 16] = [
-    '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
-];
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Now, as grants count time: Unix milliseconds.
 pub fn now_ms() -> u64 {

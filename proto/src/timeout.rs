@@ -2,7 +2,10 @@
 //! ASCII digits followed by a unit, `H`, `M`, `S`, `m` (ms), `u` (µs) or `n`
 //! (ns); and the one rule both servers follow to answer within it.
 
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use tonic::metadata::AsciiMetadataKey;
 
 /// The metadata key of the header.
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
@@ -72,9 +75,11 @@ pub fn answer_within(timeout: Duration) -> Duration {
 
 /// The remaining deadline a request carries, if it carries a valid one.
 pub fn of<T>(request: &tonic::Request<T>) -> Option<Duration> {
+    static KEY: LazyLock<AsciiMetadataKey> =
+        LazyLock::new(|| AsciiMetadataKey::from_static(GRPC_TIMEOUT));
     request
         .metadata()
-        .get(GRPC_TIMEOUT)
+        .get(&*KEY)
         .and_then(|v| v.to_str().ok())
         .and_then(parse)
 }

@@ -9,6 +9,7 @@
 //! tool that do.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
 use opentelemetry::trace::TraceContextExt as _;
@@ -16,6 +17,7 @@ use opentelemetry_sdk::{
     propagation::TraceContextPropagator,
     trace::{IdGenerator as _, RandomIdGenerator},
 };
+use tonic::metadata::AsciiMetadataKey;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// The `traceparent` header and metadata key.
@@ -120,7 +122,17 @@ impl TraceContext {
 
     /// The context a gRPC call carries in its metadata.
     pub fn from_metadata(metadata: &tonic::metadata::MetadataMap) -> Self {
-        Self::read(|key| metadata.get(key).and_then(|v| v.to_str().ok()))
+        // The keys parsed once: every call is looked up for both.
+        static KEYS: LazyLock<[AsciiMetadataKey; 2]> = LazyLock::new(|| {
+            [
+                AsciiMetadataKey::from_static(TRACEPARENT),
+                AsciiMetadataKey::from_static(TRACESTATE),
+            ]
+        });
+        Self::read(|key| {
+            let key = &KEYS[usize::from(key != TRACEPARENT)];
+            metadata.get(key).and_then(|v| v.to_str().ok())
+        })
     }
 
     /// The context an HTTP request carries in its headers.
