@@ -75,6 +75,11 @@ impl Deadline {
         }
     }
 
+    /// When the call arrived.
+    pub fn arrived(&self) -> Instant {
+        self.arrived
+    }
+
     /// When the work must end. A deadline nothing bounds is far off.
     pub fn at(&self) -> Instant {
         self.at.unwrap_or_else(|| self.arrived + FAR)

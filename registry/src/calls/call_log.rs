@@ -79,9 +79,15 @@ struct Audited {
 impl CallLog {
     /// A call to `tool` starting now; `enabled: false` writes nothing.
     pub(crate) fn start(tool: &str, enabled: bool) -> Self {
+        Self::started_at(tool, enabled, Instant::now())
+    }
+
+    /// A call to `tool` that started at `started` (its arrival, as its
+    /// deadline counts it: one reading of the clock for both).
+    pub(crate) fn started_at(tool: &str, enabled: bool, started: Instant) -> Self {
         Self {
             tool: tool.to_owned(),
-            started: Instant::now(),
+            started,
             enabled,
             outcome: toolmesh_proto::code::outcome(Code::Cancelled),
             instance: None,

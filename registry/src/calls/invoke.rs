@@ -152,16 +152,20 @@ impl Invoker {
 
     /// The log line (and audit record, and metrics) of one call.
     pub(crate) fn call_log(&self, request: &InvokeRequest, call: &Call<'_>) -> CallLog {
-        CallLog::start(&request.tool, self.settings.log_calls)
-            .traced(call.trace.trace_id())
-            .metered(&self.metrics)
-            .audited(
-                self.audit(),
-                call.caller,
-                call.peer,
-                request.arguments_json.len(),
-            )
-            .tailed(self.tail.get(), call.caller)
+        CallLog::started_at(
+            &request.tool,
+            self.settings.log_calls,
+            call.deadline.arrived(),
+        )
+        .traced(call.trace.trace_id())
+        .metered(&self.metrics)
+        .audited(
+            self.audit(),
+            call.caller,
+            call.peer,
+            request.arguments_json.len(),
+        )
+        .tailed(self.tail.get(), call.caller)
     }
 
     /// The output schema's verdict on a task's result, as [`Invoker::invoke`]

@@ -132,7 +132,9 @@ impl Attempts {
             },
             finished: Vec::new(),
         };
-        let hedge_at = Instant::now() + call.deadline.remaining() / 2;
+        // Halfway to the deadline, from one reading of the clock.
+        let now = Instant::now();
+        let hedge_at = now + call.deadline.at().saturating_duration_since(now) / 2;
         let mut hedged = false;
 
         let Some(first) = self.launch(call, Kind::First, tried) else {
