@@ -272,11 +272,17 @@ pub async fn serve_with_withdraw(
     // Work no one will wait for: each task still running reports that it
     // failed, while the registry can still be told.
     tasks.shutdown(WITHDRAW_TIMEOUT).await;
-    // Health watchers would hold the drain open: they have seen
-    // NOT_SERVING, end their streams.
-    readiness.end_watches().await;
+    // Stop accepting, then let the health watchers go (they have seen
+    // NOT_SERVING, and would hold the drain open): the server is polled
+    // first, and closes its listener on that poll, so a client whose
+    // watch ends finds the port closed (it found it open while the
+    // watchers were ended first).
     let _ = drain_tx.send(());
-    match tokio::time::timeout(DRAIN_GRACE, server).await {
+    let (drained, ()) = tokio::join!(tokio::time::timeout(DRAIN_GRACE, server), async {
+        tokio::task::yield_now().await;
+        readiness.end_watches().await;
+    });
+    match drained {
         Ok(result) => result?,
         Err(_) => {
             tracing::warn!(grace = ?DRAIN_GRACE, "calls still running after the grace period; stopping anyway")
