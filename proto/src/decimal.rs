@@ -1,20 +1,44 @@
 //! Text written on the call path without `format!`'s machinery, and a
 //! whole run of ASCII at a time rather than a `char` at a time: a grant's
-//! issue time and nonce, a `grpc-timeout`'s count.
+//! issue time and nonce, a `grpc-timeout`'s count, the call line's
+//! latency (`toolmesh_telemetry`).
+
+/// `n` in decimal, written on the stack: as `n.to_string()`, without the
+/// formatter or an allocation.
+#[derive(Debug, Clone, Copy)]
+pub struct Digits {
+    text: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    /// The digits of `n`.
+    pub fn of(mut n: u64) -> Self {
+        let mut text = [b'0'; 20];
+        let mut start = text.len();
+        loop {
+            start -= 1;
+            text[start] = b'0' + u8::try_from(n % 10).unwrap_or(0);
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self { text, start }
+    }
+}
+
+impl std::ops::Deref for Digits {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        std::str::from_utf8(&self.text[self.start..]).unwrap_or_default()
+    }
+}
 
 /// Appends `n` in decimal, as `write!(text, "{n}")` would.
-pub(crate) fn push(text: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + u8::try_from(n % 10).unwrap_or(0);
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    push_ascii(text, &digits[start..]);
+pub(crate) fn push(text: &mut String, n: u64) {
+    text.push_str(&Digits::of(n));
 }
 
 /// Appends `ascii` (ASCII bytes) at once, rather than a `char` at a time.

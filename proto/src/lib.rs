@@ -50,7 +50,7 @@ pub use prost_types::Duration;
 
 pub mod code;
 pub mod deadline;
-mod decimal;
+pub mod decimal;
 pub mod endpoint;
 pub mod grant;
 pub mod listen;

@@ -14,6 +14,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
+use toolmesh_proto::decimal::Digits;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::{
     field::{RecordFields, VisitOutput as _},
@@ -95,7 +96,7 @@ impl TextVisitor<'_> {
 /// `value` as `k / 1000` for a whole `k`, when it is the `f64` nearest to
 /// that fraction and below 10⁹: then its `Debug` (the shortest decimal that
 /// reads back as it, never in exponent form at that size) is `k / 1000`'s
-/// decimal, which [`Thousandths`] writes without the float formatter. Every
+/// decimal, which [`write_thousandths`] writes without the float formatter. Every
 /// call's line has one: the call log's `latency_ms`, in microseconds.
 fn thousandths(value: f64) -> Option<u64> {
     if value.is_sign_negative() || value.is_nan() || value >= 1e9 {
@@ -112,51 +113,14 @@ fn thousandths(value: f64) -> Option<u64> {
 
 /// `k / 1000` in decimal as `f64`'s `Debug` writes it: `1.42`, `0.005`,
 /// `2.0`.
-struct Thousandths {
-    text: [u8; 24],
-    start: usize,
-}
-
-impl Thousandths {
-    fn of(k: u64) -> Self {
-        let mut text = [b'0'; 24];
-        let mut end = text.len();
-        let mut fraction = k % 1000;
-        let mut places = 3;
-        while places > 1 && fraction.is_multiple_of(10) {
-            fraction /= 10;
-            places -= 1;
-        }
-        for _ in 0..places {
-            end -= 1;
-            text[end] = b'0' + digit(fraction);
-            fraction /= 10;
-        }
-        end -= 1;
-        text[end] = b'.';
-        let mut whole = k / 1000;
-        loop {
-            end -= 1;
-            text[end] = b'0' + digit(whole);
-            whole /= 10;
-            if whole == 0 {
-                break;
-            }
-        }
-        Self { text, start: end }
-    }
-}
-
-fn digit(n: u64) -> u8 {
-    u8::try_from(n % 10).unwrap_or(0)
-}
-
-impl std::ops::Deref for Thousandths {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        std::str::from_utf8(&self.text[self.start..]).unwrap_or("")
-    }
+fn write_thousandths(w: &mut impl fmt::Write, k: u64) -> fmt::Result {
+    w.write_str(&Digits::of(k / 1000))?;
+    w.write_char('.')?;
+    // Three places with their leading zeros (`1005` → `005`), less the
+    // trailing ones, but one.
+    let places = Digits::of(1000 + k % 1000);
+    let fraction = places[1..].trim_end_matches('0');
+    w.write_str(if fraction.is_empty() { "0" } else { fraction })
 }
 
 /// Whether `value`'s `Debug` is itself in quotes: printable ASCII with no
@@ -190,7 +154,7 @@ impl Visit for TextVisitor<'_> {
 
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.field(field, |w| match thousandths(value) {
-            Some(k) => w.write_str(&Thousandths::of(k)),
+            Some(k) => write_thousandths(w, k),
             None => write!(w, "{value:?}"),
         });
     }

@@ -108,16 +108,13 @@ impl Balancer {
     ) -> Option<(Arc<Instance>, InFlight)> {
         let mut left = instances.iter().filter(|i| !exclude.contains(&i.id));
         let first = left.next()?;
-        if left.next().is_none() {
+        let Some(second) = left.next() else {
             // One candidate, ejected or not: no choice to make, nothing to
             // collect.
             return Some(self.chosen(first));
-        }
+        };
         let now = Instant::now();
-        let candidates: Vec<&Arc<Instance>> = instances
-            .iter()
-            .filter(|i| !exclude.contains(&i.id))
-            .collect();
+        let candidates: Vec<&Arc<Instance>> = [first, second].into_iter().chain(left).collect();
         let healthy: Vec<&Arc<Instance>> = candidates
             .iter()
             .copied()
