@@ -181,30 +181,101 @@ impl GcraScript {
 
     /// Runs `decisions` in one script, in order: one verdict each.
     async fn run(&self, decisions: &[&[(String, Limit)]]) -> Result<Vec<Verdict>, RedisError> {
+        let layout = Layout::of(decisions)?;
         let mut invocation = self.script.prepare_invoke();
-        for buckets in decisions {
-            invocation.arg(buckets.len());
-            for (key, limit) in *buckets {
-                invocation
-                    .key(key)
-                    .arg(interval_us(*limit))
-                    .arg(limit.burst.max(1));
-            }
+        for key in &layout.keys {
+            invocation.key(*key);
         }
-        let replies: Vec<i64> = self
+        invocation.arg(layout.buckets.len());
+        for &(key, limit) in &layout.buckets {
+            invocation
+                .arg(key)
+                .arg(interval_us(limit))
+                .arg(limit.burst.max(1));
+        }
+        invocation.arg(layout.decisions.as_slice());
+        let reply: Vec<i64> = self
             .pool
             .run(RedisOp::RateLimit, async |conn| {
                 invocation.invoke_async(conn).await
             })
             .await?;
-        if replies.len() != decisions.len() {
-            return Err(RedisError::Redis(format!(
-                "the script answered {} decisions of {}",
-                replies.len(),
-                decisions.len()
-            )));
+        verdicts(&reply, decisions.len())
+    }
+}
+
+/// The script's reply read back: the decision count, then each refused
+/// decision's place (from 1) and [`refusal`].
+fn verdicts(reply: &[i64], decisions: usize) -> Result<Vec<Verdict>, RedisError> {
+    let unreadable = || RedisError::Redis(format!("unreadable script reply {reply:?}"));
+    let (&count, refused) = reply.split_first().ok_or_else(unreadable)?;
+    if usize::try_from(count).ok() != Some(decisions) || refused.len() % 2 != 0 {
+        return Err(RedisError::Redis(format!(
+            "the script answered {count} decisions of {decisions}"
+        )));
+    }
+    let mut verdicts = vec![None; decisions];
+    for pair in refused.chunks_exact(2) {
+        let place = usize::try_from(pair[0])
+            .ok()
+            .and_then(|place| place.checked_sub(1))
+            .filter(|&index| index < decisions)
+            .ok_or_else(unreadable)?;
+        verdicts[place] = refusal(pair[1]);
+    }
+    Ok(verdicts)
+}
+
+/// A batch as the script takes it: each key and each bucket (a key under
+/// one limit) once, however many decisions take from it, so that neither
+/// side encodes, sends or parses a key or a limit per call.
+#[derive(Debug, PartialEq)]
+struct Layout<'a> {
+    /// The distinct keys, in first use: the script's `KEYS`.
+    keys: Vec<&'a str>,
+    /// The distinct buckets, in first use: the index of its key in `keys`
+    /// (from 1, as Lua counts) and its limit.
+    buckets: Vec<(usize, Limit)>,
+    /// Per decision its bucket count, then each bucket's index in
+    /// `buckets` (from 1), each a big-endian `u16`: one argument for the
+    /// whole batch.
+    decisions: Vec<u8>,
+}
+
+impl<'a> Layout<'a> {
+    fn of(decisions: &[&'a [(String, Limit)]]) -> Result<Self, RedisError> {
+        let mut layout = Layout {
+            keys: Vec::new(),
+            buckets: Vec::new(),
+            decisions: Vec::with_capacity(decisions.len() * 6),
+        };
+        let mut keys: HashMap<&str, usize> = HashMap::new();
+        let mut buckets: HashMap<(usize, u64, u32), usize> = HashMap::new();
+        for decision in decisions {
+            layout.push(decision.len())?;
+            for (key, limit) in *decision {
+                let key = *keys.entry(key.as_str()).or_insert_with(|| {
+                    layout.keys.push(key);
+                    layout.keys.len()
+                });
+                let bucket = *buckets
+                    .entry((key, limit.rate.to_bits(), limit.burst))
+                    .or_insert_with(|| {
+                        layout.buckets.push((key, *limit));
+                        layout.buckets.len()
+                    });
+                layout.push(bucket)?;
+            }
         }
-        Ok(replies.into_iter().map(refusal).collect())
+        Ok(layout)
+    }
+
+    fn push(&mut self, n: usize) -> Result<(), RedisError> {
+        let n = u16::try_from(n).map_err(|_| {
+            RedisError::Redis(format!("{n} buckets are more than one script takes"))
+        })?;
+        self.decisions.extend_from_slice(&n.to_be_bytes());
+        Ok(())
     }
 }
 
@@ -297,6 +368,66 @@ mod tests {
             "the waiting call hears that its batch is gone"
         );
         assert!(script.open[0].lock().is_ok_and(|open| open.is_empty()));
+    }
+
+    #[test]
+    fn a_batch_sends_each_key_and_bucket_once() {
+        let tool = ("{t:rl:echo}".to_owned(), limit(5.0, 3));
+        let caller = |name: &str| (format!("{{t:rl:echo}}:caller:{name}"), limit(1.0, 1));
+        let a = [caller("a"), tool.clone()];
+        let b = [caller("b"), tool.clone()];
+        let only_tool = [tool.clone()];
+        let retuned = [("{t:rl:echo}".to_owned(), limit(2.0, 3))];
+        let Ok(layout) = Layout::of(&[&a, &b, &a, &only_tool, &retuned]) else {
+            panic!("five decisions fit");
+        };
+        assert_eq!(
+            layout.keys,
+            [
+                "{t:rl:echo}:caller:a",
+                "{t:rl:echo}",
+                "{t:rl:echo}:caller:b"
+            ]
+        );
+        assert_eq!(
+            layout.buckets,
+            [
+                (1, limit(1.0, 1)),
+                (2, limit(5.0, 3)),
+                (3, limit(1.0, 1)),
+                (2, limit(2.0, 3)),
+            ],
+            "the tool's key under a new limit is a bucket of its own, on the same key"
+        );
+        let numbers: Vec<u16> = layout
+            .decisions
+            .chunks(2)
+            .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
+            .collect();
+        assert_eq!(numbers, [2, 1, 2, 2, 3, 2, 2, 1, 2, 1, 2, 1, 4]);
+    }
+
+    #[test]
+    fn a_batch_past_sixteen_bits_is_refused_not_mangled() {
+        let many: Vec<(String, Limit)> = (0..=usize::from(u16::MAX))
+            .map(|i| (i.to_string(), limit(1.0, 1)))
+            .collect();
+        assert!(Layout::of(&[&many]).is_err());
+        assert!(Layout::of(&[&many[..300]]).is_ok());
+    }
+
+    #[test]
+    fn a_reply_names_only_the_refused_decisions() {
+        assert_eq!(verdicts(&[3], 3).ok(), Some(vec![None, None, None]));
+        assert_eq!(
+            verdicts(&[3, 2, 50_000 * 16 + 1], 3).ok(),
+            Some(vec![None, Some((0, Duration::from_millis(50))), None])
+        );
+        assert!(verdicts(&[2], 3).is_err(), "a decision unanswered");
+        assert!(verdicts(&[], 1).is_err());
+        assert!(verdicts(&[1, 1], 1).is_err(), "half a refusal");
+        assert!(verdicts(&[1, 2, 17], 1).is_err(), "a place past the batch");
+        assert!(verdicts(&[1, 0, 17], 1).is_err(), "places count from 1");
     }
 
     #[test]
