@@ -29,7 +29,7 @@
 //! the task table records tasks;
 //! the announcer records announces, heartbeats and the lease.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -209,17 +209,13 @@ impl Metrics {
         self.0.registry.clone()
     }
 
-    /// An execution of `tool` (a served tool's name or [`UNKNOWN_TOOL`])
-    /// starts: counted in flight until the returned guard is finished or
-    /// dropped.
-    fn execution_started(&self, tool: Arc<str>) -> Execution {
-        self.0
-            .in_flight
-            .get_or_create(&ToolLabel { tool: tool.clone() })
-            .inc();
+    /// An execution of the tool of `series` starts: counted in flight
+    /// until the returned guard is finished or dropped.
+    fn execution_started(&self, series: ToolSeries) -> Execution {
+        series.in_flight.inc();
         Execution {
             metrics: self.clone(),
-            tool,
+            series,
             start: Instant::now(),
             outcome: None,
         }
@@ -305,11 +301,41 @@ fn result(answer: Result<(), Code>) -> &'static str {
     }
 }
 
+/// A served tool's execution series, resolved once: the gauge and the `ok`
+/// counter and histogram every call of the tool records (the other
+/// outcomes are looked up by label when they happen).
+#[derive(Debug, Clone)]
+struct ToolSeries {
+    tool: Arc<str>,
+    in_flight: Gauge,
+    ok: Counter,
+    ok_durations: Histogram,
+}
+
+impl ToolSeries {
+    fn of(metrics: &Metrics, tool: Arc<str>) -> Self {
+        let families = &metrics.0;
+        let ok = ToolOutcome {
+            tool: tool.clone(),
+            outcome: toolmesh_proto::code::outcome(Code::Ok),
+        };
+        Self {
+            in_flight: families
+                .in_flight
+                .get_or_create(&ToolLabel { tool: tool.clone() })
+                .clone(),
+            ok: families.executions.get_or_create(&ok).clone(),
+            ok_durations: families.durations.get_or_create(&ok).clone(),
+            tool,
+        }
+    }
+}
+
 /// One execution being timed. Dropped before [`Execution::finished`] (the
 /// caller went away and the call was abandoned), it counts as `CANCELLED`.
 struct Execution {
     metrics: Metrics,
-    tool: Arc<str>,
+    series: ToolSeries,
     start: Instant,
     outcome: Option<&'static str>,
 }
@@ -323,23 +349,24 @@ impl Execution {
 
 impl Drop for Execution {
     fn drop(&mut self) {
+        let series = &self.series;
+        series.in_flight.dec();
+        let seconds = self.start.elapsed().as_secs_f64();
+        let outcome = self
+            .outcome
+            .unwrap_or_else(|| toolmesh_proto::code::outcome(Code::Cancelled));
+        if outcome == toolmesh_proto::code::outcome(Code::Ok) {
+            series.ok.inc();
+            series.ok_durations.observe(seconds);
+            return;
+        }
         let families = &self.metrics.0;
-        let tool = self.tool.clone();
-        families
-            .in_flight
-            .get_or_create(&ToolLabel { tool: tool.clone() })
-            .dec();
         let labels = ToolOutcome {
-            tool,
-            outcome: self
-                .outcome
-                .unwrap_or_else(|| toolmesh_proto::code::outcome(Code::Cancelled)),
+            tool: series.tool.clone(),
+            outcome,
         };
         families.executions.get_or_create(&labels).inc();
-        families
-            .durations
-            .get_or_create(&labels)
-            .observe(self.start.elapsed().as_secs_f64());
+        families.durations.get_or_create(&labels).observe(seconds);
     }
 }
 
@@ -394,7 +421,8 @@ fn outcome(answer: &Result<tonic::Response<pb::ExecuteResponse>, tonic::Status>)
 pub struct Metered<S> {
     inner: S,
     metrics: Metrics,
-    served: Arc<HashSet<Arc<str>>>,
+    /// The series of the tools served from the start.
+    served: Arc<HashMap<Arc<str>, ToolSeries>>,
     tools: Arc<ToolSet>,
     unknown: Arc<str>,
 }
@@ -403,19 +431,14 @@ impl<S> Metered<S> {
     /// `inner`, serving the tools of `runtime`, recorded in `metrics`. Each
     /// served tool shows 0 in flight from the start.
     pub fn new(inner: S, runtime: &Runtime, metrics: Metrics) -> Self {
-        let served: HashSet<Arc<str>> = runtime
+        let served = runtime
             .descriptors()
             .into_iter()
-            .map(|d| Arc::from(d.name))
+            .map(|d| {
+                let tool: Arc<str> = Arc::from(d.name);
+                (tool.clone(), ToolSeries::of(&metrics, tool))
+            })
             .collect();
-        for tool in &served {
-            drop(
-                metrics
-                    .0
-                    .in_flight
-                    .get_or_create(&ToolLabel { tool: tool.clone() }),
-            );
-        }
         Self {
             inner,
             metrics,
@@ -425,16 +448,18 @@ impl<S> Metered<S> {
         }
     }
 
-    /// The `tool` label of a call naming `tool`: its name if it is served
-    /// (from the start, or since, by an MCP server), else [`UNKNOWN_TOOL`].
-    fn label(&self, tool: &str) -> Arc<str> {
-        if let Some(name) = self.served.get(tool) {
-            return name.clone();
+    /// The series of a call naming `tool`: its own if it is served (from
+    /// the start, or since, by an MCP server), else [`UNKNOWN_TOOL`]'s.
+    fn series(&self, tool: &str) -> ToolSeries {
+        if let Some(series) = self.served.get(tool) {
+            return series.clone();
         }
-        if self.tools.current().get(tool).is_some() {
-            return Arc::from(tool);
-        }
-        self.unknown.clone()
+        let label = if self.tools.current().get(tool).is_some() {
+            Arc::from(tool)
+        } else {
+            self.unknown.clone()
+        };
+        ToolSeries::of(&self.metrics, label)
     }
 }
 
@@ -449,7 +474,7 @@ where
     ) -> Result<tonic::Response<pb::ExecuteResponse>, tonic::Status> {
         let execution = self
             .metrics
-            .execution_started(self.label(&request.get_ref().tool));
+            .execution_started(self.series(&request.get_ref().tool));
         let answer = self.inner.execute(request).await;
         execution.finished(outcome(&answer));
         answer

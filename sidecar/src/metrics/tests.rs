@@ -93,6 +93,16 @@ fn value(metrics: &Metrics, series: &str) -> Option<f64> {
 async fn executions_are_counted_and_timed_by_tool_and_outcome() {
     let metrics = Metrics::new();
     let service = service(&metrics);
+    let executions = "toolmesh_sidecar_executions_total";
+    let durations = "toolmesh_sidecar_execute_duration_seconds";
+    // A served tool's `ok` series are there from the start, at zero.
+    assert_eq!(
+        value(
+            &metrics,
+            &format!(r#"{executions}{{tool="ok",outcome="ok"}}"#)
+        ),
+        Some(0.0)
+    );
     for _ in 0..3 {
         service.execute(call("ok")).await.unwrap();
     }
@@ -109,8 +119,6 @@ async fn executions_are_counted_and_timed_by_tool_and_outcome() {
     let status = service.execute(call("hangs")).await.unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded);
 
-    let executions = "toolmesh_sidecar_executions_total";
-    let durations = "toolmesh_sidecar_execute_duration_seconds";
     assert_eq!(
         value(
             &metrics,
