@@ -2,59 +2,65 @@
 //! sorted by their UTF-8 bytes, no whitespace, strings and numbers as
 //! `serde_json` writes them. What digests over JSON are taken of.
 
-use std::fmt::Write as _;
-
 use serde_json::Value;
 
 /// The SHA-256 of `value`'s canonical text, as lowercase hex.
 pub(crate) fn sha256_hex(value: &Value) -> String {
     use sha2::Digest as _;
-    sha2::Sha256::digest(json(value).as_bytes()).iter().fold(
-        String::with_capacity(64),
-        |mut out, byte| {
-            let _ = write!(out, "{byte:02x}");
-            out
-        },
-    )
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = Vec::new();
+    write(value, &mut text);
+    sha2::Sha256::digest(&text)
+        .iter()
+        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
+        .map(char::from)
+        .collect()
 }
 
 /// The canonical text of `value`.
 pub(crate) fn json(value: &Value) -> String {
-    let mut out = String::new();
-    write(value, &mut out);
-    out
+    let mut text = Vec::new();
+    write(value, &mut text);
+    // serde_json writes UTF-8 only.
+    String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-fn write(value: &Value, out: &mut String) {
+/// Writes `value` with its objects' keys in byte order and no space; keys,
+/// strings and numbers as serde_json writes them.
+fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            out.push(b'{');
             for (i, (key, value)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                let _ = write!(out, "{}", Value::String(key.clone()));
-                out.push(':');
+                scalar(key, out);
+                out.push(b':');
                 write(value, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => {
-            let _ = write!(out, "{scalar}");
-        }
+        other => scalar(other, out),
     }
+}
+
+fn scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Writing to a `Vec` cannot fail, nor can serializing a string or a
+    // JSON scalar.
+    let _ = serde_json::to_writer(out, value);
 }
 
 #[cfg(test)]
@@ -72,6 +78,18 @@ mod tests {
         assert_eq!(json(&a), json(&b));
         assert_eq!(json(&a), r#"{"a":null,"b":{"x":[2,"é"],"y":1}}"#);
         assert_ne!(json(&json!([1, 2])), json(&json!([2, 1])));
+    }
+
+    #[test]
+    fn strings_and_numbers_are_written_as_serde_json_writes_them() {
+        let value: Value = serde_json::from_str(
+            r#"{"é\"\\\n\u0001":[-1.5e-7,12345678901234567890,0.1,-0,1e300,"😀\t✓"],"":{}}"#,
+        )
+        .expect("json");
+        assert_eq!(
+            json(&value),
+            r#"{"":{},"é\"\\\n\u0001":[-1.5e-7,12345678901234567890,0.1,-0.0,1e+300,"😀\t✓"]}"#
+        );
     }
 
     proptest! {

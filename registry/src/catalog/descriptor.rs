@@ -417,6 +417,30 @@ mod tests {
         assert_eq!(Limit::of(&descriptor()).map(|l| l.burst), Some(3));
     }
 
+    /// A digest is kept (pins, approvals, Redis) and compared across
+    /// versions of the registry: the same descriptor must always give the
+    /// same one. Pinned here for a descriptor that uses every kind of JSON
+    /// value and text that needs escaping.
+    #[test]
+    fn the_digest_of_a_descriptor_never_changes() {
+        let rich = ToolDescriptor {
+            title: "Wörter zählen \"quoted\" \\ back\tslash ✓ 😀".into(),
+            version: "1.2.3".into(),
+            tags: vec!["text".into(), "ünïcode".into()],
+            input_schema_json: r#"{"type":"object","required":["x"],"properties":{"x":{"type":"number","minimum":-1.5e-7,"maximum":12345678901234567890,"default":0.1},"y":{"enum":[null,true,false,"\u0001\n"],"description":"line\nbreak"}}}"#.into(),
+            output_schema_json: "not json".into(),
+            per_caller_rate_limit: Some(RateLimit { rate: 0.3, burst: 7 }),
+            timeout: Some(prost_types::Duration { seconds: 2, nanos: 500_000_000 }),
+            idempotent: true,
+            read_only: Some(false),
+            ..descriptor()
+        };
+        assert_eq!(
+            digest(&rich),
+            "1e8c9bbc1ea7e77e85c5a5bb086d70494d92e07432b02b40453d79d286898d73"
+        );
+    }
+
     #[test]
     fn the_digest_follows_meaning_not_spelling() {
         let a = descriptor();

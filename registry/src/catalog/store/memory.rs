@@ -308,16 +308,17 @@ impl CatalogStore for MemoryStore {
                 .entry(tool.name.clone())
                 .or_default()
                 .insert(key.clone());
-            let record = state
-                .tools
-                .entry(key.clone())
-                .or_insert_with(|| ToolRecord {
+            let mut new = false;
+            let record = state.tools.entry(key.clone()).or_insert_with(|| {
+                new = true;
+                ToolRecord {
                     digest: descriptor::digest(&tool).into(),
                     descriptor: Arc::new(tool.clone()),
                     instances: BTreeMap::new(),
                     owner: a.owner.name.clone(),
-                });
-            if record.instances.is_empty() || *record.descriptor != tool {
+                }
+            });
+            if !new && (record.instances.is_empty() || *record.descriptor != tool) {
                 // Only reachable when no other instance serves it (see check_fits).
                 record.digest = descriptor::digest(&tool).into();
                 record.descriptor = Arc::new(tool.clone());
