@@ -187,20 +187,14 @@ pub fn mint(key: &CallKey, call: &Call<'_>, issued_at_ms: u64, nonce: u64) -> As
     let mut text = String::with_capacity(VERSION.len() + 1 + 20 + 1 + 16 + 1 + 43);
     text.push_str(VERSION);
     text.push('.');
-    crate::decimal::push(&mut text, issued_at_ms);
+    crate::digits::push(&mut text, issued_at_ms);
     text.push('.');
-    let mut hex = [0u8; 16];
-    for (shift, digit) in (0..16).rev().zip(&mut hex) {
-        *digit = HEX[usize::try_from((nonce >> (shift * 4)) & 0xf).unwrap_or(0)];
-    }
-    crate::decimal::push_ascii(&mut text, &hex);
+    crate::digits::push_hex(&mut text, &nonce.to_be_bytes());
     text.push('.');
     URL_SAFE_NO_PAD.encode_string(tag.as_ref(), &mut text);
     // Digits, dots, hex and base64url: always a valid header value.
     AsciiMetadataValue::try_from(text).unwrap_or_else(|_| AsciiMetadataValue::from_static(""))
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Now, as grants count time: Unix milliseconds.
 pub fn now_ms() -> u64 {

@@ -50,7 +50,7 @@ pub use prost_types::Duration;
 
 pub mod code;
 pub mod deadline;
-pub mod decimal;
+pub mod digits;
 pub mod endpoint;
 pub mod grant;
 pub mod listen;

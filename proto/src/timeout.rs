@@ -10,6 +10,10 @@ use tonic::metadata::AsciiMetadataKey;
 /// The metadata key of the header.
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 
+/// [`GRPC_TIMEOUT`] parsed once: every call reads or writes it.
+pub static GRPC_TIMEOUT_KEY: LazyLock<AsciiMetadataKey> =
+    LazyLock::new(|| AsciiMetadataKey::from_static(GRPC_TIMEOUT));
+
 /// Parses a `grpc-timeout` value; `None` if it is malformed.
 pub fn parse(value: &str) -> Option<Duration> {
     let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
@@ -49,7 +53,7 @@ pub fn encode(timeout: Duration) -> String {
     .find(|&(n, _)| n <= MAX)
     .unwrap_or((MAX, 'H'));
     let mut text = String::with_capacity(9);
-    crate::decimal::push(&mut text, n);
+    crate::digits::push(&mut text, n);
     text.push(unit);
     text
 }
@@ -75,11 +79,9 @@ pub fn answer_within(timeout: Duration) -> Duration {
 
 /// The remaining deadline a request carries, if it carries a valid one.
 pub fn of<T>(request: &tonic::Request<T>) -> Option<Duration> {
-    static KEY: LazyLock<AsciiMetadataKey> =
-        LazyLock::new(|| AsciiMetadataKey::from_static(GRPC_TIMEOUT));
     request
         .metadata()
-        .get(&*KEY)
+        .get(&*GRPC_TIMEOUT_KEY)
         .and_then(|v| v.to_str().ok())
         .and_then(parse)
 }

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use toolmesh_proto::decimal::Digits;
+use toolmesh_proto::digits::Digits;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::{
     field::{RecordFields, VisitOutput as _},

@@ -11,13 +11,13 @@ mod connection;
 mod error;
 mod unary;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures::FutureExt as _;
-use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
+use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 use toolmesh_proto::deadline::Deadline;
 use toolmesh_proto::pb::{ExecuteRequest, ExecuteResponse};
 use toolmesh_proto::tls::ClientTls;
@@ -224,9 +224,7 @@ fn headers(
         // HPACK table each time (on both ends), evicting the entries the
         // next calls reuse.
         value.set_sensitive(true);
-        static KEY: LazyLock<AsciiMetadataKey> =
-            LazyLock::new(|| AsciiMetadataKey::from_static(timeout::GRPC_TIMEOUT));
-        metadata.insert(KEY.clone(), value);
+        metadata.insert(timeout::GRPC_TIMEOUT_KEY.clone(), value);
     }
     if let Some(grant) = grant {
         grant::attach(&mut metadata, grant.clone());

@@ -7,14 +7,11 @@ use serde_json::Value;
 /// The SHA-256 of `value`'s canonical text, as lowercase hex.
 pub(crate) fn sha256_hex(value: &Value) -> String {
     use sha2::Digest as _;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = Vec::new();
     write(value, &mut text);
-    sha2::Sha256::digest(&text)
-        .iter()
-        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
-        .map(char::from)
-        .collect()
+    let mut hex = String::with_capacity(64);
+    toolmesh_proto::digits::push_hex(&mut hex, &sha2::Sha256::digest(&text));
+    hex
 }
 
 /// The canonical text of `value`.

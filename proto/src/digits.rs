@@ -1,7 +1,7 @@
-//! Text written on the call path without `format!`'s machinery, and a
-//! whole run of ASCII at a time rather than a `char` at a time: a grant's
-//! issue time and nonce, a `grpc-timeout`'s count, the call line's
-//! latency (`toolmesh_telemetry`).
+//! Decimal and hex digits written on hot paths without `format!`'s
+//! machinery, and a whole run of ASCII at a time rather than a `char` at a
+//! time: a grant's issue time and nonce, a `grpc-timeout`'s count, the call
+//! line's latency (`toolmesh_telemetry`), a catalog digest.
 
 /// `n` in decimal, written on the stack: as `n.to_string()`, without the
 /// formatter or an allocation.
@@ -41,10 +41,19 @@ pub(crate) fn push(text: &mut String, n: u64) {
     text.push_str(&Digits::of(n));
 }
 
-/// Appends `ascii` (ASCII bytes) at once, rather than a `char` at a time.
-pub(crate) fn push_ascii(text: &mut String, ascii: &[u8]) {
-    debug_assert!(ascii.is_ascii());
-    text.push_str(std::str::from_utf8(ascii).unwrap_or_default());
+/// Appends `bytes` in lowercase hex, two digits a byte, as
+/// `write!(text, "{byte:02x}")` for each would.
+pub fn push_hex(text: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    text.reserve(bytes.len() * 2);
+    let mut run = [0u8; 64];
+    for chunk in bytes.chunks(run.len() / 2) {
+        for (byte, pair) in chunk.iter().zip(run.chunks_exact_mut(2)) {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0xf)];
+        }
+        text.push_str(std::str::from_utf8(&run[..chunk.len() * 2]).unwrap_or_default());
+    }
 }
 
 #[cfg(test)]
@@ -57,6 +66,16 @@ mod tests {
             let mut text = prefix.clone();
             super::push(&mut text, n);
             prop_assert_eq!(text, format!("{prefix}{n}"));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn hex_is_what_format_writes(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut text = String::new();
+            super::push_hex(&mut text, &bytes);
+            let formatted: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            prop_assert_eq!(text, formatted);
         }
     }
 
